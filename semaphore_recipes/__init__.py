@@ -1,0 +1,71 @@
+"""Fair FIFO distributed counting semaphores on ZooKeeper and etcd v3.
+
+>>> import semaphore_recipes as sr
+>>> with sr.connect("zookeeper://127.0.0.1:2181/myapp") as backend:   # doctest: +SKIP
+...     sem = backend.semaphore("db-pool", capacity=10)
+...     with sem.acquire(timeout=5.0) as permit:
+...         use_the_database(fence=permit.token)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._core.status import EntryStatus, Status
+from ._url import parse_url
+from .errors import (
+    AcquireTimeout,
+    BackendUnavailable,
+    CapacityMismatch,
+    CorruptState,
+    InvalidName,
+    PermitLost,
+    SemaphoreError,
+    WouldBlock,
+)
+from .semaphore import Permit, PermitState, Semaphore
+
+__all__ = [
+    "AcquireTimeout",
+    "BackendUnavailable",
+    "CapacityMismatch",
+    "CorruptState",
+    "EntryStatus",
+    "InvalidName",
+    "Permit",
+    "PermitLost",
+    "PermitState",
+    "Semaphore",
+    "SemaphoreError",
+    "Status",
+    "WouldBlock",
+    "connect",
+]
+
+__version__ = "0.1.0"
+
+
+def connect(target: Any, *, owner: str | None = None, root: str | None = None) -> Any:
+    """Connect to a coordination service and return a backend.
+
+    ``target`` is a URL (``zookeeper://h1:2181,h2:2181/chroot?session_timeout=10``) or an
+    existing, started ``KazooClient`` (which stays yours to stop). Raises ValueError on a
+    malformed URL before any I/O and BackendUnavailable when no server answers.
+    """
+    if isinstance(target, str):
+        url = parse_url(target)
+        if url.scheme == "zookeeper":
+            from .zookeeper import ZooKeeperBackend
+
+            if root is not None:
+                url.params["root"] = root
+            return ZooKeeperBackend.from_url(url, owner=owner)
+        raise NotImplementedError(f"the {url.scheme} backend is not available yet")
+    if type(target).__name__ == "KazooClient":
+        from .zookeeper import ZooKeeperBackend
+
+        kwargs: dict[str, Any] = {"owner": owner}
+        if root is not None:
+            kwargs["root"] = root
+        return ZooKeeperBackend(target, **kwargs)
+    raise TypeError(f"connect() takes a URL or a KazooClient, not {type(target).__name__}")

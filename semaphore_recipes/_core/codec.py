@@ -1,0 +1,57 @@
+"""The JSON stored in the coordination service, and its strict decoding."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..errors import CorruptState
+
+
+def encode_capacity(capacity: int) -> bytes:
+    return json.dumps({"capacity": capacity}, separators=(",", ":")).encode()
+
+
+def decode_capacity(name: str, raw: bytes | None) -> int:
+    try:
+        doc = json.loads(raw or b"")
+        capacity = doc["capacity"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CorruptState(f"semaphore {name!r}: unreadable stored capacity {raw!r}") from exc
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise CorruptState(f"semaphore {name!r}: stored capacity {capacity!r} is not an int >= 1")
+    return capacity
+
+
+@dataclass(frozen=True)
+class EntryData:
+    """What an entry stores besides its weight: who made it, whether it holds, since when."""
+
+    owner: str
+    held: bool
+    since: float
+    weight: int | None = None  # etcd keeps the weight in the value; ZooKeeper in the name
+
+    def encode(self) -> bytes:
+        doc: dict[str, object] = {"owner": self.owner, "held": self.held, "since": self.since}
+        if self.weight is not None:
+            doc["w"] = self.weight
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_entry(key: str, raw: bytes | None) -> EntryData:
+    try:
+        doc = json.loads(raw or b"")
+        owner, held, since = doc["owner"], doc["held"], doc["since"]
+        weight = doc.get("w")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CorruptState(f"unreadable queue entry {key!r}: {raw!r}") from exc
+    if (
+        not isinstance(owner, str)
+        or not isinstance(held, bool)
+        or isinstance(since, bool)
+        or not isinstance(since, (int, float))
+        or (weight is not None and (isinstance(weight, bool) or not isinstance(weight, int)))
+    ):
+        raise CorruptState(f"unreadable queue entry {key!r}: {raw!r}")
+    return EntryData(owner=owner, held=held, since=float(since), weight=weight)

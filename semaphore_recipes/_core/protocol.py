@@ -1,0 +1,154 @@
+"""The acquire protocol as a sans-I/O generator.
+
+:func:`acquire_protocol` yields *steps* (what to ask the store, or to wait for an
+event) and receives their answers. A sync driver answers with blocking calls, an async
+driver with awaits; the logic (admission, whom to watch, one deadline, re-entering the
+queue after a session loss) exists only here. The driver owns cleanup: on any exception
+out of the generator it removes the entry of the last :class:`Enqueue` it answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+
+from ..errors import AcquireTimeout, WouldBlock
+from .deadline import Deadline
+from .queue import Admitted, Entry, QueuePosition
+
+# ---- steps: what the protocol asks its driver to do -------------------------------
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """Create a fresh entry (new id) and list the lower entries and the capacity, in one
+    round trip. Answer: :class:`Enqueued`."""
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """``later_entries``: the listing already held entries created after ours."""
+
+    me: Entry
+    lower: tuple[Entry, ...]
+    capacity: int
+    later_entries: bool
+
+
+@dataclass(frozen=True)
+class Arm:
+    """Read each key with a one-shot watch. Answer: ``{key: held flag, or None if gone}``,
+    or SessionLost when the session ended meanwhile."""
+
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AwaitEvent:
+    """Wait for the next event, at most ``timeout`` seconds (None: no limit).
+    Answer: an event, or None when the time ran out."""
+
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class MarkHeld:
+    """We are admitted. With ``now``, write the held mark on our entry at once, without
+    waiting for the reply (safety never depends on it; it wakes a successor that may
+    have listed us before we were admissible). Without ``now``, no successor can hold
+    such a view: keep the entry unmarked unless the capacity is lowered while we hold
+    (a successor that read the lower capacity may take us for not admitted).
+    Answer: None."""
+
+    me: Entry
+    now: bool
+
+
+Step = Enqueue | Arm | AwaitEvent | MarkHeld
+
+# ---- events: what the store tells a waiter ---------------------------------------
+
+
+@dataclass(frozen=True)
+class EntryDeleted:
+    key: str
+
+
+@dataclass(frozen=True)
+class EntryHeld:
+    key: str
+
+
+@dataclass(frozen=True)
+class EntryChanged:
+    """A watch on ``key`` fired and the event does not say how (read it again)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class CapacityChanged:
+    capacity: int
+
+
+@dataclass(frozen=True)
+class SessionLost:
+    """The session (ZooKeeper session, etcd lease) ended: our entry is gone."""
+
+
+Event = EntryDeleted | EntryHeld | EntryChanged | CapacityChanged | SessionLost
+
+
+def apply_event(position: QueuePosition, event: Event) -> None:
+    """Fold one store event into a waiter's view (SessionLost is the caller's business)."""
+    if isinstance(event, EntryDeleted):
+        position.deleted(event.key)
+    elif isinstance(event, EntryHeld):
+        position.marked_held(event.key)
+    elif isinstance(event, EntryChanged):
+        position.watch_fired(event.key)
+    elif isinstance(event, CapacityChanged):
+        position.set_capacity(event.capacity)
+
+
+def acquire_protocol(
+    name: str, weight: int, deadline: Deadline, *, blocking: bool = True
+) -> Generator[Step, object, Entry]:
+    """Drive one ``acquire``: returns the admitted entry (after its held mark was sent).
+
+    Raises WouldBlock (``blocking=False`` and not admitted at once) or AcquireTimeout
+    (deadline passed). Re-enters the queue with a fresh entry after a SessionLost.
+    """
+    while True:
+        answer = yield Enqueue()
+        assert isinstance(answer, Enqueued)
+        position = QueuePosition(answer.me, answer.lower, answer.capacity)
+        # A successor that lists us after our listing sees at most the lower entries we
+        # saw, so it finds us admissible by itself. Only successors already in our
+        # listing, or ones that listed us while we waited, need the mark.
+        mark_now = answer.later_entries
+        while True:
+            decision = position.decision()
+            if isinstance(decision, Admitted):
+                yield MarkHeld(position.me, now=mark_now)
+                return position.me
+            if not blocking:
+                raise WouldBlock(f"semaphore {name!r}: {weight} permit(s) not available now")
+            mark_now = True
+            keys = position.keys_to_arm(decision)
+            if keys:
+                states = yield Arm(keys)
+                if isinstance(states, SessionLost):
+                    break  # our entry died with the session: enqueue again
+                assert isinstance(states, Mapping)
+                for key in keys:
+                    position.armed(key, states.get(key))
+                continue
+            if deadline.expired():
+                raise AcquireTimeout(f"semaphore {name!r}: no {weight} permit(s) in time")
+            event = yield AwaitEvent(deadline.remaining())
+            if event is None:
+                continue
+            if isinstance(event, SessionLost):
+                break  # our entry died with the session: enqueue again
+            apply_event(position, event)  # type: ignore[arg-type]

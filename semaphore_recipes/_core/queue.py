@@ -1,0 +1,121 @@
+"""Admission and who-watches-whom: the decision a waiter makes from its view.
+
+A client's *view* is the set of entries ordered before its own that it listed after
+creating its entry, minus those it has since seen deleted. Entries created later sort
+higher and lower entries only ever disappear, so the true lower set is always a subset
+of the view: a decision from the view can under-admit, never over-admit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One queue entry as a waiter knows it.
+
+    ``order`` is the store's ordering (ZooKeeper sequence, etcd create_revision);
+    ``held`` is True once the entry's held mark has been seen (it never goes back).
+    """
+
+    key: str
+    order: int
+    weight: int
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The prefix sum of weights up to and including this entry fits the capacity."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Not admitted yet. ``watch``: the entries whose change can let this waiter move.
+
+    ``head`` waiters (predecessor admitted or admissible) watch every lower entry, since
+    holders release in any order; the others watch their predecessor only, which wakes
+    them when it leaves or marks itself held.
+    """
+
+    watch: tuple[str, ...]
+    head: bool
+
+
+ADMITTED = Admitted()
+
+
+def decide(lower: Sequence[Entry], weight: int, capacity: int) -> Admitted | Wait:
+    """Admission by prefix sum, and the entries to watch when not admitted.
+
+    ``lower`` must be in queue order. Pure and total: any capacity, any view.
+    """
+    total = sum(e.weight for e in lower)
+    if total + weight <= capacity:
+        return ADMITTED
+    if not lower:
+        # Only after a capacity decrease below our weight: a capacity change wakes us.
+        return Wait(watch=(), head=True)
+    predecessor = lower[-1]
+    if predecessor.held or total <= capacity:
+        return Wait(watch=tuple(e.key for e in lower), head=True)
+    return Wait(watch=(predecessor.key,), head=False)
+
+
+class QueuePosition:
+    """A waiter's view of the queue and the watches it believes are armed.
+
+    Drivers feed it what the store answered (:meth:`armed`, :meth:`deleted`,
+    :meth:`marked_held`, :meth:`set_capacity`) and ask :meth:`decision` and
+    :meth:`keys_to_arm`. Watches are one-shot: a fired watch is no longer armed.
+    """
+
+    def __init__(self, me: Entry, lower: Iterable[Entry], capacity: int) -> None:
+        self.me = me
+        self.capacity = capacity
+        self._lower: dict[str, Entry] = {}
+        for e in sorted(lower, key=lambda e: e.order):
+            if e.order >= me.order:
+                raise ValueError(f"entry {e.key!r} is not lower than {me.key!r}")
+            self._lower[e.key] = e
+        self._armed: set[str] = set()
+
+    @property
+    def lower(self) -> tuple[Entry, ...]:
+        return tuple(self._lower.values())
+
+    def decision(self) -> Admitted | Wait:
+        return decide(tuple(self._lower.values()), self.me.weight, self.capacity)
+
+    def keys_to_arm(self, decision: Wait) -> tuple[str, ...]:
+        return tuple(k for k in decision.watch if k not in self._armed)
+
+    def armed(self, key: str, held: bool | None) -> None:
+        """Result of reading ``key`` with a watch: None when it is already gone."""
+        if key not in self._lower:
+            return
+        if held is None:
+            self.deleted(key)
+            return
+        self._armed.add(key)
+        if held:
+            self._lower[key] = replace(self._lower[key], held=True)
+
+    def deleted(self, key: str) -> None:
+        self._lower.pop(key, None)
+        self._armed.discard(key)
+
+    def marked_held(self, key: str) -> None:
+        """The watch on ``key`` fired because the entry wrote its held mark."""
+        self._armed.discard(key)
+        if key in self._lower:
+            self._lower[key] = replace(self._lower[key], held=True)
+
+    def watch_fired(self, key: str) -> None:
+        """A watch fired for a reason the event did not tell: read it again."""
+        self._armed.discard(key)
+
+    def set_capacity(self, capacity: int) -> None:
+        self.capacity = capacity

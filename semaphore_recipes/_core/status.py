@@ -1,0 +1,45 @@
+"""Who holds and who waits, from a listing of the whole queue."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EntryStatus:
+    key: str
+    owner: str
+    permits: int
+    token: int
+    held: bool
+    since: float
+
+
+@dataclass(frozen=True)
+class Status:
+    """A snapshot of one semaphore: ``holders`` and ``waiters`` in queue order."""
+
+    name: str
+    capacity: int
+    holders: tuple[EntryStatus, ...]
+    waiters: tuple[EntryStatus, ...]
+
+    @property
+    def used(self) -> int:
+        return sum(e.permits for e in self.holders)
+
+
+def split_queue(name: str, capacity: int, entries: Iterable[EntryStatus]) -> Status:
+    """Entries in queue order -> holders (marked held, or inside the admitted prefix) and
+    waiters. An admitted entry whose held mark is still in flight counts as a holder."""
+    holders: list[EntryStatus] = []
+    waiters: list[EntryStatus] = []
+    prefix = 0
+    for e in entries:
+        prefix += e.permits
+        if e.held or (not waiters and prefix <= capacity):
+            holders.append(e)
+        else:
+            waiters.append(e)
+    return Status(name=name, capacity=capacity, holders=tuple(holders), waiters=tuple(waiters))

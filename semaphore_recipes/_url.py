@@ -1,0 +1,66 @@
+"""Parsing of ``zookeeper://`` and ``etcd://`` URLs (no I/O)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .errors import InvalidName
+
+SCHEMES = ("zookeeper", "etcd")
+
+
+@dataclass(frozen=True)
+class ServiceURL:
+    scheme: str
+    hosts: tuple[tuple[str, int], ...]
+    path: str  # ZooKeeper chroot / etcd key prefix; "" when absent
+    params: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def hosts_string(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.hosts)
+
+    def float_param(self, key: str, default: float) -> float:
+        raw = self.params.get(key)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"URL parameter {key}={raw!r} is not a number") from None
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"URL parameter {key}={raw!r} must be > 0")
+        return value
+
+
+def parse_url(url: str) -> ServiceURL:
+    """Parse a service URL; raise ValueError naming what is wrong."""
+    if not isinstance(url, str):
+        raise TypeError(f"URL must be a str, not {type(url).__name__}")
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise ValueError(f"URL {url!r}: scheme must be one of {', '.join(SCHEMES)}")
+    default_port = 2181 if parts.scheme == "zookeeper" else 2379
+    hosts: list[tuple[str, int]] = []
+    for item in parts.netloc.split(","):
+        if not item:
+            raise ValueError(f"URL {url!r}: empty host")
+        host, sep, port_s = item.rpartition(":")
+        if not sep:
+            host, port_s = item, str(default_port)
+        if not host or "@" in host or "/" in host:
+            raise ValueError(f"URL {url!r}: bad host {item!r}")
+        try:
+            port = int(port_s)
+        except ValueError:
+            raise ValueError(f"URL {url!r}: bad port in {item!r}") from None
+        if not 0 < port < 65536:
+            raise ValueError(f"URL {url!r}: port {port} out of range")
+        hosts.append((host.strip("[]"), port))
+    path = unquote(parts.path).rstrip("/")
+    if path and (".." in path.split("/") or "\x00" in path):
+        raise InvalidName(f"URL {url!r}: bad path {path!r}")
+    params = dict(parse_qsl(parts.query, keep_blank_values=True))
+    return ServiceURL(scheme=parts.scheme, hosts=tuple(hosts), path=path, params=params)

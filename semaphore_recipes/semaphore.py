@@ -1,0 +1,233 @@
+"""The synchronous faces: :class:`Semaphore` and :class:`Permit`.
+
+Both are backend-neutral: they run the pure protocol (``_core.protocol``) against a
+backend's queue store. What happens on trouble:
+
+* connection lost while waiting: the wait goes on; watches survive within a session.
+* session expired / lease gone while waiting: the waiter re-enters the queue with a new
+  entry (logged at WARNING) until its deadline.
+* connection lost while holding: ``permit.state`` is SUSPENDED (unsafe: the session may
+  be expiring); back to HELD when the same session reconnects in time.
+* session expired, lease gone, or the entry deleted while holding: ``permit.state`` is
+  LOST and ``permit.lost`` is set; ``permit.check()`` raises PermitLost.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from ._core.deadline import Deadline
+from ._core.names import validate_permits
+from ._core.protocol import Arm, AwaitEvent, Enqueue, MarkHeld, acquire_protocol
+from ._core.queue import Entry
+from ._core.status import Status
+from ._store import QueueStore, SessionWatch, Waiter
+from .errors import PermitLost
+
+log = logging.getLogger("semaphore_recipes")
+
+__all__ = ["Permit", "PermitState", "Semaphore"]
+
+
+class PermitState(enum.Enum):
+    HELD = "held"
+    SUSPENDED = "suspended"  # connection lost; the session may still be alive: unsafe
+    LOST = "lost"  # session/lease gone or entry deleted: the permit is gone
+    RELEASED = "released"
+
+
+class Permit:
+    """Permits held in one semaphore. Release with :meth:`release` or a ``with`` block."""
+
+    def __init__(self, semaphore: Semaphore, entry: Entry, token: int, owner: str) -> None:
+        self.semaphore = semaphore
+        self.key = entry.key
+        self.permits = entry.weight
+        self.token = token  #: fencing token: grows monotonically across the whole store
+        self.owner = owner
+        self.lost = threading.Event()  #: set when the permit is gone (never cleared)
+        self._state = PermitState.HELD
+        self._lock = threading.Lock()
+        self._unlisten: Callable[[], None] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<Permit {self.semaphore.name!r} permits={self.permits} token={self.token} "
+            f"state={self._state.value}>"
+        )
+
+    @property
+    def state(self) -> PermitState:
+        return self._state
+
+    def check(self) -> None:
+        """Raise PermitLost unless the permit is safely HELD right now."""
+        state = self._state
+        if state is not PermitState.HELD:
+            raise PermitLost(f"permit {self.key!r} of {self.semaphore.name!r} is {state.value}")
+
+    def transaction(self) -> Any:
+        """A transaction of the backend that commits only while this permit is held.
+
+        Its ``commit()`` raises PermitLost when the fence fails (see the backend's docs).
+        """
+        return self.semaphore._store.transaction(self.key)
+
+    def release(self) -> None:
+        """Give the permits back. Idempotent; never raises: if the service cannot be
+        reached the delete is retried in the background (the session's end removes the
+        entry anyway)."""
+        with self._lock:
+            if self._state in (PermitState.RELEASED, PermitState.LOST):
+                previous = self._state
+                self._state = PermitState.RELEASED if previous is PermitState.RELEASED else previous
+                self._stop_listening()
+                return
+            self._state = PermitState.RELEASED
+            self._stop_listening()
+        self.semaphore._store.remove(self.key)
+        log.debug("released %s of %r (token %d)", self.permits, self.semaphore.name, self.token)
+
+    # session and entry events, from the backend's threads
+    def _session_changed(self, change: str) -> None:
+        with self._lock:
+            if self._state in (PermitState.RELEASED, PermitState.LOST):
+                return
+            if change == "suspended":
+                self._state = PermitState.SUSPENDED
+                log.warning(
+                    "permit %r of %r suspended: connection lost", self.key, self.semaphore.name
+                )
+            elif change == "restored":
+                self._state = PermitState.HELD
+                log.info(
+                    "permit %r of %r held again: same session reconnected",
+                    self.key,
+                    self.semaphore.name,
+                )
+            else:
+                self._mark_lost(change)
+
+    def _entry_lost(self, why: str) -> None:
+        with self._lock:
+            if self._state in (PermitState.RELEASED, PermitState.LOST):
+                return
+            self._mark_lost(why)
+
+    def _mark_lost(self, why: str) -> None:
+        self._state = PermitState.LOST
+        self._stop_listening()
+        log.warning("permit %r of %r lost: %s", self.key, self.semaphore.name, why)
+        self.lost.set()
+
+    def _stop_listening(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+
+    def __enter__(self) -> Permit:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+class Semaphore:
+    """A fair FIFO counting semaphore stored in a coordination service.
+
+    Made by a backend (``backend.semaphore(name, capacity)``); see ``docs/design.md``.
+    """
+
+    def __init__(
+        self,
+        store: QueueStore,
+        session: SessionWatch,
+        owner: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._session = session
+        self.owner = owner
+        self._clock = clock
+
+    @property
+    def name(self) -> str:
+        return self._store.name
+
+    @property
+    def capacity(self) -> int:
+        """The capacity as last seen from the service (kept current by a watch)."""
+        return self._store.capacity
+
+    def __repr__(self) -> str:
+        return f"<Semaphore {self.name!r} capacity={self.capacity}>"
+
+    def acquire(
+        self, permits: int = 1, timeout: float | None = None, blocking: bool = True
+    ) -> Permit:
+        """Wait in FIFO order for ``permits`` permits.
+
+        Raises AcquireTimeout after ``timeout`` seconds, WouldBlock at once when
+        ``blocking`` is False and the permits are not free now, ValueError/TypeError on
+        bad arguments (before any I/O). On every way out without a permit (timeout,
+        exception, KeyboardInterrupt) the queue entry is removed.
+        """
+        validate_permits(permits, self._store.capacity)
+        deadline = Deadline(timeout, self._clock)
+        waiter = Waiter(permits, self.owner)
+        protocol = acquire_protocol(self.name, permits, deadline, blocking=blocking)
+        store = self._store
+        store.register(waiter)
+        try:
+            step = next(protocol)
+            while True:
+                if isinstance(step, Enqueue):
+                    if waiter.entry_id is not None:
+                        log.warning(
+                            "session lost while waiting for %r: entering the queue again",
+                            self.name,
+                        )
+                        store.abandon(waiter)
+                    answer: object = store.enqueue(waiter, deadline)
+                elif isinstance(step, Arm):
+                    answer = store.arm(waiter, step.keys, deadline)
+                elif isinstance(step, AwaitEvent):
+                    answer = waiter.next_event(step.timeout)
+                elif isinstance(step, MarkHeld):
+                    permit = self._new_permit(step.me, waiter)
+                    store.mark_held(waiter, step.me, step.now, permit._entry_lost)
+                    answer = None
+                step = protocol.send(answer)
+        except StopIteration:
+            log.debug("acquired %d of %r (token %d)", permits, self.name, permit.token)
+            return permit
+        except BaseException:
+            store.abandon(waiter)
+            raise
+        finally:
+            store.unregister(waiter)
+
+    def _new_permit(self, me: Entry, waiter: Waiter) -> Permit:
+        assert waiter.token is not None
+        permit = Permit(self, me, waiter.token, self.owner)
+        permit._unlisten = self._session.add_permit_listener(permit._session_changed)
+        return permit
+
+    def status(self) -> Status:
+        """Capacity, holders and waiters in queue order (one consistent listing)."""
+        return self._store.status()
+
+    def set_capacity(self, capacity: int) -> None:
+        """Store a new capacity; waiters everywhere are woken. Holders keep what they hold."""
+        self._store.set_capacity(capacity)

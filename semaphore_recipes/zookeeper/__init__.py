@@ -1,0 +1,15 @@
+"""The ZooKeeper backend (kazoo).
+
+Layout: ``<root>/<name>`` (persistent, ``{"capacity": N}``) holds one ephemeral
+sequential node per queue entry, ``e-<uuid>-w<weight>-<seq>``. Entries are bound to the
+backend's ZooKeeper session: a crashed client's entries vanish when its session expires.
+
+Connection loss (SUSPENDED): waiters keep waiting (ZooKeeper re-arms their watches when
+the same session reconnects); holders' permits are SUSPENDED, and LOST if the session
+does not come back within its timeout. Session expiry (LOST): holders' permits are LOST
+and ``permit.lost`` is set; waiters re-enter the queue with kazoo's new session.
+"""
+
+from .backend import ZooKeeperBackend
+
+__all__ = ["ZooKeeperBackend"]

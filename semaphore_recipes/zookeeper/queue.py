@@ -1,0 +1,452 @@
+"""One semaphore's queue in ZooKeeper: the kazoo side of the protocol steps.
+
+Every request here is sent with kazoo's async API so that requests of one step go out
+back to back: ZooKeeper answers one session's requests in order, so the create, the
+child listing and the capacity read of an enqueue cost one round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType
+
+from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
+from .._core.deadline import Deadline
+from .._core.names import (
+    join_path,
+    new_entry_id,
+    parse_zk_entry,
+    validate_capacity,
+    zk_entry_prefix,
+)
+from .._core.protocol import CapacityChanged, Enqueued, EntryDeleted, EntryHeld, SessionLost
+from .._core.queue import Entry
+from .._core.status import EntryStatus, Status, split_queue
+from .._store import Waiter
+from ..errors import AcquireTimeout, BackendUnavailable, CapacityMismatch, PermitLost
+
+if TYPE_CHECKING:
+    from .backend import ZooKeeperBackend
+
+log = logging.getLogger("semaphore_recipes.zookeeper")
+
+_UNREACHABLE = (ConnectionLoss, KazooTimeoutError)
+
+
+class ZooKeeperQueue:
+    def __init__(
+        self, backend: ZooKeeperBackend, name: str, capacity: int, *, adopt_capacity: bool
+    ) -> None:
+        self.backend = backend
+        self.client = backend.client
+        self.name = name
+        self.path = join_path(backend.root, name)
+        self._waiters: set[Waiter] = set()
+        self._unmarked: dict[str, bytes] = {}  # holders admitted without a held mark
+        self._lock = threading.Lock()
+        self._capacity_version = -1  # data version of the semaphore node we last read
+        self.capacity = self._agree_capacity(capacity, adopt_capacity)
+        backend.register_queue(self)
+
+    # ---- capacity -------------------------------------------------------------
+    def _agree_capacity(self, capacity: int, adopt: bool) -> int:
+        try:
+            try:
+                self.client.create(self.path, encode_capacity(capacity), makepath=True)
+                log.info("created semaphore %r with capacity %d", self.name, capacity)
+            except NodeExistsError:
+                pass
+            # one watch per process on the capacity: a change wakes our waiters
+            raw, stat = self.client.get(self.path, watch=self._capacity_event)
+            stored = decode_capacity(self.name, raw)
+            self._capacity_version = stat.version
+        except (*_UNREACHABLE, SessionExpiredError, ConnectionClosedError) as exc:
+            raise BackendUnavailable(f"ZooKeeper unreachable reading {self.path}: {exc!r}") from exc
+        if stored != capacity and not adopt:
+            raise CapacityMismatch(self.name, capacity, stored)
+        return stored
+
+    def _capacity_event(self, event: Any) -> None:
+        if event.type == EventType.NONE or self.backend._closed:
+            return  # the session ended: the backend re-arms us on the new session
+        self.arm_capacity_watch()
+
+    def arm_capacity_watch(self) -> None:
+        self.client.get_async(self.path, watch=self._capacity_event).rawlink(self._capacity_read)
+
+    def _capacity_read(self, result: Any) -> None:
+        try:
+            raw, stat = result.get(block=False)
+            capacity = decode_capacity(self.name, raw)
+        except NoNodeError:
+            return
+        except Exception as exc:  # CorruptState or a connection error: keep the old value
+            log.error("semaphore %r: cannot read the new capacity: %s", self.name, exc)
+            return
+        self._new_capacity(capacity, stat.version)
+
+    def _new_capacity(self, capacity: int, version: int) -> None:
+        with self._lock:
+            if version < self._capacity_version:
+                return  # an older read finishing late
+            self._capacity_version = version
+            old, self.capacity = self.capacity, capacity
+            waiters = list(self._waiters)
+            unmarked = list(self._unmarked.items()) if capacity < old else []
+        if capacity == old:
+            return
+        log.info("semaphore %r: capacity %d -> %d", self.name, old, capacity)
+        for waiter in waiters:
+            waiter.post(waiter.generation, CapacityChanged(capacity))
+        # A newcomer that read the lower capacity may take an unmarked holder for not
+        # admitted and watch only it: the mark is what wakes it (docs/design.md).
+        for key, data in unmarked:
+            self._write_mark(key, data, lambda why: None)
+
+    def set_capacity(self, capacity: int) -> None:
+        validate_capacity(capacity)
+        try:
+            try:
+                stat = self.client.set(self.path, encode_capacity(capacity))
+            except NoNodeError:
+                self.client.create(self.path, encode_capacity(capacity), makepath=True)
+                stat = self.client.exists(self.path)
+        except (*_UNREACHABLE, SessionExpiredError, ConnectionClosedError) as exc:
+            raise BackendUnavailable(f"ZooKeeper unreachable writing {self.path}: {exc!r}") from exc
+        log.info("semaphore %r: capacity set to %d", self.name, capacity)
+        self._new_capacity(capacity, stat.version)
+
+    # ---- waiters --------------------------------------------------------------
+    def register(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters.add(waiter)
+        self.backend.register_waiter(waiter)
+
+    def unregister(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters.discard(waiter)
+        self.backend.unregister_waiter(waiter)
+
+    def _result(self, async_result: Any, deadline: Deadline) -> Any:
+        try:
+            return async_result.get(block=True, timeout=deadline.remaining())
+        except KazooTimeoutError:
+            if deadline.expired():
+                raise AcquireTimeout(
+                    f"semaphore {self.name!r}: no answer from ZooKeeper in time"
+                ) from None
+            raise
+        except ConnectionClosedError as exc:
+            raise BackendUnavailable("the ZooKeeper client was closed") from exc
+
+    # ---- the protocol steps ---------------------------------------------------
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        waiter.new_generation()
+        while True:
+            self.backend.wait_connected(deadline)
+            waiter.entry_id = new_entry_id()
+            prefix = f"{self.path}/{zk_entry_prefix(waiter.entry_id, waiter.weight)}"
+            data = EntryData(owner=waiter.owner, held=False, since=time.time()).encode()
+            session = self.backend.session_id
+            create = self.client.create_async(
+                prefix, data, ephemeral=True, sequence=True, include_data=True
+            )
+            listing = self.client.get_children_async(self.path, include_data=True)
+            try:
+                path, stat = self._result(create, deadline)
+                children, parent = self._result(listing, deadline)
+            except NoNodeError:
+                log.warning("semaphore node %s vanished; creating it again", self.path)
+                self._recreate_node()
+                continue
+            except ConnectionLoss:
+                # The create may or may not have happened: look for our id before
+                # creating again, so no orphan entry blocks the queue.
+                found = self._find_after_lost_reply(waiter, deadline)
+                if found is None:
+                    continue
+                path, stat, children, parent = found
+            except SessionExpiredError:
+                continue  # a create in the dead session died with it; kazoo makes a new one
+            if self.backend.session_id != session:
+                continue  # raced a session change: that entry is gone with its session
+            if parent.version != self._capacity_version:
+                self._refresh_capacity(deadline)  # the cached capacity is stale
+            return self._enqueued(waiter, path, stat.czxid, children)
+
+    def _refresh_capacity(self, deadline: Deadline) -> None:
+        raw, stat = self._result(
+            self.client.get_async(self.path, watch=self._capacity_event), deadline
+        )
+        self._new_capacity(decode_capacity(self.name, raw), stat.version)
+
+    def _enqueued(self, waiter: Waiter, path: str, czxid: int, children: list[str]) -> Enqueued:
+        node = path.rsplit("/", 1)[1]
+        parsed = parse_zk_entry(node)
+        assert parsed is not None
+        _, weight, my_seq = parsed
+        waiter.key, waiter.token = node, czxid
+        lower = []
+        later_entries = False
+        for child in children:
+            p = parse_zk_entry(child)
+            if p is None:
+                continue
+            if p[2] < my_seq:
+                lower.append(Entry(key=child, order=p[2], weight=p[1]))
+            elif p[2] > my_seq:
+                later_entries = True
+        me = Entry(key=node, order=my_seq, weight=weight)
+        return Enqueued(
+            me=me, lower=tuple(lower), capacity=self.capacity, later_entries=later_entries
+        )
+
+    def _find_after_lost_reply(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> tuple[str, Any, list[str], Any] | None:
+        while True:
+            self.backend.wait_connected(deadline)
+            listing = self.client.get_children_async(self.path, include_data=True)
+            try:
+                children, parent = self._result(listing, deadline)
+                mine = [c for c in children if c.startswith(f"e-{waiter.entry_id}-")]
+                if not mine:
+                    log.info(
+                        "create of %r was lost before it reached ZooKeeper; creating again",
+                        self.name,
+                    )
+                    return None
+                path = f"{self.path}/{mine[0]}"
+                stat = self._result(self.client.exists_async(path), deadline)
+                if stat is None:
+                    return None
+                log.info("create reply of %r was lost; adopted entry %s", self.name, mine[0])
+                return path, stat, children, parent
+            except ConnectionLoss:
+                continue
+            except (SessionExpiredError, NoNodeError):
+                return None
+
+    def _recreate_node(self) -> None:
+        with contextlib.suppress(NodeExistsError):
+            self.client.create(self.path, encode_capacity(self.capacity), makepath=True)
+
+    def arm(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Mapping[str, bool | None] | SessionLost:
+        generation = waiter.generation
+        while True:
+            pending = [
+                (
+                    key,
+                    self.client.get_async(
+                        f"{self.path}/{key}", watch=self._entry_watch(waiter, generation, key)
+                    ),
+                )
+                for key in keys
+            ]
+            states: dict[str, bool | None] = {}
+            try:
+                for key, reply in pending:
+                    try:
+                        raw, _ = self._result(reply, deadline)
+                        states[key] = decode_entry(key, raw).held
+                    except NoNodeError:
+                        states[key] = None  # a get on a missing node leaves no watch behind
+                return states
+            except ConnectionLoss:
+                self.backend.wait_connected(deadline)
+            except SessionExpiredError:
+                return SessionLost()
+
+    def _entry_watch(self, waiter: Waiter, generation: int, key: str) -> Callable[[Any], None]:
+        def fired(event: Any) -> None:
+            if event.type == EventType.DELETED:
+                waiter.post(generation, EntryDeleted(key))
+            elif event.type == EventType.CHANGED:
+                waiter.post(generation, EntryHeld(key))  # the held mark is the only write
+            elif event.type == EventType.NONE:
+                waiter.post(generation, SessionLost())
+
+        return fired
+
+    def mark_held(
+        self, waiter: Waiter, me: Entry, now: bool, on_lost: Callable[[str], None]
+    ) -> None:
+        data = EntryData(owner=waiter.owner, held=True, since=time.time()).encode()
+        if now:
+            self._write_mark(me.key, data, on_lost)
+        else:
+            with self._lock:
+                self._unmarked[me.key] = data
+
+    def _write_mark(self, key: str, data: bytes, on_lost: Callable[[str], None]) -> None:
+        """Sent without waiting: safety never depends on the mark, it wakes successors."""
+        path = f"{self.path}/{key}"
+        with self._lock:
+            self._unmarked.pop(key, None)
+
+        def marked(result: Any) -> None:
+            try:
+                result.get(block=False)
+            except NoNodeError:
+                on_lost("the entry was gone when its held mark was written")
+            except SessionExpiredError:
+                on_lost("the session expired before the held mark was written")
+            except ConnectionLoss:
+                if not self.backend._closed:
+                    self.client.set_async(path, data).rawlink(marked)  # sent on reconnect
+            except KazooException as exc:
+                log.warning("held mark of %s failed: %r", path, exc)
+
+        self.client.set_async(path, data).rawlink(marked)
+
+    # ---- leaving ----------------------------------------------------------------
+    def remove(self, key: str) -> None:
+        with self._lock:
+            self._unmarked.pop(key, None)
+        self._delete_now_or_later(f"{self.path}/{key}")
+
+    def abandon(self, waiter: Waiter) -> None:
+        if waiter.key is not None:
+            self._delete_now_or_later(f"{self.path}/{waiter.key}")
+        elif waiter.entry_id is not None:
+            self._delete_by_id(waiter.entry_id)
+
+    def _delete_now_or_later(self, path: str) -> None:
+        """Delete exactly ``path`` (unique id + sequence: it can only be ours). Waits a
+        little for the reply; if the connection is down, kazoo sends it on reconnect and
+        a ConnectionLoss sends it again until it lands or the session is gone."""
+
+        def done(result: Any) -> None:
+            try:
+                result.get(block=False)
+            except ConnectionLoss:
+                if not self.backend._closed:
+                    self.client.delete_async(path).rawlink(done)
+            except (NoNodeError, SessionExpiredError, ConnectionClosedError):
+                pass
+            except KazooException as exc:
+                log.error("could not delete %s: %r", path, exc)
+
+        reply = self.client.delete_async(path)
+        reply.rawlink(done)
+        try:
+            reply.get(block=True, timeout=max(2.0, self.backend.session_timeout))
+        except KazooTimeoutError:
+            log.warning("delete of %s is pending until ZooKeeper is reachable again", path)
+        except KazooException:
+            pass  # handled by done()
+
+    def _delete_by_id(self, entry_id: str) -> None:
+        """After an interrupted create: find the entry by its id and delete it. The listing
+        goes out on the same session after the create, so it sees the create if it landed."""
+
+        def listed(result: Any) -> None:
+            try:
+                children = result.get(block=False)
+            except ConnectionLoss:
+                if not self.backend._closed:
+                    self.client.get_children_async(self.path).rawlink(listed)
+                return
+            except KazooException:
+                return
+            for child in children:
+                if child.startswith(f"e-{entry_id}-"):
+                    log.info("removing entry %s left by an interrupted acquire", child)
+                    self._delete_now_or_later(f"{self.path}/{child}")
+
+        reply = self.client.get_children_async(self.path)
+        reply.rawlink(listed)
+        with contextlib.suppress(KazooException):
+            reply.get(block=True, timeout=max(2.0, self.backend.session_timeout))
+
+    # ---- reading and fencing -------------------------------------------------------
+    def status(self) -> Status:
+        try:
+            listing = self.client.get_children_async(self.path)
+            capacity_reply = self.client.get_async(self.path)
+            children = listing.get()
+            capacity = decode_capacity(self.name, capacity_reply.get()[0])
+            entries = []
+            for child in children:
+                p = parse_zk_entry(child)
+                if p is not None:
+                    entries.append((p, child, self.client.get_async(f"{self.path}/{child}")))
+            rows = []
+            for (_, weight, seq), child, reply in entries:
+                try:
+                    raw, stat = reply.get()
+                except NoNodeError:
+                    continue  # left while we listed
+                data = decode_entry(child, raw)
+                rows.append(
+                    (seq, EntryStatus(child, data.owner, weight, stat.czxid, data.held, data.since))
+                )
+        except NoNodeError:
+            return Status(self.name, self.capacity, (), ())
+        except (*_UNREACHABLE, SessionExpiredError, ConnectionClosedError) as exc:
+            raise BackendUnavailable(f"ZooKeeper unreachable reading {self.path}: {exc!r}") from exc
+        rows.sort(key=lambda r: r[0])
+        return split_queue(self.name, capacity, (r[1] for r in rows))
+
+    def transaction(self, key: str) -> FencedTransaction:
+        return FencedTransaction(self.client.transaction(), f"{self.path}/{key}")
+
+
+class FencedTransaction:
+    """A kazoo transaction that starts with a check that the permit's entry exists.
+
+    The entry is ephemeral and its name unique, so the transaction commits only while the
+    permit's session is alive and the permit not released. ``commit()`` returns the
+    results of your operations; it raises PermitLost when the fence fails and re-raises
+    the first failing operation's kazoo error otherwise.
+    """
+
+    def __init__(self, transaction: Any, entry_path: str) -> None:
+        self._tx = transaction
+        self.entry_path = entry_path
+        self._tx.check(entry_path, -1)  # version -1: any version, the node must exist
+
+    def create(self, path: str, value: bytes = b"", **kwargs: Any) -> None:
+        self._tx.create(path, value, **kwargs)
+
+    def delete(self, path: str, version: int = -1) -> None:
+        self._tx.delete(path, version)
+
+    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
+        self._tx.set_data(path, value, version)
+
+    def check(self, path: str, version: int) -> None:
+        self._tx.check(path, version)
+
+    def commit(self) -> list[Any]:
+        try:
+            results = self._tx.commit()
+        except SessionExpiredError as exc:
+            raise PermitLost(f"session expired: {self.entry_path} is gone") from exc
+        except (*_UNREACHABLE, ConnectionClosedError) as exc:
+            raise BackendUnavailable(f"ZooKeeper unreachable: {exc!r}") from exc
+        fence = results[0]
+        if isinstance(fence, Exception) and not isinstance(fence, RolledBackError):
+            raise PermitLost(f"fence failed: {self.entry_path} is gone") from fence
+        for result in results[1:]:
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise result
+        return list(results[1:])

@@ -1,0 +1,92 @@
+"""decide() against a brute-force model, on views that are supersets of the truth."""
+
+from __future__ import annotations
+
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from semaphore_recipes._core.queue import Admitted, Entry, QueuePosition, Wait, decide
+
+weights = st.integers(min_value=1, max_value=5)
+
+
+@st.composite
+def queues(draw: st.DrawFn) -> tuple[list[Entry], list[Entry], int, int]:
+    """(true lower entries, a view = truth plus deleted extras, my weight, capacity)."""
+    n = draw(st.integers(0, 8))
+    entries = [
+        Entry(key=f"k{i}", order=i, weight=draw(weights), held=draw(st.booleans()))
+        for i in range(n)
+    ]
+    alive = [draw(st.booleans()) for _ in entries]
+    truth = [e for e, a in zip(entries, alive, strict=True) if a]
+    # held flags in a view are never ahead of the truth: a view may not know a mark yet
+    view = [Entry(e.key, e.order, e.weight, e.held and draw(st.booleans())) for e in entries]
+    return truth, view, draw(weights), draw(st.integers(1, 12))
+
+
+def brute_force_admitted(lower: list[Entry], weight: int, capacity: int) -> bool:
+    return sum(e.weight for e in lower) + weight <= capacity
+
+
+@given(queues())
+def test_admission_is_the_prefix_rule(q: tuple[list[Entry], list[Entry], int, int]) -> None:
+    truth, _view, weight, capacity = q
+    assert isinstance(decide(truth, weight, capacity), Admitted) == brute_force_admitted(
+        truth, weight, capacity
+    )
+
+
+@given(queues())
+def test_a_superset_view_never_over_admits(q: tuple[list[Entry], list[Entry], int, int]) -> None:
+    truth, view, weight, capacity = q
+    if isinstance(decide(view, weight, capacity), Admitted):
+        assert brute_force_admitted(truth, weight, capacity)
+
+
+@given(queues())
+def test_who_watches_whom(q: tuple[list[Entry], list[Entry], int, int]) -> None:
+    _truth, view, weight, capacity = q
+    d = decide(view, weight, capacity)
+    assume(isinstance(d, Wait))
+    assert isinstance(d, Wait)
+    if not view:
+        assert d.watch == () and d.head
+        return
+    pred = view[-1]
+    is_head = pred.held or sum(e.weight for e in view) <= capacity
+    assert d.head == is_head
+    if is_head:  # holders release in any order: every lower entry can admit the head
+        assert d.watch == tuple(e.key for e in view)
+    else:  # only the predecessor's exit or admission can change anything for us
+        assert d.watch == (pred.key,)
+
+
+def test_out_of_order_release_wakes_the_head() -> None:
+    # N=2: holders h0, h1; waiter w2 must watch h0 too, not only its predecessor h1.
+    h0, h1 = Entry("h0", 0, 1, held=True), Entry("h1", 1, 1, held=True)
+    d = decide([h0, h1], 1, 2)
+    assert isinstance(d, Wait) and d.head and set(d.watch) == {"h0", "h1"}
+
+
+def test_position_tracks_armed_watches_and_deletions() -> None:
+    me = Entry("me", 10, 1)
+    pos = QueuePosition(me, [Entry("a", 1, 1), Entry("b", 2, 1)], capacity=1)
+    d = pos.decision()
+    assert isinstance(d, Wait) and not d.head and pos.keys_to_arm(d) == ("b",)
+    pos.armed("b", False)
+    assert pos.keys_to_arm(d) == ()
+    pos.armed("a", None)  # gone when read: dropped, never armed
+    assert [e.key for e in pos.lower] == ["b"]
+    pos.marked_held("b")  # fired: b is held now, and its watch is spent
+    d = pos.decision()
+    assert isinstance(d, Wait) and d.head and pos.keys_to_arm(d) == ("b",)
+    pos.deleted("b")
+    assert isinstance(pos.decision(), Admitted)
+
+
+def test_position_rejects_entries_not_lower() -> None:
+    import pytest
+
+    with pytest.raises(ValueError):
+        QueuePosition(Entry("me", 1, 1), [Entry("x", 2, 1)], 3)

@@ -1,0 +1,135 @@
+"""The protocol, run by many simulated clients against an in-memory store."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from semaphore_recipes._core import queue as core_queue
+from semaphore_recipes._core.queue import Admitted, Entry, Wait
+
+from .simulation import LostWakeup, Simulation
+
+RUNS = int(os.environ.get("SR_SIMULATION_RUNS", "1500"))
+
+
+def run_one(seed: int, *, mark_held: bool = True) -> Simulation:
+    rng = random.Random(seed)
+    sim = Simulation(
+        rng,
+        clients=rng.randint(2, 6),
+        capacity=rng.randint(1, 3),
+        max_weight=2,
+        capacity_changes=rng.random() < 0.5,
+        mark_held=mark_held,
+    )
+    sim.run()
+    return sim
+
+
+def test_many_random_runs_keep_safety_liveness_and_no_herd() -> None:
+    worst_herd = 0
+    admissions = 0
+    for seed in range(RUNS):
+        sim = run_one(seed)
+        worst_herd = max(worst_herd, sim.max_woken)
+        admissions += sim.admissions
+    assert admissions > RUNS  # the runs really admit clients
+    # One store event wakes a handful of waiters at most, however many wait.
+    assert worst_herd <= 3, worst_herd
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**32))
+def test_hypothesis_chosen_runs(seed: int) -> None:
+    run_one(seed)
+
+
+def test_herd_does_not_grow_with_waiters() -> None:
+    for seed in range(40):
+        rng = random.Random(seed)
+        sim = Simulation(rng, clients=40, capacity=2, max_weight=1, capacity_changes=False)
+        sim.run(max_steps=3000)
+        assert sim.max_woken <= 3, (seed, sim.max_woken)
+
+
+def find_lost_wakeup(**kwargs: bool) -> str | None:
+    for seed in range(3000):
+        try:
+            run_one(seed, **kwargs)
+        except LostWakeup as exc:
+            return str(exc)
+    return None
+
+
+def test_simulation_catches_a_missing_held_mark() -> None:
+    assert find_lost_wakeup(mark_held=False) is not None
+
+
+def test_simulation_catches_a_head_that_watches_only_its_predecessor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = core_queue.decide
+
+    def mutant(lower: tuple[Entry, ...], weight: int, capacity: int) -> Admitted | Wait:
+        d = real(lower, weight, capacity)
+        if isinstance(d, Wait) and d.head and d.watch:
+            return Wait(watch=d.watch[-1:], head=True)
+        return d
+
+    monkeypatch.setattr(core_queue, "decide", mutant)
+    assert find_lost_wakeup() is not None
+
+
+def _drop_capacity_under_unmarked_holders(mark_on_decrease: bool) -> None:
+    """Three holders admitted one after another (no mark needed), then the capacity
+    drops 3 -> 2 and a newcomer takes the third holder for not admitted."""
+    sim = Simulation(random.Random(0), clients=4, capacity=3, max_weight=1, capacity_changes=False)
+    a, b, me, newcomer = sim.clients
+    for c in (a, b, me):
+        sim.do("start", c)
+        sim.drain()
+    assert [c.state for c in (a, b, me)] == ["holding"] * 3
+    assert all(c.unmarked for c in (a, b, me))  # the uncontended path wrote no mark
+    sim.capacity, sim.decreased = 2, True
+    if mark_on_decrease:  # what each holder's process does when it sees the drop
+        for c in (a, b, me):
+            c.unmarked, c.mark_pending = False, True
+    sim.drain()
+    sim.do("start", newcomer)
+    sim.drain()
+    sim.do("release", a)
+    sim.drain()
+    sim.do("release", b)
+    sim.drain()  # raises LostWakeup if the newcomer sleeps though admissible
+    assert newcomer.state == "holding"
+
+
+def test_unmarked_holders_mark_themselves_when_the_capacity_drops() -> None:
+    _drop_capacity_under_unmarked_holders(mark_on_decrease=True)
+    with pytest.raises(LostWakeup):
+        _drop_capacity_under_unmarked_holders(mark_on_decrease=False)
+
+
+def test_simulation_catches_ignoring_entries_already_behind_us(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from semaphore_recipes._core import protocol
+
+    real_init = protocol.Enqueued.__init__
+
+    def never_later(
+        self: protocol.Enqueued,
+        me: Entry,
+        lower: tuple[Entry, ...],
+        capacity: int,
+        later_entries: bool,
+    ) -> None:
+        real_init(self, me, lower, capacity, False)
+
+    monkeypatch.setattr(protocol.Enqueued, "__init__", never_later)
+    assert find_lost_wakeup() is not None
