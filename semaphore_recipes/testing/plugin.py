@@ -1,0 +1,243 @@
+"""pytest plugin: real ZooKeeper servers for the project's tests and for its users'.
+
+Loaded automatically (entry point ``pytest11``) when semaphore-recipes is installed.
+Fixtures:
+
+* ``zookeeper_server`` (session): ``SEMAPHORE_RECIPES_TEST_ZOOKEEPER=host:port`` if set,
+  else the local Debian ``zookeeper`` started as a process, else a testcontainers
+  container when a Docker engine answers; otherwise the test fails naming the install
+  command (it never skips).
+* ``zookeeper_ensemble``: a 3-node ensemble (shared by the session, healed after each test).
+* ``sr_namespace``: a fresh chroot per test; ``zookeeper_url``: a URL into it.
+* ``zookeeper_backend``: a factory of backends into the namespace; at teardown it closes
+  them and fails the test if any queue entry is left in the namespace.
+* ``zookeeper_admin``: a plain kazoo client (no chroot) for inspecting the store.
+
+When a test fails, the tail of each server's log is attached to its report.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from .zookeeper_server import ZooKeeperEnsemble, ZooKeeperNotFound, ZooKeeperServer
+
+ENV_ZOOKEEPER = "SEMAPHORE_RECIPES_TEST_ZOOKEEPER"
+INSTALL_HINT = (
+    "no ZooKeeper for the tests: install one with `apt-get install -y zookeeper` "
+    f"(as root; needs Java), or point {ENV_ZOOKEEPER}=host:port at a running server"
+)
+_LOG_KEY = pytest.StashKey[list[Any]]()
+
+
+class ExternalZooKeeper:
+    """A server the tests did not start (from the environment or a container)."""
+
+    def __init__(self, host_port: str, container: Any = None) -> None:
+        self.host_port = host_port
+        self._container = container
+
+    def four_letter(self, cmd: str, timeout: float = 5.0) -> str:
+        host, port = self.host_port.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+            sock.sendall(cmd.encode())
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode(errors="replace")
+
+    def mntr(self) -> dict[str, int | float | str]:
+        out: dict[str, int | float | str] = {}
+        for line in self.four_letter("mntr").splitlines():
+            key, _, value = line.partition("\t")
+            try:
+                out[key] = int(value)
+            except ValueError:
+                try:
+                    out[key] = float(value)
+                except ValueError:
+                    out[key] = value
+        return out
+
+    def log_tail(self, lines: int = 200) -> str:
+        if self._container is not None:
+            logs = self._container.get_wrapped_container().logs().decode(errors="replace")
+            return "\n".join(logs.splitlines()[-lines:])
+        return f"(external server {self.host_port}: no log here)"
+
+    def close(self) -> None:
+        if self._container is not None:
+            self._container.stop()
+
+
+def _container_zookeeper() -> ExternalZooKeeper | None:
+    try:
+        from testcontainers.core.container import DockerContainer
+    except ImportError:
+        return None
+    try:  # raises from the constructor within ~0.2 s when no engine answers
+        container = DockerContainer("zookeeper:3.8").with_exposed_ports(2181)
+        container.with_env("ZOO_4LW_COMMANDS_WHITELIST", "*")
+        container.start()
+    except Exception:
+        return None
+    host_port = f"{container.get_container_host_ip()}:{container.get_exposed_port(2181)}"
+    server = ExternalZooKeeper(host_port, container)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if "Mode:" in server.four_letter("srvr"):
+                return server
+        except OSError:
+            pass
+        time.sleep(0.2)
+    server.close()
+    return None
+
+
+def _attach_logs(request: pytest.FixtureRequest, server: Any, label: str) -> None:
+    request.node.stash.setdefault(_LOG_KEY, []).append((label, server))
+
+
+@pytest.fixture(scope="session")
+def _zookeeper_server_session() -> Iterator[Any]:
+    external = os.environ.get(ENV_ZOOKEEPER)
+    if external:
+        yield ExternalZooKeeper(external.removeprefix("zookeeper://"))
+        return
+    try:
+        server: Any = ZooKeeperServer(tick_time_ms=200, min_session_timeout_ms=1000)
+    except ZooKeeperNotFound:
+        server = None
+    if server is not None:
+        try:
+            server.start()
+        except ZooKeeperNotFound:
+            server.close()
+            server = None
+    if server is None:
+        server = _container_zookeeper()
+        if server is None:
+            pytest.fail(INSTALL_HINT, pytrace=False)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def zookeeper_server(request: pytest.FixtureRequest, _zookeeper_server_session: Any) -> Any:
+    _attach_logs(request, _zookeeper_server_session, "zookeeper")
+    return _zookeeper_server_session
+
+
+@pytest.fixture(scope="session")
+def _zookeeper_ensemble_session() -> Iterator[ZooKeeperEnsemble]:
+    try:
+        ensemble = ZooKeeperEnsemble(size=3, tick_time_ms=200, min_session_timeout_ms=1000)
+        ensemble.start()
+    except ZooKeeperNotFound:
+        pytest.fail(INSTALL_HINT, pytrace=False)
+    try:
+        yield ensemble
+    finally:
+        ensemble.close()
+
+
+@pytest.fixture
+def zookeeper_ensemble(
+    request: pytest.FixtureRequest, _zookeeper_ensemble_session: ZooKeeperEnsemble
+) -> Iterator[ZooKeeperEnsemble]:
+    ensemble = _zookeeper_ensemble_session
+    _attach_logs(request, ensemble, "zookeeper ensemble")
+    yield ensemble
+    for member in ensemble.servers:  # heal what the test broke
+        if member.is_paused:
+            member.resume()
+        if not member.is_running:
+            member.start()
+    ensemble.wait_for_quorum()
+
+
+@pytest.fixture
+def sr_namespace(request: pytest.FixtureRequest) -> str:
+    """A chroot of its own for this test: ``/sr-tests/<test>-<random>``."""
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in request.node.name)[:60]
+    return f"/sr-tests/{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def zookeeper_url(zookeeper_server: Any, sr_namespace: str) -> str:
+    return f"zookeeper://{zookeeper_server.host_port}{sr_namespace}?session_timeout=4"
+
+
+@pytest.fixture
+def zookeeper_admin(zookeeper_server: Any) -> Iterator[Any]:
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper_server.host_port)
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()
+
+
+def leftover_entries(admin: Any, namespace: str) -> list[str]:
+    """Queue entry nodes under every semaphore of the namespace."""
+    root = f"{namespace}/semaphore_recipes"
+    if admin.exists(root) is None:
+        return []
+    found = []
+    for name in admin.get_children(root):
+        found += [
+            f"{root}/{name}/{c}" for c in admin.get_children(f"{root}/{name}") if c.startswith("e-")
+        ]
+    return found
+
+
+@pytest.fixture
+def zookeeper_backend(
+    zookeeper_url: str, zookeeper_admin: Any, sr_namespace: str
+) -> Iterator[Callable[..., Any]]:
+    """``make(url=None, session_timeout=None, **connect_kwargs)`` -> a backend, closed at
+    teardown; then no entry may remain (waits for sessions of killed processes)."""
+    import semaphore_recipes as sr
+
+    backends: list[Any] = []
+
+    def make(url: str | None = None, session_timeout: float | None = None, **kwargs: Any) -> Any:
+        target = url or zookeeper_url
+        if session_timeout is not None:
+            target = target.split("?")[0] + f"?session_timeout={session_timeout}"
+        backend = sr.connect(target, **kwargs)
+        backends.append(backend)
+        return backend
+
+    yield make
+    for backend in backends:
+        backend.close()
+    deadline = time.monotonic() + 12.0  # longest session timeout the tests use + margin
+    left = leftover_entries(zookeeper_admin, sr_namespace)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = leftover_entries(zookeeper_admin, sr_namespace)
+    assert not left, f"queue entries left behind: {left}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed:
+        for label, server in item.stash.get(_LOG_KEY, []):
+            try:
+                report.sections.append((f"{label} log (tail)", server.log_tail(80)))
+            except Exception as exc:  # a log we cannot read must not hide the failure
+                report.sections.append((f"{label} log", f"unreadable: {exc!r}"))
+    return report

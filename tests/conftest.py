@@ -1,0 +1,99 @@
+"""Shared test helpers. Server fixtures come from the semaphore_recipes pytest plugin."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WORKER = str(Path(__file__).with_name("worker.py"))
+
+
+@dataclass
+class Service:
+    """One backend under test, seen the same way whatever the store."""
+
+    kind: str
+    url: str
+    connect: Callable[..., Any]
+    entries: Callable[[], list[str]]
+
+    def url_with(self, **params: object) -> str:
+        base = self.url.split("?")[0]
+        return base + "?" + "&".join(f"{k}={v}" for k, v in params.items())
+
+
+@pytest.fixture(params=["zookeeper"])
+def service(request: pytest.FixtureRequest) -> Service:
+    if request.param == "zookeeper":
+        from semaphore_recipes.testing.plugin import leftover_entries
+
+        make = request.getfixturevalue("zookeeper_backend")
+        admin = request.getfixturevalue("zookeeper_admin")
+        ns = request.getfixturevalue("sr_namespace")
+        url = request.getfixturevalue("zookeeper_url")
+        return Service("zookeeper", url, make, lambda: leftover_entries(admin, ns))
+    raise AssertionError(request.param)
+
+
+class Workers:
+    """Worker processes (tests/worker.py), killed at teardown if still running."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, WORKER, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    @staticmethod
+    def expect(proc: subprocess.Popen[str], prefix: str, timeout: float = 20.0) -> str:
+        """Read the worker's stdout until a line starting with ``prefix``."""
+        assert proc.stdout is not None
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                if line.startswith(prefix):
+                    return line.strip()
+        err = proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
+        raise AssertionError(f"worker never printed {prefix!r} (exit {proc.poll()}): {err[-2000:]}")
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    w = Workers()
+    yield w
+    for proc in w.procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)

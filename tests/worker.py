@@ -1,0 +1,98 @@
+"""A separate process that uses a semaphore, driven by the tests.
+
+    python tests/worker.py URL NAME CAPACITY MODE [options]
+
+MODE cycle: acquire random weights in a loop; an independent checker file (flock)
+records the concurrent held weight. MODE hold: acquire, print "HELD <token>", then wait
+for the permit to be lost (or "release" on stdin) and report. MODE wait: acquire, append
+"<label>" to --order-file when granted, hold --hold seconds, release.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import random
+import sys
+import threading
+import time
+
+import semaphore_recipes as sr
+
+
+def checked(path: str, delta: int) -> None:
+    """Add ``delta`` to the concurrent held weight in ``path`` (under an exclusive lock)."""
+    with open(path, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        state = json.loads(f.read() or '{"now": 0, "max": 0, "grants": 0}')
+        state["now"] += delta
+        state["max"] = max(state["max"], state["now"])
+        state["grants"] += delta > 0
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps(state))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("url")
+    ap.add_argument("name")
+    ap.add_argument("capacity", type=int)
+    ap.add_argument("mode", choices=["cycle", "hold", "wait"])
+    ap.add_argument("--weights", default="1")
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--checker")
+    ap.add_argument("--permits", type=int, default=1)
+    ap.add_argument("--order-file")
+    ap.add_argument("--label", default=str(os.getpid()))
+    ap.add_argument("--hold", type=float, default=0.0)
+    ap.add_argument("--timeout", type=float)
+    ap.add_argument("--lost-wait", type=float, default=30.0)
+    args = ap.parse_args()
+    backend = sr.connect(args.url)
+    sem = backend.semaphore(args.name, capacity=args.capacity)
+    if args.mode == "cycle":
+        weights = [int(w) for w in args.weights.split(",")]
+        end = time.monotonic() + args.seconds
+        cycles = 0
+        while time.monotonic() < end:
+            w = random.choice(weights)
+            with sem.acquire(permits=w, timeout=30):
+                checked(args.checker, w)
+                time.sleep(random.uniform(0, 0.004))
+                checked(args.checker, -w)
+            cycles += 1
+        print(f"CYCLES {cycles}", flush=True)
+    elif args.mode == "hold":
+        permit = sem.acquire(permits=args.permits, timeout=args.timeout)
+        print(f"HELD {permit.token}", flush=True)
+        threading.Thread(
+            target=lambda: (sys.stdin.readline(), permit.release()), daemon=True
+        ).start()
+        if permit.lost.wait(args.lost_wait):
+            print("LOST", flush=True)
+            tx = permit.transaction()
+            tx.create(f"/fenced-write-{os.getpid()}", b"stale holder")
+            try:
+                tx.commit()
+                print("FENCE-PASSED", flush=True)
+            except sr.PermitLost:
+                print("FENCE-REJECTED", flush=True)
+        permit.release()
+    else:
+        print("WAITING", flush=True)
+        permit = sem.acquire(permits=args.permits, timeout=args.timeout)
+        with open(args.order_file, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.write(f"{args.label}\n")
+        print(f"GRANTED {permit.token}", flush=True)
+        time.sleep(args.hold)
+        permit.release()
+    backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
