@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from ._core.deadline import Deadline
 from ._core.protocol import Enqueued, Event, SessionLost
-from ._core.queue import Entry
+from ._core.queue import Entry, EntryState
 from ._core.status import Status
 
 
@@ -67,10 +67,15 @@ class QueueStore(Protocol):
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, bool | None] | SessionLost: ...
+    ) -> Mapping[str, EntryState | None] | SessionLost: ...
 
     def mark_held(
-        self, waiter: Waiter, me: Entry, now: bool, on_lost: Callable[[str], None]
+        self,
+        waiter: Waiter,
+        me: Entry,
+        now: bool,
+        lower: tuple[str, ...] | None,
+        on_lost: Callable[[str], None],
     ) -> None: ...
 
     def abandon(self, waiter: Waiter) -> None:

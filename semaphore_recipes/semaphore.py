@@ -206,7 +206,7 @@ class Semaphore:
                     answer = waiter.next_event(step.timeout)
                 elif isinstance(step, MarkHeld):
                     permit = self._new_permit(step.me, waiter)
-                    store.mark_held(waiter, step.me, step.now, permit._entry_lost)
+                    store.mark_held(waiter, step.me, step.now, step.lower, permit._entry_lost)
                     answer = None
                 step = protocol.send(answer)
         except StopIteration:

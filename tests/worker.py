@@ -40,7 +40,7 @@ def main() -> int:
     ap.add_argument("url")
     ap.add_argument("name")
     ap.add_argument("capacity", type=int)
-    ap.add_argument("mode", choices=["cycle", "hold", "wait"])
+    ap.add_argument("mode", choices=["cycle", "hold", "wait", "herd"])
     ap.add_argument("--weights", default="1")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--checker")
@@ -50,6 +50,7 @@ def main() -> int:
     ap.add_argument("--hold", type=float, default=0.0)
     ap.add_argument("--timeout", type=float)
     ap.add_argument("--lost-wait", type=float, default=30.0)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     backend = sr.connect(args.url)
     sem = backend.semaphore(args.name, capacity=args.capacity)
@@ -81,6 +82,22 @@ def main() -> int:
             except sr.PermitLost:
                 print("FENCE-REJECTED", flush=True)
         permit.release()
+    elif args.mode == "herd":
+        # --threads waiters; each granted one appends to --order-file, holds --hold
+        # seconds and releases. Ends, closing the session, when stdin closes.
+        def waiter() -> None:
+            permit = sem.acquire(timeout=args.timeout)
+            with open(args.order_file, "a") as f:
+                f.write("granted\n")
+            time.sleep(args.hold)
+            permit.release()
+
+        for _ in range(args.threads):
+            threading.Thread(target=waiter, daemon=True).start()
+        print("STARTED", flush=True)
+        sys.stdin.read()
+        backend.close()
+        os._exit(0)
     else:
         print("WAITING", flush=True)
         permit = sem.acquire(permits=args.permits, timeout=args.timeout)

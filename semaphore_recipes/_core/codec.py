@@ -31,11 +31,14 @@ class EntryData:
     held: bool
     since: float
     weight: int | None = None  # etcd keeps the weight in the value; ZooKeeper in the name
+    lower: tuple[str, ...] | None = None  # with the held mark: the holder's view
 
     def encode(self) -> bytes:
         doc: dict[str, object] = {"owner": self.owner, "held": self.held, "since": self.since}
         if self.weight is not None:
             doc["w"] = self.weight
+        if self.lower is not None:
+            doc["lower"] = list(self.lower)
         return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -44,6 +47,7 @@ def decode_entry(key: str, raw: bytes | None) -> EntryData:
         doc = json.loads(raw or b"")
         owner, held, since = doc["owner"], doc["held"], doc["since"]
         weight = doc.get("w")
+        lower = doc.get("lower")
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise CorruptState(f"unreadable queue entry {key!r}: {raw!r}") from exc
     if (
@@ -52,6 +56,16 @@ def decode_entry(key: str, raw: bytes | None) -> EntryData:
         or isinstance(since, bool)
         or not isinstance(since, (int, float))
         or (weight is not None and (isinstance(weight, bool) or not isinstance(weight, int)))
+        or (
+            lower is not None
+            and not (isinstance(lower, list) and all(isinstance(k, str) for k in lower))
+        )
     ):
         raise CorruptState(f"unreadable queue entry {key!r}: {raw!r}")
-    return EntryData(owner=owner, held=held, since=float(since), weight=weight)
+    return EntryData(
+        owner=owner,
+        held=held,
+        since=float(since),
+        weight=weight,
+        lower=None if lower is None else tuple(lower),
+    )

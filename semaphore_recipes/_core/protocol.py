@@ -37,8 +37,8 @@ class Enqueued:
 
 @dataclass(frozen=True)
 class Arm:
-    """Read each key with a one-shot watch. Answer: ``{key: held flag, or None if gone}``,
-    or SessionLost when the session ended meanwhile."""
+    """Read each key with a one-shot watch. Answer: ``{key: EntryState, or None if
+    gone}``, or SessionLost when the session ended meanwhile."""
 
     keys: tuple[str, ...]
 
@@ -62,6 +62,7 @@ class MarkHeld:
 
     me: Entry
     now: bool
+    lower: tuple[str, ...] | None  # our view, recorded in the mark for successors
 
 
 Step = Enqueue | Arm | AwaitEvent | MarkHeld
@@ -130,7 +131,7 @@ def acquire_protocol(
         while True:
             decision = position.decision()
             if isinstance(decision, Admitted):
-                yield MarkHeld(position.me, now=mark_now)
+                yield MarkHeld(position.me, now=mark_now, lower=position.lower_keys())
                 return position.me
             if not blocking:
                 raise WouldBlock(f"semaphore {name!r}: {weight} permit(s) not available now")

@@ -46,6 +46,18 @@ class Wait:
 
 ADMITTED = Admitted()
 
+#: A held mark lists at most this many lower keys (its holder's view when admitted).
+MAX_MARK_KEYS = 64
+
+
+@dataclass(frozen=True)
+class EntryState:
+    """What reading an entry tells: its held mark and, with the mark, the lower entries
+    its holder still counted when it was admitted (None when not recorded)."""
+
+    held: bool
+    lower: tuple[str, ...] | None = None
+
 
 def decide(lower: Sequence[Entry], weight: int, capacity: int) -> Admitted | Wait:
     """Admission by prefix sum, and the entries to watch when not admitted.
@@ -90,18 +102,36 @@ class QueuePosition:
         return decide(tuple(self._lower.values()), self.me.weight, self.capacity)
 
     def keys_to_arm(self, decision: Wait) -> tuple[str, ...]:
+        if decision.head and decision.watch and decision.watch[-1] not in self._armed:
+            # Read the predecessor alone first: its held mark may say which of the
+            # older entries are gone, so we need not probe them one by one.
+            return decision.watch[-1:]
         return tuple(k for k in decision.watch if k not in self._armed)
 
-    def armed(self, key: str, held: bool | None) -> None:
+    def armed(self, key: str, state: EntryState | None) -> None:
         """Result of reading ``key`` with a watch: None when it is already gone."""
-        if key not in self._lower:
+        entry = self._lower.get(key)
+        if entry is None:
             return
-        if held is None:
+        if state is None:
             self.deleted(key)
             return
         self._armed.add(key)
-        if held:
-            self._lower[key] = replace(self._lower[key], held=True)
+        if state.held:
+            self._lower[key] = replace(entry, held=True)
+            if state.lower is not None:
+                # The holder's view when admitted was a superset of its true lower set,
+                # and entries only disappear: whatever below it is missing from that
+                # view is gone. This keeps a new head from probing every entry it
+                # listed long ago (work per release stays flat in the queue length).
+                keep = set(state.lower)
+                for other in [e for e in self._lower.values() if e.order < entry.order]:
+                    if other.key not in keep:
+                        self.deleted(other.key)
+
+    def lower_keys(self) -> tuple[str, ...] | None:
+        """What our held mark records of our view (None when too long to record)."""
+        return tuple(self._lower) if len(self._lower) <= MAX_MARK_KEYS else None
 
     def deleted(self, key: str) -> None:
         self._lower.pop(key, None)

@@ -148,8 +148,10 @@ class ZooKeeperBackend:
     # ---- session ------------------------------------------------------------
     @property
     def session_id(self) -> int | None:
-        cid = self.client.client_id
-        return None if cid is None else int(cid[0])
+        # kazoo's public client_id is None while disconnected; _session_id keeps the
+        # session we are trying to resume, which is what SUSPENDED/CONNECTED compare.
+        sid = getattr(self.client, "_session_id", None)
+        return int(sid) if sid else None
 
     @property
     def session_timeout(self) -> float:

@@ -36,7 +36,7 @@ from .._core.names import (
     zk_entry_prefix,
 )
 from .._core.protocol import CapacityChanged, Enqueued, EntryDeleted, EntryHeld, SessionLost
-from .._core.queue import Entry
+from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
 from .._store import Waiter
 from ..errors import AcquireTimeout, BackendUnavailable, CapacityMismatch, PermitLost
@@ -249,7 +249,7 @@ class ZooKeeperQueue:
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, bool | None] | SessionLost:
+    ) -> Mapping[str, EntryState | None] | SessionLost:
         generation = waiter.generation
         while True:
             pending = [
@@ -261,12 +261,13 @@ class ZooKeeperQueue:
                 )
                 for key in keys
             ]
-            states: dict[str, bool | None] = {}
+            states: dict[str, EntryState | None] = {}
             try:
                 for key, reply in pending:
                     try:
                         raw, _ = self._result(reply, deadline)
-                        states[key] = decode_entry(key, raw).held
+                        data = decode_entry(key, raw)
+                        states[key] = EntryState(held=data.held, lower=data.lower)
                     except NoNodeError:
                         states[key] = None  # a get on a missing node leaves no watch behind
                 return states
@@ -287,9 +288,14 @@ class ZooKeeperQueue:
         return fired
 
     def mark_held(
-        self, waiter: Waiter, me: Entry, now: bool, on_lost: Callable[[str], None]
+        self,
+        waiter: Waiter,
+        me: Entry,
+        now: bool,
+        lower: tuple[str, ...] | None,
+        on_lost: Callable[[str], None],
     ) -> None:
-        data = EntryData(owner=waiter.owner, held=True, since=time.time()).encode()
+        data = EntryData(owner=waiter.owner, held=True, since=time.time(), lower=lower).encode()
         if now:
             self._write_mark(me.key, data, on_lost)
         else:

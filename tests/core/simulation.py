@@ -33,7 +33,7 @@ from semaphore_recipes._core.protocol import (
     Step,
     acquire_protocol,
 )
-from semaphore_recipes._core.queue import Entry
+from semaphore_recipes._core.queue import Entry, EntryState
 from semaphore_recipes.errors import AcquireTimeout
 
 
@@ -51,6 +51,7 @@ class StoredEntry:
     order: int
     weight: int
     held: bool = False
+    lower: tuple[str, ...] | None = None  # what the held mark records
 
 
 @dataclass
@@ -64,12 +65,14 @@ class Client:
     key: str | None = None
     created: bool = False  # the create happened; the listing is still to come
     to_arm: list[str] = field(default_factory=list)
-    arm_results: dict[str, bool | None] = field(default_factory=dict)
+    arm_results: dict[str, EntryState | None] = field(default_factory=dict)
     events: deque[Event] = field(default_factory=deque)
     clock: float = 0.0
     known_capacity: int = 0
     mark_pending: bool = False
     unmarked: bool = False  # admitted without a mark: marked if the capacity drops
+    mark_lower: tuple[str, ...] | None = None
+    arms: int = 0
 
 
 class Simulation:
@@ -82,6 +85,7 @@ class Simulation:
         max_weight: int,
         capacity_changes: bool,
         mark_held: bool = True,
+        record_lower: bool = True,
     ) -> None:
         self.rng = rng
         self.store: dict[str, StoredEntry] = {}
@@ -90,6 +94,7 @@ class Simulation:
         self.capacity_changes = capacity_changes
         self.decreased = False
         self.mark_held = mark_held
+        self.record_lower = record_lower
         self.next_order = 0
         self.clients = [
             Client(
@@ -98,6 +103,7 @@ class Simulation:
             for i in range(clients)
         ]
         self.max_woken = 0
+        self.max_arms = 0
         self.admissions = 0
         self.max_held = 0
 
@@ -144,6 +150,7 @@ class Simulation:
         elif isinstance(step, MarkHeld):
             c.mark_pending = self.mark_held and step.now
             c.unmarked = self.mark_held and not step.now
+            c.mark_lower = step.lower if self.record_lower else None
             self._send(c, None)
 
     def _admitted(self, c: Client) -> None:
@@ -156,6 +163,7 @@ class Simulation:
             )
         c.state, c.gen, c.step = "holding", None, None
         self.admissions += 1
+        self.max_arms = max(self.max_arms, c.arms)
         held = sum(self.store[x.key].weight for x in self.clients if x.state == "holding" and x.key)
         self.max_held = max(self.max_held, held)
         if not self.decreased and held > self.capacity:
@@ -231,11 +239,12 @@ class Simulation:
         elif action == "arm":
             key = c.to_arm.pop(self.rng.randrange(len(c.to_arm)))
             stored = self.store.get(key)
+            c.arms += 1
             if stored is None:
                 c.arm_results[key] = None  # a read of a missing node sets no watch
             else:
                 self.watches.setdefault(key, set()).add(c.cid)
-                c.arm_results[key] = stored.held
+                c.arm_results[key] = EntryState(stored.held, stored.lower if stored.held else None)
             if not c.to_arm:
                 self._send(c, dict(c.arm_results))
         elif action == "deliver":
@@ -247,6 +256,7 @@ class Simulation:
             c.mark_pending = False
             if c.key in self.store and not self.store[c.key].held:
                 self.store[c.key].held = True
+                self.store[c.key].lower = c.mark_lower
                 self._fire(c.key, EntryHeld(c.key))
         elif action == "release" or action == "crash":
             self._delete(c.key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from semaphore_recipes._core.queue import Admitted, Entry, QueuePosition, Wait, decide
+from semaphore_recipes._core.queue import Admitted, Entry, EntryState, QueuePosition, Wait, decide
 
 weights = st.integers(min_value=1, max_value=5)
 
@@ -74,7 +74,7 @@ def test_position_tracks_armed_watches_and_deletions() -> None:
     pos = QueuePosition(me, [Entry("a", 1, 1), Entry("b", 2, 1)], capacity=1)
     d = pos.decision()
     assert isinstance(d, Wait) and not d.head and pos.keys_to_arm(d) == ("b",)
-    pos.armed("b", False)
+    pos.armed("b", EntryState(held=False))
     assert pos.keys_to_arm(d) == ()
     pos.armed("a", None)  # gone when read: dropped, never armed
     assert [e.key for e in pos.lower] == ["b"]
@@ -83,6 +83,16 @@ def test_position_tracks_armed_watches_and_deletions() -> None:
     assert isinstance(d, Wait) and d.head and pos.keys_to_arm(d) == ("b",)
     pos.deleted("b")
     assert isinstance(pos.decision(), Admitted)
+
+
+def test_a_held_mark_prunes_what_its_holder_knew_was_gone() -> None:
+    lower = [Entry(f"k{i}", i, 1) for i in range(6)]
+    pos = QueuePosition(Entry("me", 10, 1), lower, capacity=2)
+    # k5 was admitted with only k4 below it still alive: k0..k3 are gone for good
+    pos.armed("k5", EntryState(held=True, lower=("k4",)))
+    assert [e.key for e in pos.lower] == ["k4", "k5"]
+    d = pos.decision()
+    assert isinstance(d, Wait) and d.head and pos.keys_to_arm(d) == ("k4",)
 
 
 def test_position_rejects_entries_not_lower() -> None:

@@ -1,0 +1,245 @@
+"""ZooKeeper-specific faults: crashes, pauses, lost replies, expiry, leader loss."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import semaphore_recipes as sr
+from semaphore_recipes.testing.plugin import leftover_entries
+from semaphore_recipes.testing.proxy import FaultProxy
+from semaphore_recipes.testing.zookeeper_server import ZooKeeperEnsemble, expire_session
+
+from ..conftest import Service, Workers, wait_until
+
+SESSION = 2.0  # session timeout of the processes that crash or pause
+
+
+@pytest.fixture
+def zk(service: Service) -> Service:
+    return service
+
+
+def _waiter_thread(sem: sr.Semaphore, timeout: float = 30) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+
+    def run() -> None:
+        permit = sem.acquire(timeout=timeout)
+        out.append((time.monotonic(), permit))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_kill_9_of_a_holder_returns_its_permit_within_the_session_timeout(
+    zk: Service, workers: Workers
+) -> None:
+    sem = zk.connect().semaphore("crash", capacity=1)
+    holder = workers.start(zk.url_with(session_timeout=SESSION), "crash", "1", "hold")
+    Workers.expect(holder, "HELD")
+    t, out = _waiter_thread(sem)
+    wait_until(lambda: len(sem.status().waiters) == 1)
+    killed = time.monotonic()
+    holder.send_signal(signal.SIGKILL)
+    t.join(SESSION + 5)
+    assert out, "the waiter was never granted"
+    elapsed = out[0][0] - killed
+    print(f"\ncrash-release: granted {elapsed:.2f} s after kill -9 (session timeout {SESSION} s)")
+    assert elapsed <= SESSION + 1.0
+    out[0][1].release()
+
+
+def test_a_holder_paused_past_its_session_is_fenced_off(zk: Service, workers: Workers) -> None:
+    sem = zk.connect().semaphore("pause", capacity=1)
+    holder = workers.start(zk.url_with(session_timeout=SESSION), "pause", "1", "hold")
+    token = int(Workers.expect(holder, "HELD").split()[1])
+    holder.send_signal(signal.SIGSTOP)
+    try:
+        permit = sem.acquire(timeout=SESSION + 5)  # the paused holder's session expires
+        assert permit.token > token
+    finally:
+        holder.send_signal(signal.SIGCONT)
+    Workers.expect(holder, "LOST", timeout=15)  # on resume it learns its session is gone
+    assert Workers.expect(holder, "FENCE-") == "FENCE-REJECTED"
+    assert holder.wait(10) == 0
+    permit.release()
+
+
+def _proxied(zk: Service, zookeeper_server: Any, sr_namespace: str) -> tuple[FaultProxy, Any]:
+    proxy = FaultProxy(zookeeper_server.host_port)
+    proxy.start()
+    backend = zk.connect(url=f"zookeeper://{proxy.address}{sr_namespace}?session_timeout=6")
+    return proxy, backend
+
+
+@pytest.mark.parametrize("reached_server", [True, False])
+def test_connection_loss_during_the_create_leaves_one_entry(
+    zk: Service,
+    zookeeper_server: Any,
+    zookeeper_admin: Any,
+    sr_namespace: str,
+    reached_server: bool,
+) -> None:
+    proxy, backend = _proxied(zk, zookeeper_server, sr_namespace)
+    try:
+        sem = backend.semaphore("lost-reply", capacity=2)
+        if reached_server:
+            proxy.drop_replies()  # the create reaches ZooKeeper, its reply does not come back
+        else:
+            proxy.blackhole()  # the create never reaches ZooKeeper
+        t, out = _waiter_thread(sem, timeout=20)
+        if reached_server:
+            wait_until(lambda: len(leftover_entries(zookeeper_admin, sr_namespace)) == 1)
+        else:
+            time.sleep(0.5)
+            assert leftover_entries(zookeeper_admin, sr_namespace) == []
+        proxy.cut()
+        time.sleep(0.3)
+        proxy.restore()
+        t.join(20)
+        assert out, "acquire did not complete after the connection came back"
+        permit = out[0][1]
+        entries = leftover_entries(zookeeper_admin, sr_namespace)
+        assert [e.rsplit("/", 1)[1] for e in entries] == [permit.key]  # no orphan, no second
+        permit.release()
+    finally:
+        backend.close()
+        proxy.close()
+
+
+def test_a_waiter_whose_session_expires_enters_the_queue_again(
+    zk: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    holder_sem = zk.connect().semaphore("expire-w", capacity=1)
+    waiter_backend = zk.connect()
+    sem = waiter_backend.semaphore("expire-w", capacity=1)
+    held = holder_sem.acquire()
+    t, out = _waiter_thread(sem)
+    wait_until(lambda: len(holder_sem.status().waiters) == 1)
+    before = holder_sem.status().waiters[0].token
+    with caplog.at_level(logging.WARNING, logger="semaphore_recipes"):
+        expire_session(waiter_backend.client)
+        wait_until(lambda: [w.token for w in holder_sem.status().waiters] not in ([], [before]))
+    assert "entering the queue again" in caplog.text
+    held.release()
+    t.join(10)
+    assert out and out[0][1].state is sr.PermitState.HELD
+    out[0][1].release()
+
+
+def test_a_holder_whose_session_expires_loses_its_permit(zk: Service) -> None:
+    backend = zk.connect()
+    permit = backend.semaphore("expire-h", capacity=1).acquire()
+    expire_session(backend.client)
+    assert permit.lost.wait(5)
+    assert permit.state is sr.PermitState.LOST
+    with pytest.raises(sr.PermitLost):
+        permit.check()
+    tx = permit.transaction()
+    tx.create("/fenced-after-expiry", b"x")
+    with pytest.raises(sr.PermitLost):
+        tx.commit()
+    permit.release()  # a no-op now, and no error
+    other = zk.connect().semaphore("expire-h", capacity=1)
+    other.acquire(timeout=5).release()
+
+
+def test_a_holder_cut_off_is_suspended_then_held_again(
+    zk: Service, zookeeper_server: Any, sr_namespace: str
+) -> None:
+    proxy, backend = _proxied(zk, zookeeper_server, sr_namespace)
+    try:
+        permit = backend.semaphore("cut", capacity=1).acquire()
+        proxy.cut()
+        wait_until(lambda: permit.state is sr.PermitState.SUSPENDED)
+        with pytest.raises(sr.PermitLost):
+            permit.check()  # unsafe while suspended
+        proxy.restore()
+        wait_until(lambda: permit.state is sr.PermitState.HELD, timeout=10)
+        assert not permit.lost.is_set()
+        permit.release()
+    finally:
+        backend.close()
+        proxy.close()
+
+
+def test_a_holder_cut_off_for_a_whole_session_timeout_is_lost(
+    zk: Service, zookeeper_server: Any, sr_namespace: str
+) -> None:
+    proxy, backend = _proxied(zk, zookeeper_server, sr_namespace)
+    other = zk.connect().semaphore("partition", capacity=1)
+    try:
+        permit = backend.semaphore("partition", capacity=1).acquire()
+        cut_at = time.monotonic()
+        proxy.blackhole()
+        assert permit.lost.wait(15), "no LOST while partitioned"
+        # kazoo notices after its read timeout (2/3 of the session), then a session timeout
+        assert time.monotonic() - cut_at <= 6 * (1 + 2 / 3) + 1
+        other.acquire(timeout=10).release()  # the server expired the session meanwhile
+    finally:
+        backend.close()
+        proxy.close()
+
+
+def test_killing_the_leader_of_an_ensemble_while_processes_cycle(
+    zookeeper_ensemble: ZooKeeperEnsemble, sr_namespace: str, workers: Workers, tmp_path: Path
+) -> None:
+    url = f"zookeeper://{zookeeper_ensemble.connect_string}{sr_namespace}?session_timeout=8"
+    checker = tmp_path / "checker.json"
+    checker.write_text("")
+    procs = [
+        workers.start(
+            url,
+            "ens",
+            "2",
+            "cycle",
+            "--weights",
+            "1,2",
+            "--seconds",
+            "8",
+            "--checker",
+            str(checker),
+        )
+        for _ in range(4)
+    ]
+    wait_until(lambda: checker.read_text() != "" and json.loads(checker.read_text())["grants"] > 20)
+    zookeeper_ensemble.leader().kill()
+    grants_at_kill = json.loads(checker.read_text())["grants"]
+    for p in procs:
+        Workers.expect(p, "CYCLES", timeout=60)
+        assert p.wait(10) == 0
+    state = json.loads(checker.read_text())
+    assert state["max"] <= 2
+    assert state["grants"] > grants_at_kill + 20  # work resumed under the new leader
+    from kazoo.client import KazooClient
+
+    admin = KazooClient(hosts=zookeeper_ensemble.connect_string)
+    admin.start(timeout=15)
+    try:
+        wait_until(lambda: leftover_entries(admin, sr_namespace) == [], timeout=15)
+    finally:
+        admin.stop()
+        admin.close()
+
+
+def test_the_permit_survives_a_restart_of_a_follower(
+    zookeeper_ensemble: ZooKeeperEnsemble, sr_namespace: str
+) -> None:
+    url = f"zookeeper://{zookeeper_ensemble.connect_string}{sr_namespace}?session_timeout=8"
+    with sr.connect(url) as backend:
+        sem = backend.semaphore("follower", capacity=1)
+        permit = sem.acquire(timeout=10)
+        for member in zookeeper_ensemble.followers():
+            member.kill()
+            member.start()
+        assert not permit.lost.is_set()
+        permit.release()
+        sem.acquire(timeout=10).release()
