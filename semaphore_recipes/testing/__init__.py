@@ -1,0 +1,1 @@
+"""Test helpers: real ZooKeeper servers and fault-injecting proxies."""
