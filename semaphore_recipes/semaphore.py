@@ -188,6 +188,7 @@ class Semaphore:
         waiter = Waiter(permits, self.owner)
         protocol = acquire_protocol(self.name, permits, deadline, blocking=blocking)
         store = self._store
+        permit: Permit | None = None
         store.register(waiter)
         try:
             step = next(protocol)
@@ -210,9 +211,13 @@ class Semaphore:
                     answer = None
                 step = protocol.send(answer)
         except StopIteration:
+            assert permit is not None
             log.debug("acquired %d of %r (token %d)", permits, self.name, permit.token)
             return permit
         except BaseException:
+            if permit is not None:  # interrupted between admission and return
+                permit._state = PermitState.RELEASED
+                permit._stop_listening()
             store.abandon(waiter)
             raise
         finally:

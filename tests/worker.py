@@ -18,6 +18,7 @@ import random
 import sys
 import threading
 import time
+from pathlib import Path
 
 import semaphore_recipes as sr
 
@@ -51,6 +52,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float)
     ap.add_argument("--lost-wait", type=float, default=30.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--release-file")
     args = ap.parse_args()
     backend = sr.connect(args.url)
     sem = backend.semaphore(args.name, capacity=args.capacity)
@@ -83,13 +85,18 @@ def main() -> int:
                 print("FENCE-REJECTED", flush=True)
         permit.release()
     elif args.mode == "herd":
-        # --threads waiters; each granted one appends to --order-file, holds --hold
-        # seconds and releases. Ends, closing the session, when stdin closes.
+        # --threads waiters. The n-th one granted appends a line to --order-file, holds
+        # until --release-file has n lines, then releases: the test hands off one permit
+        # at a time. Ends, closing the session, when stdin closes.
         def waiter() -> None:
             permit = sem.acquire(timeout=args.timeout)
-            with open(args.order_file, "a") as f:
+            with open(args.order_file, "a+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
                 f.write("granted\n")
-            time.sleep(args.hold)
+                f.seek(0)
+                n = len(f.read().split())
+            while len(Path(args.release_file).read_text().split()) < n:
+                time.sleep(0.005)
             permit.release()
 
         for _ in range(args.threads):

@@ -24,7 +24,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import EventType
+from kazoo.protocol.states import EventType, KeeperState
 
 from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
 from .._core.deadline import Deadline
@@ -153,6 +153,13 @@ class ZooKeeperQueue:
                 ) from None
             raise
         except ConnectionClosedError as exc:
+            if self.client.client_state != KeeperState.CLOSED:
+                # kazoo quirk: KazooClient._call wakes its connection thread inside a
+                # bare `except:`, so a KeyboardInterrupt landing there is swallowed and
+                # reported as ConnectionClosedError, while the request stays queued and
+                # may still be sent. Give the caller its interrupt back; the cleanup
+                # then finds any entry by its id.
+                raise KeyboardInterrupt("interrupted while kazoo was sending a request") from exc
             raise BackendUnavailable("the ZooKeeper client was closed") from exc
 
     # ---- the protocol steps ---------------------------------------------------

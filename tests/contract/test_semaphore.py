@@ -295,3 +295,53 @@ def test_an_unreachable_server_is_backend_unavailable(service: Service) -> None:
 def test_malformed_urls_fail_before_io(url: str) -> None:
     with pytest.raises(ValueError):
         sr.connect(url)
+
+
+def test_interrupts_at_any_point_of_an_acquire_leave_nothing_behind(service: Service) -> None:
+    """KeyboardInterrupt at random moments: during the create, the listing, the watch
+    reads, the wait. Every interrupted acquire cleans up after itself."""
+    import random
+
+    sem = service.connect().semaphore("irq", capacity=2)
+    holder = sem.acquire()
+    rng = random.Random(7)
+    interrupted = 0
+    for _ in range(40):
+        fired = threading.Event()
+
+        def fire(fired: threading.Event = fired) -> None:
+            _thread.interrupt_main()
+            fired.set()
+
+        timer = threading.Timer(rng.uniform(0, 0.004), fire)
+        permit: sr.Permit | None = None
+        in_acquire = False
+        try:
+            timer.start()  # (the interrupt may even land in here)
+            in_acquire = True
+            permit = sem.acquire(timeout=5)
+        except KeyboardInterrupt:
+            interrupted += in_acquire
+        while True:  # an interrupt that missed acquire lands here, not in release()
+            try:
+                fired.wait()
+                time.sleep(0.005)
+                break
+            except KeyboardInterrupt:
+                continue
+        if permit is not None:
+            permit.release()
+    assert interrupted > 5  # the interrupts really landed inside acquire
+    wait_until(lambda: len(service.entries()) == 1)  # only the holder's entry
+    assert sem.status().holders[0].token == holder.token
+    holder.release()
+
+
+def test_deadlines_that_expire_mid_round_trip_leave_nothing_behind(service: Service) -> None:
+    sem = service.connect().semaphore("zero", capacity=1)
+    with sem.acquire():
+        for _ in range(30):
+            with pytest.raises(sr.AcquireTimeout):
+                sem.acquire(timeout=0)
+        wait_until(lambda: len(service.entries()) == 1)
+    wait_until(lambda: service.entries() == [])

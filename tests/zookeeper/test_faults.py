@@ -243,3 +243,29 @@ def test_the_permit_survives_a_restart_of_a_follower(
         assert not permit.lost.is_set()
         permit.release()
         sem.acquire(timeout=10).release()
+
+
+def test_corrupt_stored_capacity_is_corrupt_state(
+    zk: Service, zookeeper_admin: Any, sr_namespace: str
+) -> None:
+    backend = zk.connect()
+    path = f"{sr_namespace}/semaphore_recipes/junk"
+    zookeeper_admin.create(path, b"not json", makepath=True)
+    with pytest.raises(sr.CorruptState):
+        backend.semaphore("junk", capacity=1)
+    zookeeper_admin.set(path, b'{"capacity": -3}')
+    with pytest.raises(sr.CorruptState):
+        backend.semaphore("junk", capacity=1)
+    assert zookeeper_admin.get_children(path) == []  # nothing was written
+
+
+def test_a_malformed_entry_is_corrupt_state_not_a_guess(
+    zk: Service, zookeeper_admin: Any, sr_namespace: str
+) -> None:
+    sem = zk.connect().semaphore("badentry", capacity=1)
+    path = f"{sr_namespace}/semaphore_recipes/badentry"
+    zookeeper_admin.create(f"{path}/e-garbage", b"")
+    with pytest.raises(sr.CorruptState):
+        sem.acquire(timeout=2)
+    zookeeper_admin.delete(f"{path}/e-garbage")
+    wait_until(lambda: zk.entries() == [])
