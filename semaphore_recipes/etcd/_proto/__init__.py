@@ -1,0 +1,1 @@
+"""Generated etcd v3 gRPC modules (see etcd_api.proto and scripts/gen-etcd-proto)."""

@@ -1,0 +1,259 @@
+"""One etcd lease (the session) shared by every semaphore of a backend object.
+
+Connection trouble: when keepalives go unacknowledged for 2/3 of the TTL, held permits
+are SUSPENDED (the lease may still be alive); they are HELD again when acks return.
+When the server says the lease is gone, held permits are LOST (``permit.lost`` set),
+waiters re-enter the queue on a fresh lease, and later acquires use that lease.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
+
+from .._core.deadline import Deadline
+from .._core.names import validate_capacity, validate_name
+from .._store import Waiter
+from .._url import ServiceURL
+from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
+from ..semaphore import Semaphore
+from ..zookeeper.backend import default_owner
+from .client import EtcdClient, EtcdError, EtcdUnavailable, LeaseKeeper, retry_unavailable
+
+if TYPE_CHECKING:
+    from .queue import EtcdQueue
+
+log = logging.getLogger("semaphore_recipes.etcd")
+T = TypeVar("T")
+
+DEFAULT_PREFIX = "/semaphore_recipes/"
+DEFAULT_SESSION_TIMEOUT = 10.0
+
+
+def validate_prefix(prefix: str) -> str:
+    if not prefix.startswith("/") or "\x00" in prefix or "/../" in prefix + "/":
+        raise InvalidName(f"invalid etcd key prefix {prefix!r}")
+    return prefix if prefix.endswith("/") else prefix + "/"
+
+
+class EtcdBackend:
+    """Semaphores over one etcd client and one lease (the session).
+
+    Built by :func:`semaphore_recipes.connect` from an ``etcd://`` URL. ``close()``
+    revokes the lease, which removes this backend's entries at once.
+    """
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        owner: str | None = None,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        connect_timeout: float = 15.0,
+    ) -> None:
+        self.client = client
+        self.prefix = validate_prefix(prefix)
+        self.owner = owner or default_owner()
+        self.ttl = max(1, math.ceil(session_timeout))
+        self.connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._waiters: set[Waiter] = set()
+        self._queues: weakref.WeakSet[EtcdQueue] = weakref.WeakSet()
+        self._permit_listeners: dict[int, Callable[[str], None]] = {}
+        self._listener_ids = itertools.count()
+        self._closed = False
+        # fire-and-forget writes (held marks, deletes that must be retried)
+        self.background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sr-etcd")
+        # Calls made for a user's thread run here while that thread waits on the future:
+        # a KeyboardInterrupt then lands in our wait, never inside grpc's own Python code,
+        # where it can leave a channel lock held and hang every later call.
+        self.io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sr-etcd-io")
+        self.lease_id = 0
+        self._keeper: LeaseKeeper | None = None
+        self._new_lease(Deadline(connect_timeout, _monotonic))
+
+    @classmethod
+    def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> EtcdBackend:
+        params = url.params
+        session_timeout = url.float_param("session_timeout", DEFAULT_SESSION_TIMEOUT)
+        connect_timeout = url.float_param("connect_timeout", 15.0)
+        prefix = validate_prefix(url.path + "/") if url.path else DEFAULT_PREFIX
+        client = EtcdClient(
+            [f"{h}:{p}" for h, p in url.hosts],
+            timeout=url.float_param("request_timeout", 5.0),
+            ca_cert=params.get("ca"),
+            cert_cert=params.get("cert"),
+            cert_key=params.get("key"),
+            user=params.get("user"),
+            password=params.get("password"),
+        )
+        try:
+            return cls(
+                client,
+                prefix=prefix,
+                owner=owner,
+                session_timeout=session_timeout,
+                connect_timeout=connect_timeout,
+            )
+        except BaseException:
+            client.close()
+            raise
+
+    def run(self, fn: Callable[[], T]) -> T:
+        """Run one blocking etcd call on the I/O threads and wait for it."""
+        return self.io.submit(fn).result()
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Start one blocking etcd call on the I/O threads."""
+        return self.io.submit(fn)
+
+    # ---- the session (lease) -------------------------------------------------
+    def _new_lease(self, deadline: Deadline) -> int:
+        try:
+            lease_id, ttl = self.run(
+                lambda: retry_unavailable(
+                    lambda: self.client.lease_grant(self.ttl, timeout=deadline.cap(2.0) or 0.001),
+                    timeout=deadline.cap(3600.0),
+                )
+            )
+        except EtcdUnavailable as exc:
+            raise BackendUnavailable(
+                f"no etcd member answered at {', '.join(self.client.endpoints)}"
+            ) from exc
+        except EtcdError as exc:
+            raise BackendUnavailable(f"etcd refused a lease: {exc}") from exc
+        keeper = LeaseKeeper(
+            self.client,
+            lease_id,
+            ttl,
+            on_expired=self._lease_expired,
+            on_suspended=lambda: self._notify_permits("suspended"),
+            on_restored=lambda: self._notify_permits("restored"),
+        )
+        with self._lock:
+            self.lease_id, self._keeper = lease_id, keeper
+        log.info("etcd session: lease %x, TTL %d s", lease_id, ttl)
+        return lease_id
+
+    def current_lease(self, deadline: Deadline) -> int:
+        """The live lease, granting a new one after an expiry (within ``deadline``)."""
+        with self._lock:
+            if self._closed:
+                raise BackendUnavailable("the etcd backend is closed")
+            lease_id = self.lease_id
+        if lease_id:
+            return lease_id
+        if deadline.expired():
+            raise AcquireTimeout("timed out waiting for a new etcd lease")
+        return self._new_lease(deadline)
+
+    def lease_gone(self, lease_id: int) -> None:
+        """An operation was refused because ``lease_id`` is gone."""
+        with self._lock:
+            if self.lease_id != lease_id:
+                return
+        self._lease_expired()
+
+    def _lease_expired(self) -> None:
+        with self._lock:
+            if not self.lease_id or self._closed:
+                return
+            old, self.lease_id = self.lease_id, 0
+            keeper, self._keeper = self._keeper, None
+            waiters = list(self._waiters)
+        log.warning("etcd lease %x is gone: held permits are lost", old)
+        if keeper is not None:
+            keeper.stop(timeout=0)
+        self._notify_permits("etcd lease expired")
+        for waiter in waiters:
+            waiter.post_session_lost()
+
+    # ---- registries ----------------------------------------------------------
+    def register_queue(self, queue: EtcdQueue) -> None:
+        with self._lock:
+            self._queues.add(queue)
+
+    def register_waiter(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters.add(waiter)
+
+    def unregister_waiter(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters.discard(waiter)
+
+    def add_permit_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        with self._lock:
+            key = next(self._listener_ids)
+            self._permit_listeners[key] = listener
+
+        def remove() -> None:
+            with self._lock:
+                self._permit_listeners.pop(key, None)
+
+        return remove
+
+    def _notify_permits(self, change: str) -> None:
+        with self._lock:
+            listeners = list(self._permit_listeners.values())
+        for listener in listeners:
+            listener(change)
+
+    # ---- public --------------------------------------------------------------
+    def semaphore(self, name: str, capacity: int, *, adopt_capacity: bool = False) -> Semaphore:
+        """The semaphore ``name``; created with ``capacity`` if it does not exist.
+
+        Raises CapacityMismatch if it is stored with another capacity (unless
+        ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O.
+        """
+        from .queue import EtcdQueue
+
+        validate_name(name)
+        validate_capacity(capacity)
+        store = EtcdQueue(self, name, capacity, adopt_capacity=adopt_capacity)
+        return Semaphore(store, self, self.owner)
+
+    def close(self) -> None:
+        """Revoke the lease (this backend's entries go at once) and close the client."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            keeper, lease_id = self._keeper, self.lease_id
+            queues = list(self._queues)
+        for queue in queues:
+            queue.close()
+        self.background.shutdown(wait=True, cancel_futures=False)
+        self.io.shutdown(wait=True, cancel_futures=False)
+        if keeper is not None:
+            keeper.stop()
+        if lease_id:
+            try:
+                self.client.lease_revoke(lease_id, timeout=2.0)
+            except EtcdError as exc:
+                log.warning("could not revoke lease %x (it expires by itself): %s", lease_id, exc)
+        self.client.close()
+
+    def __enter__(self) -> EtcdBackend:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()

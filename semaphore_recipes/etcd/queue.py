@@ -1,0 +1,538 @@
+"""One semaphore's queue in etcd: the etcd side of the protocol steps.
+
+Layout: ``<prefix><name>/config`` holds ``{"capacity": N}``; each entry is
+``<prefix><name>/entries/<uuid>`` on the session lease, ordered by create_revision.
+The enqueue is one txn: create-if-absent of our key plus a range of all entries and of
+the config, so it is one round trip and the listing is atomic with the create (no
+later entry can exist in it). A retried enqueue after a lost reply takes the failure
+branch, which reads the same things: the entry made by the lost attempt is adopted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
+from .._core.deadline import Deadline
+from .._core.names import new_entry_id, validate_capacity
+from .._core.protocol import (
+    CapacityChanged,
+    Enqueued,
+    EntryChanged,
+    EntryDeleted,
+    EntryHeld,
+    SessionLost,
+)
+from .._core.queue import Entry, EntryState
+from .._core.status import EntryStatus, Status, split_queue
+from .._store import Waiter
+from ..errors import AcquireTimeout, BackendUnavailable, CapacityMismatch, CorruptState, PermitLost
+from . import _proto  # noqa: F401  (makes the generated package importable first)
+from ._proto import etcd_api_pb2 as pb
+from .client import (
+    Compare,
+    EtcdCompacted,
+    EtcdError,
+    EtcdLeaseNotFound,
+    EtcdUnavailable,
+    Op,
+    Watcher,
+    prefix_range_end,
+)
+
+if TYPE_CHECKING:
+    from .backend import EtcdBackend
+
+log = logging.getLogger("semaphore_recipes.etcd")
+
+_ATTEMPT = 2.0  # seconds one request may take before it is retried (it is retry-safe)
+
+
+class EtcdQueue:
+    def __init__(
+        self, backend: EtcdBackend, name: str, capacity: int, *, adopt_capacity: bool
+    ) -> None:
+        self.backend = backend
+        self.client = backend.client
+        self.name = name
+        base = f"{backend.prefix}{name}/"
+        self.config_key = (base + "config").encode()
+        self.entries_prefix = (base + "entries/").encode()
+        self._entries_end = prefix_range_end(self.entries_prefix)
+        self._lock = threading.Lock()
+        self._waiters: set[Waiter] = set()
+        self._watchers: dict[Waiter, dict[str, Watcher]] = {}
+        self._unmarked: dict[str, tuple[int, bytes]] = {}  # key -> (token, mark value)
+        self._tokens: dict[str, int] = {}  # our entries' create_revisions
+        self._inflight: dict[Waiter, Future[Any]] = {}  # enqueue txns still running
+        self._capacity_revision = 0
+        self._closed = False
+        self.capacity = self._agree_capacity(capacity, adopt_capacity)
+        self._capacity_watch = Watcher(
+            self.client,
+            self.config_key,
+            start_revision=self._capacity_revision + 1,
+            on_events=self._capacity_events,
+            on_error=self._capacity_watch_failed,
+        )
+        backend.register_queue(self)
+
+    def _key(self, uid: str) -> bytes:
+        return self.entries_prefix + uid.encode()
+
+    def _call(self, fn: Callable[[], Any], deadline: Deadline | None = None) -> Any:
+        """Run a retry-safe request, retrying UNAVAILABLE until the deadline."""
+        limit = Deadline(30.0, time.monotonic) if deadline is None else deadline
+        while True:
+            try:
+                return self.backend.run(fn)
+            except EtcdUnavailable as exc:
+                if limit.expired():
+                    if deadline is None:
+                        raise BackendUnavailable(f"etcd unreachable: {exc}") from exc
+                    raise AcquireTimeout(
+                        f"semaphore {self.name!r}: etcd did not answer in time"
+                    ) from exc
+                time.sleep(min(0.05, limit.remaining() or 0.05))
+
+    # ---- capacity --------------------------------------------------------------
+    def _agree_capacity(self, capacity: int, adopt: bool) -> int:
+        reply = self._call(
+            lambda: self.client.txn(
+                [Compare.create_revision(self.config_key, "==", 0)],
+                [Op.put(self.config_key, encode_capacity(capacity)), Op.range(self.config_key)],
+                [Op.range(self.config_key)],
+                timeout=_ATTEMPT,
+            )
+        )
+        kv = reply.responses[-1].response_range.kvs[0]
+        stored = decode_capacity(self.name, kv.value)
+        self._capacity_revision = max(kv.mod_revision, reply.header.revision)
+        if reply.succeeded:
+            log.info("created semaphore %r with capacity %d", self.name, capacity)
+        if stored != capacity and not adopt:
+            raise CapacityMismatch(self.name, capacity, stored)
+        return stored
+
+    def _capacity_events(self, events: list[Any], revision: int) -> None:
+        for event in events:
+            if event.type == pb.Event.PUT:
+                try:
+                    self._new_capacity(
+                        decode_capacity(self.name, event.kv.value), event.kv.mod_revision
+                    )
+                except CorruptState as exc:
+                    log.error("%s", exc)
+
+    def _capacity_watch_failed(self, exc: Exception) -> None:
+        if isinstance(exc, EtcdCompacted) and not self._closed:
+            reply = self._call(lambda: self.client.range(self.config_key, timeout=_ATTEMPT))
+            if reply.kvs:
+                self._new_capacity(
+                    decode_capacity(self.name, reply.kvs[0].value), reply.kvs[0].mod_revision
+                )
+            self._capacity_watch = Watcher(
+                self.client,
+                self.config_key,
+                start_revision=reply.header.revision + 1,
+                on_events=self._capacity_events,
+                on_error=self._capacity_watch_failed,
+            )
+        else:
+            log.error("semaphore %r: capacity watch ended: %s", self.name, exc)
+
+    def _new_capacity(self, capacity: int, revision: int) -> None:
+        with self._lock:
+            if revision <= self._capacity_revision and capacity == self.capacity:
+                return
+            self._capacity_revision = max(revision, self._capacity_revision)
+            old, self.capacity = self.capacity, capacity
+            waiters = list(self._waiters)
+            unmarked = list(self._unmarked.items()) if capacity < old else []
+        if capacity == old:
+            return
+        log.info("semaphore %r: capacity %d -> %d", self.name, old, capacity)
+        for waiter in waiters:
+            waiter.post(waiter.generation, CapacityChanged(capacity))
+        for key, (token, value) in unmarked:  # see docs/design.md: marks on a decrease
+            self._write_mark(key, token, value, lambda why: None)
+
+    def set_capacity(self, capacity: int) -> None:
+        validate_capacity(capacity)
+        reply = self._call(
+            lambda: self.client.put(self.config_key, encode_capacity(capacity), timeout=_ATTEMPT)
+        )
+        log.info("semaphore %r: capacity set to %d", self.name, capacity)
+        self._new_capacity(capacity, reply.header.revision)
+
+    # ---- waiters ---------------------------------------------------------------
+    def register(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters.add(waiter)
+        self.backend.register_waiter(waiter)
+
+    def unregister(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters.discard(waiter)
+            watchers = self._watchers.pop(waiter, {})
+        self.backend.unregister_waiter(waiter)
+        self._cancel_later(watchers.values())
+
+    def _cancel_later(self, watchers: Any) -> None:
+        """Cancel watchers on a background thread (grpc code stays off user threads)."""
+        pending = list(watchers)
+
+        def cancel_all() -> None:
+            for watcher in pending:
+                watcher.cancel(timeout=1)
+
+        if pending:
+            self._submit(cancel_all)
+
+    # ---- the protocol steps ------------------------------------------------------
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        waiter.new_generation()
+        with self._lock:
+            stale = self._watchers.pop(waiter, {})
+        self._cancel_later(stale.values())
+        while True:
+            lease = self.backend.current_lease(deadline)
+            uid = new_entry_id()
+            waiter.entry_id = uid
+            key = self._key(uid)
+            value = EntryData(
+                owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
+            ).encode()
+            reads = [Op.range(self.entries_prefix, self._entries_end), Op.range(self.config_key)]
+            try:
+                # Retried as is after UNAVAILABLE: if the lost attempt created the key,
+                # the failure branch lists it and we adopt it (no orphan, no second entry).
+                create = functools.partial(
+                    self.client.txn,
+                    [Compare.create_revision(key, "==", 0)],
+                    [Op.put(key, value, lease=lease), *reads],
+                    reads,
+                    timeout=deadline.cap(_ATTEMPT) or 0.001,
+                )
+                reply = self._create(waiter, create, deadline)
+            except EtcdLeaseNotFound:
+                self.backend.lease_gone(lease)
+                continue
+            listing = reply.responses[-2].response_range.kvs
+            mine = [kv for kv in listing if kv.key == key]
+            if not mine:
+                continue  # created on a lease that has since expired: gone already
+            if mine[0].lease != self.backend.lease_id:
+                continue  # our lease was replaced meanwhile
+            config = reply.responses[-1].response_range.kvs
+            if config:
+                self._new_capacity(
+                    decode_capacity(self.name, config[0].value), config[0].mod_revision
+                )
+            return self._enqueued(
+                waiter, uid, mine[0].create_revision, listing, reply.header.revision
+            )
+
+    def _create(self, waiter: Waiter, create: Callable[[], Any], deadline: Deadline) -> Any:
+        """The enqueue txn, retried on UNAVAILABLE; the running attempt is remembered so
+        that an interrupted acquire deletes the entry only after the create is over."""
+        while True:
+            future = self.backend.submit(create)
+            with self._lock:
+                self._inflight[waiter] = future
+            try:
+                reply = future.result()
+            except EtcdUnavailable as exc:
+                if deadline.expired():
+                    raise AcquireTimeout(
+                        f"semaphore {self.name!r}: etcd did not answer in time"
+                    ) from exc
+                time.sleep(min(0.05, deadline.remaining() or 0.05))
+                continue
+            with self._lock:
+                self._inflight.pop(waiter, None)
+            return reply
+
+    def _enqueued(
+        self, waiter: Waiter, uid: str, token: int, listing: Any, revision: int
+    ) -> Enqueued:
+        waiter.key, waiter.token = uid, token
+        with self._lock:
+            self._tokens[uid] = token
+        lower: list[Entry] = []
+        later = False
+        me: Entry | None = None
+        for kv in listing:
+            entry_uid = kv.key[len(self.entries_prefix) :].decode()
+            data = decode_entry(entry_uid, kv.value)
+            if data.weight is None or data.weight < 1:
+                raise CorruptState(f"entry {kv.key!r} has no weight")
+            entry = Entry(
+                key=entry_uid, order=kv.create_revision, weight=data.weight, held=data.held
+            )
+            if kv.create_revision < token:
+                lower.append(entry)
+            elif kv.create_revision > token:
+                later = True
+            else:
+                me = entry
+        assert me is not None
+        return Enqueued(me=me, lower=tuple(lower), capacity=self.capacity, later_entries=later)
+
+    def arm(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Mapping[str, EntryState | None] | SessionLost:
+        generation = waiter.generation
+        reply = self._call(
+            lambda: self.client.txn(
+                [],
+                [Op.range(self._key(k)) for k in keys],
+                [],
+                timeout=deadline.cap(_ATTEMPT) or 0.001,
+            ),
+            deadline,
+        )
+        states: dict[str, EntryState | None] = {}
+        for key, response in zip(keys, reply.responses, strict=True):
+            kvs = response.response_range.kvs
+            if not kvs:
+                states[key] = None
+                continue
+            data = decode_entry(key, kvs[0].value)
+            states[key] = EntryState(held=data.held, lower=data.lower)
+            self._watch(waiter, generation, key, reply.header.revision + 1)
+        return states
+
+    def _watch(self, waiter: Waiter, generation: int, key: str, start_revision: int) -> None:
+        """A one-shot watch on one entry from ``start_revision``: nothing between the read
+        and the watch is missed."""
+        fired = threading.Event()
+
+        def on_events(events: list[Any], revision: int) -> None:
+            if fired.is_set() or not events:
+                return
+            fired.set()
+            event = events[0]
+            if event.type == pb.Event.DELETE:
+                waiter.post(generation, EntryDeleted(key))
+            else:
+                waiter.post(generation, EntryHeld(key))  # the held mark is the only write
+            with self._lock:
+                watcher = self._watchers.get(waiter, {}).pop(key, None)
+            if watcher is not None:
+                watcher.cancel(timeout=0)
+
+        def on_error(exc: Exception) -> None:
+            # e.g. history compacted: treat it as a fired watch, the waiter reads again
+            if not fired.is_set():
+                fired.set()
+                waiter.post(generation, EntryChanged(key))
+
+        watcher = Watcher(
+            self.client,
+            self._key(key),
+            start_revision=start_revision,
+            on_events=on_events,
+            on_error=on_error,
+        )
+        with self._lock:
+            old = self._watchers.setdefault(waiter, {}).pop(key, None)
+            self._watchers[waiter][key] = watcher
+        if old is not None:
+            self._cancel_later([old])
+
+    def mark_held(
+        self,
+        waiter: Waiter,
+        me: Entry,
+        now: bool,
+        lower: tuple[str, ...] | None,
+        on_lost: Callable[[str], None],
+    ) -> None:
+        token = waiter.token
+        assert token is not None
+        value = EntryData(
+            owner=waiter.owner, held=True, since=time.time(), weight=me.weight, lower=lower
+        ).encode()
+        if now:
+            self._write_mark(me.key, token, value, on_lost)
+        else:
+            with self._lock:
+                self._unmarked[me.key] = (token, value)
+
+    def _write_mark(
+        self, key: str, token: int, value: bytes, on_lost: Callable[[str], None]
+    ) -> None:
+        """Sent without waiting. Guarded by our create_revision, so a mark can never
+        re-create an entry that is gone; the put keeps the session lease."""
+        lease = self.backend.lease_id
+        with self._lock:
+            self._unmarked.pop(key, None)
+
+        def write() -> None:
+            while not self._closed:
+                try:
+                    reply = self.client.txn(
+                        [Compare.create_revision(self._key(key), "==", token)],
+                        [Op.put(self._key(key), value, lease=lease)],
+                        [],
+                        timeout=_ATTEMPT,
+                    )
+                    if not reply.succeeded:
+                        on_lost("the entry was gone when its held mark was written")
+                    return
+                except EtcdLeaseNotFound:
+                    on_lost("the lease was gone when the held mark was written")
+                    return
+                except EtcdUnavailable:
+                    time.sleep(0.05)
+                except EtcdError as exc:
+                    log.warning("held mark of %s failed: %s", key, exc)
+                    return
+
+        self._submit(write)
+
+    def _submit(self, fn: Callable[[], None]) -> None:
+        # RuntimeError: the backend is closing; revoking its lease removes the entries
+        with contextlib.suppress(RuntimeError):
+            self.backend.background.submit(fn)
+
+    # ---- leaving ------------------------------------------------------------------
+    def remove(self, key: str) -> None:
+        with self._lock:
+            self._unmarked.pop(key, None)
+            token = self._tokens.pop(key, None)
+        self._delete(key, token)
+
+    def abandon(self, waiter: Waiter) -> None:
+        with self._lock:
+            inflight = self._inflight.pop(waiter, None)
+        if waiter.key is not None:
+            self.remove(waiter.key)
+        elif waiter.entry_id is not None:
+            uid = waiter.entry_id  # unique id: only ever our entry
+            if inflight is not None and not inflight.done():
+                # gRPC does not order calls: delete once the interrupted create is over
+                inflight.add_done_callback(lambda _: self._submit(lambda: self._delete(uid, None)))
+            else:
+                self._delete(uid, None)
+
+    def _delete(self, uid: str, token: int | None) -> None:
+        """Delete our entry, guarded by its create_revision when known. Tries now; if
+        etcd cannot be reached, retries in the background (the lease's end removes the
+        entry anyway)."""
+        key = self._key(uid)
+        guard = [] if token is None else [Compare.create_revision(key, "==", token)]
+
+        def attempt() -> None:
+            self.client.txn(guard, [Op.delete(key)], [], timeout=_ATTEMPT)
+
+        try:
+            if threading.current_thread().name.startswith("sr-etcd"):
+                attempt()
+            else:
+                self.backend.run(attempt)
+        except EtcdUnavailable:
+            log.warning("delete of %r is pending until etcd is reachable again", uid)
+
+            def retry() -> None:
+                while not self._closed:
+                    try:
+                        attempt()
+                        return
+                    except EtcdUnavailable:
+                        time.sleep(0.2)
+                    except EtcdError:
+                        return
+
+            self._submit(retry)
+        except EtcdError as exc:
+            log.warning("delete of %r failed: %s", uid, exc)
+
+    # ---- reading and fencing --------------------------------------------------------
+    def status(self) -> Status:
+        reply = self._call(
+            lambda: self.client.txn(
+                [],
+                [Op.range(self.entries_prefix, self._entries_end), Op.range(self.config_key)],
+                [],
+                timeout=_ATTEMPT,
+            )
+        )
+        config = reply.responses[1].response_range.kvs
+        capacity = decode_capacity(self.name, config[0].value) if config else self.capacity
+        rows = []
+        for kv in reply.responses[0].response_range.kvs:
+            uid = kv.key[len(self.entries_prefix) :].decode()
+            data = decode_entry(uid, kv.value)
+            rows.append(
+                (
+                    kv.create_revision,
+                    EntryStatus(
+                        uid, data.owner, data.weight or 0, kv.create_revision, data.held, data.since
+                    ),
+                )
+            )
+        rows.sort(key=lambda r: r[0])
+        return split_queue(self.name, capacity, (r[1] for r in rows))
+
+    def transaction(self, key: str) -> EtcdFencedTransaction:
+        with self._lock:
+            token = self._tokens.get(key, -1)
+        return EtcdFencedTransaction(self, self._key(key), token)
+
+    def close(self) -> None:
+        self._closed = True
+        self._capacity_watch.cancel(timeout=1)
+        with self._lock:
+            watchers = [w for ws in self._watchers.values() for w in ws.values()]
+            self._watchers.clear()
+        for watcher in watchers:
+            watcher.cancel(timeout=1)
+
+
+class EtcdFencedTransaction:
+    """An etcd txn that commits only while the permit's entry still has its
+    create_revision (the fencing token). Add operations with the ``Op`` builders of
+    :mod:`semaphore_recipes.etcd.client` via :meth:`add`, or with :meth:`put` and
+    :meth:`delete`; ``commit()`` raises PermitLost when the fence fails and returns the
+    txn's responses otherwise."""
+
+    def __init__(self, queue: EtcdQueue, entry_key: bytes, token: int) -> None:
+        self._queue = queue
+        self.entry_key = entry_key
+        self.token = token
+        self.compare = [Compare.create_revision(entry_key, "==", token)]
+        self.ops: list[Any] = []
+
+    def add(self, op: Any) -> None:
+        self.ops.append(op)
+
+    def put(self, key: str | bytes, value: bytes) -> None:
+        self.ops.append(Op.put(key.encode() if isinstance(key, str) else key, value))
+
+    def delete(self, key: str | bytes) -> None:
+        self.ops.append(Op.delete(key.encode() if isinstance(key, str) else key))
+
+    def create(self, key: str | bytes, value: bytes = b"") -> None:
+        """Put ``key`` only if it does not exist (mirrors the ZooKeeper transaction)."""
+        k = key.encode() if isinstance(key, str) else key
+        self.ops.append(Op.txn([Compare.create_revision(k, "==", 0)], [Op.put(k, value)], []))
+
+    def commit(self) -> list[Any]:
+        try:
+            reply = self._queue.backend.run(
+                lambda: self._queue.client.txn(self.compare, self.ops, [], timeout=_ATTEMPT)
+            )
+        except EtcdUnavailable as exc:
+            raise BackendUnavailable(f"etcd unreachable: {exc}") from exc
+        if not reply.succeeded:
+            raise PermitLost(f"fence failed: {self.entry_key.decode()} is gone")
+        return list(reply.responses)

@@ -1,0 +1,204 @@
+"""etcd-specific faults: crashes, pauses, revoked leases, lost replies, member loss."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import semaphore_recipes as sr
+from semaphore_recipes.testing.plugin import leftover_etcd_entries
+from semaphore_recipes.testing.proxy import FaultProxy
+
+from ..conftest import Service, Workers, wait_until
+
+TTL = 2  # lease TTL (s) of the processes that crash or pause
+
+
+def _waiter_thread(sem: sr.Semaphore, timeout: float = 30) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+
+    def run() -> None:
+        permit = sem.acquire(timeout=timeout)
+        out.append((time.monotonic(), permit))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_kill_9_of_a_holder_returns_its_permit_within_the_ttl(
+    ed: Service, workers: Workers
+) -> None:
+    sem = ed.connect().semaphore("crash", capacity=1)
+    holder = workers.start(ed.url_with(session_timeout=TTL), "crash", "1", "hold")
+    Workers.expect(holder, "HELD")
+    t, out = _waiter_thread(sem)
+    wait_until(lambda: len(sem.status().waiters) == 1)
+    killed = time.monotonic()
+    holder.send_signal(signal.SIGKILL)
+    t.join(TTL + 5)
+    assert out, "the waiter was never granted"
+    elapsed = out[0][0] - killed
+    print(f"\ncrash-release (etcd): granted {elapsed:.2f} s after kill -9 (lease TTL {TTL} s)")
+    assert elapsed <= TTL + 1.0
+    out[0][1].release()
+
+
+def test_a_holder_paused_past_its_lease_is_fenced_off(ed: Service, workers: Workers) -> None:
+    sem = ed.connect().semaphore("pause", capacity=1)
+    holder = workers.start(ed.url_with(session_timeout=TTL), "pause", "1", "hold")
+    token = int(Workers.expect(holder, "HELD").split()[1])
+    holder.send_signal(signal.SIGSTOP)
+    try:
+        permit = sem.acquire(timeout=TTL + 5)  # the paused holder's lease runs out
+        assert permit.token > token
+    finally:
+        holder.send_signal(signal.SIGCONT)
+    Workers.expect(holder, "LOST", timeout=15)
+    assert Workers.expect(holder, "FENCE-") == "FENCE-REJECTED"
+    assert holder.wait(10) == 0
+    permit.release()
+
+
+def test_a_lease_revoked_from_outside_loses_the_permit(ed: Service, etcd_admin: Any) -> None:
+    backend = ed.connect(session_timeout=3)
+    permit = backend.semaphore("revoked", capacity=1).acquire()
+    etcd_admin.lease_revoke(backend.lease_id)
+    assert permit.lost.wait(5), "permit.lost not set after the lease was revoked"
+    assert permit.state is sr.PermitState.LOST
+    tx = permit.transaction()
+    tx.put("/fenced-after-revoke", b"x")
+    with pytest.raises(sr.PermitLost):
+        tx.commit()
+    other = ed.connect().semaphore("revoked", capacity=1)
+    other.acquire(timeout=5).release()
+    # the backend carries on with a new lease
+    backend.semaphore("revoked", capacity=1).acquire(timeout=5).release()
+
+
+def test_a_waiter_whose_lease_is_revoked_enters_the_queue_again(
+    ed: Service, etcd_admin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    holder_sem = ed.connect().semaphore("rewait", capacity=1)
+    waiter_backend = ed.connect()
+    sem = waiter_backend.semaphore("rewait", capacity=1)
+    held = holder_sem.acquire()
+    t, out = _waiter_thread(sem)
+    wait_until(lambda: len(holder_sem.status().waiters) == 1)
+    before = holder_sem.status().waiters[0].token
+    with caplog.at_level(logging.WARNING, logger="semaphore_recipes"):
+        etcd_admin.lease_revoke(waiter_backend.lease_id)
+        wait_until(lambda: [w.token for w in holder_sem.status().waiters] not in ([], [before]))
+    assert "entering the queue again" in caplog.text
+    held.release()
+    t.join(10)
+    assert out and out[0][1].state is sr.PermitState.HELD
+    out[0][1].release()
+
+
+def test_a_lost_create_reply_leaves_one_entry(
+    ed: Service, etcd_server: Any, etcd_admin: Any, sr_namespace: str
+) -> None:
+    proxy = FaultProxy(etcd_server.endpoint)
+    proxy.start()
+    backend = ed.connect(url=f"etcd://{proxy.address}{sr_namespace}?session_timeout=10")
+    try:
+        sem = backend.semaphore("lost-reply", capacity=2)
+        proxy.drop_replies()  # the txn reaches etcd, its reply does not come back
+        t, out = _waiter_thread(sem, timeout=30)
+        wait_until(lambda: len(leftover_etcd_entries(etcd_admin, sr_namespace)) == 1)
+        proxy.cut()
+        time.sleep(0.3)
+        proxy.restore()
+        t.join(30)
+        assert out, "acquire did not complete after the connection came back"
+        permit = out[0][1]
+        entries = leftover_etcd_entries(etcd_admin, sr_namespace)
+        assert [e.rsplit("/", 1)[1] for e in entries] == [permit.key]  # adopted, no second
+        permit.release()
+    finally:
+        backend.close()
+        proxy.close()
+
+
+def test_a_holder_cut_off_is_suspended_then_held_again(
+    ed: Service, etcd_server: Any, sr_namespace: str
+) -> None:
+    proxy = FaultProxy(etcd_server.endpoint)
+    proxy.start()
+    backend = ed.connect(url=f"etcd://{proxy.address}{sr_namespace}?session_timeout=6")
+    try:
+        permit = backend.semaphore("cut", capacity=1).acquire()
+        proxy.blackhole()
+        wait_until(lambda: permit.state is sr.PermitState.SUSPENDED, timeout=8)
+        with pytest.raises(sr.PermitLost):
+            permit.check()
+        proxy.cut()
+        proxy.restore()
+        wait_until(lambda: permit.state is sr.PermitState.HELD, timeout=8)
+        assert not permit.lost.is_set()
+        permit.release()
+    finally:
+        backend.close()
+        proxy.close()
+
+
+def test_killing_the_leader_of_a_cluster_while_processes_cycle(
+    etcd_cluster: Any, sr_namespace: str, workers: Workers, tmp_path: Path
+) -> None:
+    url = f"etcd://{','.join(etcd_cluster.endpoints)}{sr_namespace}?session_timeout=6"
+    checker = tmp_path / "checker.json"
+    checker.write_text("")
+    procs = [
+        workers.start(
+            url,
+            "ens",
+            "2",
+            "cycle",
+            "--weights",
+            "1,2",
+            "--seconds",
+            "8",
+            "--checker",
+            str(checker),
+        )
+        for _ in range(4)
+    ]
+    wait_until(lambda: checker.read_text() != "" and json.loads(checker.read_text())["grants"] > 20)
+    etcd_cluster.leader().kill()
+    grants_at_kill = json.loads(checker.read_text())["grants"]
+    for p in procs:
+        Workers.expect(p, "CYCLES", timeout=60)
+        assert p.wait(20) == 0
+    state = json.loads(checker.read_text())
+    assert state["max"] <= 2
+    assert state["grants"] > grants_at_kill + 20  # work resumed under the new leader
+    from semaphore_recipes.etcd.client import EtcdClient
+
+    alive = [m.endpoint for m in etcd_cluster.members if m.running]
+    with EtcdClient(alive) as admin:
+        wait_until(lambda: leftover_etcd_entries(admin, sr_namespace) == [], timeout=15)
+
+
+def test_waiters_fail_over_to_another_endpoint(etcd_cluster: Any, sr_namespace: str) -> None:
+    endpoints = ",".join(etcd_cluster.endpoints)
+    url = f"etcd://{endpoints}{sr_namespace}?session_timeout=6"
+    with sr.connect(url) as holder_backend, sr.connect(url) as waiter_backend:
+        held = holder_backend.semaphore("failover", capacity=1).acquire()
+        sem = waiter_backend.semaphore("failover", capacity=1)
+        threads = [_waiter_thread(sem) for _ in range(3)]
+        wait_until(lambda: len(sem.status().waiters) == 3)
+        etcd_cluster.members[0].kill()  # the first endpoint: where the clients connected
+        time.sleep(0.5)
+        held.release()
+        for t, out in threads:
+            t.join(30)
+            assert out, "a waiter was not granted after the failover"
+            out[0][1].release()
