@@ -82,6 +82,9 @@ class QueueStore(Protocol):
         """Remove the waiter's entry if it exists (exact key, or found by entry id after a
         lost create reply); never raises; retried in the background if unreachable."""
 
+    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
+        """Call ``on_lost`` when the holder's entry is deleted (a one-shot watch)."""
+
     def remove(self, key: str) -> None:
         """Delete the holder's own entry now; never raises (background retry)."""
 

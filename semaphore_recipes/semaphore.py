@@ -174,7 +174,12 @@ class Semaphore:
         return f"<Semaphore {self.name!r} capacity={self.capacity}>"
 
     def acquire(
-        self, permits: int = 1, timeout: float | None = None, blocking: bool = True
+        self,
+        permits: int = 1,
+        timeout: float | None = None,
+        blocking: bool = True,
+        *,
+        watch_entry: bool = False,
     ) -> Permit:
         """Wait in FIFO order for ``permits`` permits.
 
@@ -182,6 +187,10 @@ class Semaphore:
         ``blocking`` is False and the permits are not free now, ValueError/TypeError on
         bad arguments (before any I/O). On every way out without a permit (timeout,
         exception, KeyboardInterrupt) the queue entry is removed.
+
+        ``watch_entry=True`` also watches the permit's own entry, so that its deletion
+        from outside (an operator, a lease revoked by hand) sets ``permit.lost`` at
+        once rather than at the next session check; it costs one watch per acquire.
         """
         validate_permits(permits, self._store.capacity)
         deadline = Deadline(timeout, self._clock)
@@ -213,6 +222,8 @@ class Semaphore:
         except StopIteration:
             assert permit is not None
             log.debug("acquired %d of %r (token %d)", permits, self.name, permit.token)
+            if watch_entry:
+                store.watch_entry(permit.key, permit.token, permit._entry_lost)
             return permit
         except BaseException:
             if permit is not None:  # interrupted between admission and return

@@ -72,6 +72,7 @@ class EtcdQueue:
         self._unmarked: dict[str, tuple[int, bytes]] = {}  # key -> (token, mark value)
         self._tokens: dict[str, int] = {}  # our entries' create_revisions
         self._inflight: dict[Waiter, Future[Any]] = {}  # enqueue txns still running
+        self._holder_watchers: dict[str, Watcher] = {}  # acquire(watch_entry=True)
         self._capacity_revision = 0
         self._closed = False
         self.capacity = self._agree_capacity(capacity, adopt_capacity)
@@ -404,12 +405,25 @@ class EtcdQueue:
         with contextlib.suppress(RuntimeError):
             self.backend.background.submit(fn)
 
+    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
+        def on_events(events: list[Any], revision: int) -> None:
+            if any(e.type == pb.Event.DELETE for e in events):
+                on_lost("the entry was deleted (lease revoked or expired, or by hand)")
+
+        # from our create_revision: a delete that already happened is seen too
+        watcher = Watcher(self.client, self._key(key), start_revision=token, on_events=on_events)
+        with self._lock:
+            self._holder_watchers[key] = watcher
+
     # ---- leaving ------------------------------------------------------------------
     def remove(self, key: str) -> None:
         with self._lock:
             self._unmarked.pop(key, None)
             token = self._tokens.pop(key, None)
+            watcher = self._holder_watchers.pop(key, None)
         self._delete(key, token)
+        if watcher is not None:
+            self._cancel_later([watcher])
 
     def abandon(self, waiter: Waiter) -> None:
         with self._lock:
@@ -493,7 +507,9 @@ class EtcdQueue:
         self._capacity_watch.cancel(timeout=1)
         with self._lock:
             watchers = [w for ws in self._watchers.values() for w in ws.values()]
+            watchers += self._holder_watchers.values()
             self._watchers.clear()
+            self._holder_watchers.clear()
         for watcher in watchers:
             watcher.cancel(timeout=1)
 

@@ -330,6 +330,22 @@ class ZooKeeperQueue:
 
         self.client.set_async(path, data).rawlink(marked)
 
+    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
+        path = f"{self.path}/{key}"
+
+        def fired(event: Any) -> None:
+            if event.type == EventType.DELETED:
+                on_lost("the entry was deleted")
+            elif event.type == EventType.CHANGED:  # our own held mark: watch on
+                self.client.exists_async(path, watch=fired).rawlink(checked)
+
+        def checked(result: Any) -> None:
+            with contextlib.suppress(KazooException):
+                if result.get(block=False) is None:
+                    on_lost("the entry was gone when its watch was set")
+
+        self.client.exists_async(path, watch=fired).rawlink(checked)
+
     # ---- leaving ----------------------------------------------------------------
     def remove(self, key: str) -> None:
         with self._lock:

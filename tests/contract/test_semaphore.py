@@ -345,3 +345,35 @@ def test_deadlines_that_expire_mid_round_trip_leave_nothing_behind(service: Serv
                 sem.acquire(timeout=0)
         wait_until(lambda: len(service.entries()) == 1)
     wait_until(lambda: service.entries() == [])
+
+
+def test_watch_entry_reports_a_deletion_from_outside_at_once(service: Service) -> None:
+    sem = service.connect().semaphore("watched", capacity=1)
+    permit = sem.acquire(watch_entry=True)
+    plain = service.connect().semaphore("watched-too", capacity=1).acquire()
+    [entry] = [e for e in service.entries() if "/watched/" in e]
+    deleted = time.monotonic()
+    _delete_from_outside(service, entry)
+    assert permit.lost.wait(2), "deleting the entry did not set permit.lost"
+    assert time.monotonic() - deleted < 1.0
+    assert permit.state is sr.PermitState.LOST
+    permit.release()  # no error, nothing to do
+    plain.release()
+    assert not plain.lost.is_set()
+
+
+def _delete_from_outside(service: Service, entry: str) -> None:
+    if service.kind == "zookeeper":
+        from kazoo.client import KazooClient
+
+        host = service.url.split("//")[1].split("/")[0]
+        admin = KazooClient(hosts=host)
+        admin.start(timeout=10)
+        admin.delete(entry)
+        admin.stop()
+        admin.close()
+    else:
+        from semaphore_recipes.etcd.client import EtcdClient
+
+        with EtcdClient([service.url.split("//")[1].split("/")[0]]) as admin:
+            admin.delete_range(entry)
