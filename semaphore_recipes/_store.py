@@ -7,12 +7,15 @@ shares it.
 
 from __future__ import annotations
 
+import itertools
+import logging
 import queue
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ._core.deadline import Deadline
-from ._core.protocol import Enqueued, Event, SessionLost
+from ._core.protocol import CapacityChanged, Enqueued, Event, SessionLost
 from ._core.queue import Entry, EntryState
 from ._core.status import Status
 
@@ -55,6 +58,107 @@ class Waiter:
                     return event
         except queue.Empty:
             return None
+
+
+log = logging.getLogger("semaphore_recipes")
+
+
+class SessionHub:
+    """A backend's session as waiters and permits see it: who to tell when it changes.
+
+    Backends call :meth:`_notify_permits` with "suspended", "restored" or a reason the
+    permits are lost, and :meth:`_session_lost` when waiters must enter the queue again.
+    """
+
+    def __init__(self) -> None:
+        self._hub_lock = threading.Lock()
+        self._waiters: set[Waiter] = set()
+        self._permit_listeners: dict[int, Callable[[str], None]] = {}
+        self._listener_ids = itertools.count()
+
+    def register_waiter(self, waiter: Waiter) -> None:
+        with self._hub_lock:
+            self._waiters.add(waiter)
+
+    def unregister_waiter(self, waiter: Waiter) -> None:
+        with self._hub_lock:
+            self._waiters.discard(waiter)
+
+    def add_permit_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        with self._hub_lock:
+            key = next(self._listener_ids)
+            self._permit_listeners[key] = listener
+
+        def remove() -> None:
+            with self._hub_lock:
+                self._permit_listeners.pop(key, None)
+
+        return remove
+
+    def _notify_permits(self, change: str) -> None:
+        with self._hub_lock:
+            listeners = list(self._permit_listeners.values())
+        for listener in listeners:
+            listener(change)
+
+    def _session_lost(self) -> None:
+        with self._hub_lock:
+            waiters = list(self._waiters)
+        for waiter in waiters:
+            waiter.post_session_lost()
+
+
+class QueueBase:
+    """What every backend's queue shares: its waiters, the cached capacity and its
+    fan-out, and the holders admitted without a held mark."""
+
+    def __init__(self, name: str, hub: SessionHub) -> None:
+        self.name = name
+        self._hub = hub
+        self._lock = threading.Lock()
+        self._waiters: set[Waiter] = set()
+        self._unmarked: dict[str, Callable[[], None]] = {}  # key -> writes its mark
+        self._capacity_version = -1  # store version of the capacity we last applied
+        self.capacity = 0
+
+    def register(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters.add(waiter)
+        self._hub.register_waiter(waiter)
+
+    def unregister(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters.discard(waiter)
+        self._hub.unregister_waiter(waiter)
+
+    def _defer_mark(self, key: str, write_mark: Callable[[], None]) -> None:
+        with self._lock:
+            self._unmarked[key] = write_mark
+
+    def _forget_mark(self, key: str) -> None:
+        with self._lock:
+            self._unmarked.pop(key, None)
+
+    def _new_capacity(self, capacity: int, version: int) -> None:
+        """Apply a capacity read at store ``version`` (older reads are ignored)."""
+        with self._lock:
+            if version < self._capacity_version:
+                return  # an older read finishing late
+            self._capacity_version = version
+            old, self.capacity = self.capacity, capacity
+            waiters = list(self._waiters)
+            unmarked = list(self._unmarked.values()) if capacity < old else []
+            if unmarked:
+                self._unmarked.clear()
+        if capacity == old:
+            return
+        log.info("semaphore %r: capacity %d -> %d", self.name, old, capacity)
+        for waiter in waiters:
+            waiter.post(waiter.generation, CapacityChanged(capacity))
+        # A newcomer that read the lower capacity may take an unmarked holder for not
+        # admitted and watch only it: the mark is what wakes it (docs/design.md).
+        for write_mark in unmarked:
+            write_mark()
 
 
 class QueueStore(Protocol):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -105,3 +106,16 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(interval)
+
+
+def waiter_thread(sem: Any, timeout: float = 30) -> tuple[threading.Thread, list[Any]]:
+    """``sem.acquire(timeout)`` in a daemon thread; its list gets (granted at, permit)."""
+    out: list[Any] = []
+
+    def run() -> None:
+        permit = sem.acquire(timeout=timeout)
+        out.append((time.monotonic(), permit))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out

@@ -8,7 +8,6 @@ waiters re-enter the queue on a fresh lease, and later acquires use that lease.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import threading
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from .._core.deadline import Deadline
 from .._core.names import validate_capacity, validate_name
-from .._store import Waiter
+from .._store import SessionHub
 from .._url import ServiceURL
 from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
 from ..semaphore import Semaphore
@@ -43,7 +42,7 @@ def validate_prefix(prefix: str) -> str:
     return prefix if prefix.endswith("/") else prefix + "/"
 
 
-class EtcdBackend:
+class EtcdBackend(SessionHub):
     """Semaphores over one etcd client and one lease (the session).
 
     Built by :func:`semaphore_recipes.connect` from an ``etcd://`` URL. ``close()``
@@ -59,16 +58,14 @@ class EtcdBackend:
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
         connect_timeout: float = 15.0,
     ) -> None:
+        super().__init__()
         self.client = client
         self.prefix = validate_prefix(prefix)
         self.owner = owner or default_owner()
         self.ttl = max(1, math.ceil(session_timeout))
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
-        self._waiters: set[Waiter] = set()
         self._queues: weakref.WeakSet[EtcdQueue] = weakref.WeakSet()
-        self._permit_listeners: dict[int, Callable[[str], None]] = {}
-        self._listener_ids = itertools.count()
         self._closed = False
         # fire-and-forget writes (held marks, deletes that must be retried)
         self.background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sr-etcd")
@@ -108,7 +105,10 @@ class EtcdBackend:
             raise
 
     def run(self, fn: Callable[[], T]) -> T:
-        """Run one blocking etcd call on the I/O threads and wait for it."""
+        """Run one blocking etcd call for the calling thread. Only the main thread gets
+        KeyboardInterrupt, so only its calls go through the I/O threads."""
+        if threading.current_thread() is not threading.main_thread():
+            return fn()
         return self.io.submit(fn).result()
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
@@ -168,43 +168,16 @@ class EtcdBackend:
                 return
             old, self.lease_id = self.lease_id, 0
             keeper, self._keeper = self._keeper, None
-            waiters = list(self._waiters)
         log.warning("etcd lease %x is gone: held permits are lost", old)
         if keeper is not None:
             keeper.stop(timeout=0)
         self._notify_permits("etcd lease expired")
-        for waiter in waiters:
-            waiter.post_session_lost()
+        self._session_lost()
 
     # ---- registries ----------------------------------------------------------
     def register_queue(self, queue: EtcdQueue) -> None:
         with self._lock:
             self._queues.add(queue)
-
-    def register_waiter(self, waiter: Waiter) -> None:
-        with self._lock:
-            self._waiters.add(waiter)
-
-    def unregister_waiter(self, waiter: Waiter) -> None:
-        with self._lock:
-            self._waiters.discard(waiter)
-
-    def add_permit_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
-        with self._lock:
-            key = next(self._listener_ids)
-            self._permit_listeners[key] = listener
-
-        def remove() -> None:
-            with self._lock:
-                self._permit_listeners.pop(key, None)
-
-        return remove
-
-    def _notify_permits(self, change: str) -> None:
-        with self._lock:
-            listeners = list(self._permit_listeners.values())
-        for listener in listeners:
-            listener(change)
 
     # ---- public --------------------------------------------------------------
     def semaphore(self, name: str, capacity: int, *, adopt_capacity: bool = False) -> Semaphore:

@@ -23,7 +23,6 @@ from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capac
 from .._core.deadline import Deadline
 from .._core.names import new_entry_id, validate_capacity
 from .._core.protocol import (
-    CapacityChanged,
     Enqueued,
     EntryChanged,
     EntryDeleted,
@@ -32,7 +31,7 @@ from .._core.protocol import (
 )
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
-from .._store import Waiter
+from .._store import QueueBase, Waiter
 from ..errors import AcquireTimeout, BackendUnavailable, CapacityMismatch, CorruptState, PermitLost
 from . import _proto  # noqa: F401  (makes the generated package importable first)
 from ._proto import etcd_api_pb2 as pb
@@ -55,31 +54,27 @@ log = logging.getLogger("semaphore_recipes.etcd")
 _ATTEMPT = 2.0  # seconds one request may take before it is retried (it is retry-safe)
 
 
-class EtcdQueue:
+class EtcdQueue(QueueBase):
     def __init__(
         self, backend: EtcdBackend, name: str, capacity: int, *, adopt_capacity: bool
     ) -> None:
+        super().__init__(name, backend)
         self.backend = backend
         self.client = backend.client
-        self.name = name
         base = f"{backend.prefix}{name}/"
         self.config_key = (base + "config").encode()
         self.entries_prefix = (base + "entries/").encode()
         self._entries_end = prefix_range_end(self.entries_prefix)
-        self._lock = threading.Lock()
-        self._waiters: set[Waiter] = set()
         self._watchers: dict[Waiter, dict[str, Watcher]] = {}
-        self._unmarked: dict[str, tuple[int, bytes]] = {}  # key -> (token, mark value)
         self._tokens: dict[str, int] = {}  # our entries' create_revisions
         self._inflight: dict[Waiter, Future[Any]] = {}  # enqueue txns still running
         self._holder_watchers: dict[str, Watcher] = {}  # acquire(watch_entry=True)
-        self._capacity_revision = 0
         self._closed = False
         self.capacity = self._agree_capacity(capacity, adopt_capacity)
         self._capacity_watch = Watcher(
             self.client,
             self.config_key,
-            start_revision=self._capacity_revision + 1,
+            start_revision=self._capacity_version + 1,
             on_events=self._capacity_events,
             on_error=self._capacity_watch_failed,
         )
@@ -115,7 +110,7 @@ class EtcdQueue:
         )
         kv = reply.responses[-1].response_range.kvs[0]
         stored = decode_capacity(self.name, kv.value)
-        self._capacity_revision = max(kv.mod_revision, reply.header.revision)
+        self._capacity_version = kv.mod_revision
         if reply.succeeded:
             log.info("created semaphore %r with capacity %d", self.name, capacity)
         if stored != capacity and not adopt:
@@ -149,22 +144,6 @@ class EtcdQueue:
         else:
             log.error("semaphore %r: capacity watch ended: %s", self.name, exc)
 
-    def _new_capacity(self, capacity: int, revision: int) -> None:
-        with self._lock:
-            if revision <= self._capacity_revision and capacity == self.capacity:
-                return
-            self._capacity_revision = max(revision, self._capacity_revision)
-            old, self.capacity = self.capacity, capacity
-            waiters = list(self._waiters)
-            unmarked = list(self._unmarked.items()) if capacity < old else []
-        if capacity == old:
-            return
-        log.info("semaphore %r: capacity %d -> %d", self.name, old, capacity)
-        for waiter in waiters:
-            waiter.post(waiter.generation, CapacityChanged(capacity))
-        for key, (token, value) in unmarked:  # see docs/design.md: marks on a decrease
-            self._write_mark(key, token, value, lambda why: None)
-
     def set_capacity(self, capacity: int) -> None:
         validate_capacity(capacity)
         reply = self._call(
@@ -174,16 +153,10 @@ class EtcdQueue:
         self._new_capacity(capacity, reply.header.revision)
 
     # ---- waiters ---------------------------------------------------------------
-    def register(self, waiter: Waiter) -> None:
-        with self._lock:
-            self._waiters.add(waiter)
-        self.backend.register_waiter(waiter)
-
     def unregister(self, waiter: Waiter) -> None:
+        super().unregister(waiter)
         with self._lock:
-            self._waiters.discard(waiter)
             watchers = self._watchers.pop(waiter, {})
-        self.backend.unregister_waiter(waiter)
         self._cancel_later(watchers.values())
 
     def _cancel_later(self, watchers: Any) -> None:
@@ -245,7 +218,7 @@ class EtcdQueue:
         """The enqueue txn, retried on UNAVAILABLE; the running attempt is remembered so
         that an interrupted acquire deletes the entry only after the create is over."""
         while True:
-            future = self.backend.submit(create)
+            future = self.backend.submit(create)  # always: abandon() needs the future
             with self._lock:
                 self._inflight[waiter] = future
             try:
@@ -365,8 +338,9 @@ class EtcdQueue:
         if now:
             self._write_mark(me.key, token, value, on_lost)
         else:
-            with self._lock:
-                self._unmarked[me.key] = (token, value)
+            self._defer_mark(
+                me.key, lambda: self._write_mark(me.key, token, value, lambda why: None)
+            )
 
     def _write_mark(
         self, key: str, token: int, value: bytes, on_lost: Callable[[str], None]
@@ -374,8 +348,7 @@ class EtcdQueue:
         """Sent without waiting. Guarded by our create_revision, so a mark can never
         re-create an entry that is gone; the put keeps the session lease."""
         lease = self.backend.lease_id
-        with self._lock:
-            self._unmarked.pop(key, None)
+        self._forget_mark(key)
 
         def write() -> None:
             while not self._closed:
@@ -417,8 +390,8 @@ class EtcdQueue:
 
     # ---- leaving ------------------------------------------------------------------
     def remove(self, key: str) -> None:
+        self._forget_mark(key)
         with self._lock:
-            self._unmarked.pop(key, None)
             token = self._tokens.pop(key, None)
             watcher = self._holder_watchers.pop(key, None)
         self._delete(key, token)

@@ -208,18 +208,18 @@ def leftover_entries(admin: Any, namespace: str) -> list[str]:
     return found
 
 
-@pytest.fixture
-def zookeeper_backend(
-    zookeeper_url: str, zookeeper_admin: Any, sr_namespace: str
+def _backend_factory(
+    default_url: str, leftovers: Callable[[], list[str]]
 ) -> Iterator[Callable[..., Any]]:
-    """``make(url=None, session_timeout=None, **connect_kwargs)`` -> a backend, closed at
-    teardown; then no entry may remain (waits for sessions of killed processes)."""
+    """Yield ``make(url=None, session_timeout=None, **connect_kwargs)``; at teardown close
+    every backend made, then fail if queue entries remain (waiting out the sessions of
+    killed processes)."""
     import semaphore_recipes as sr
 
     backends: list[Any] = []
 
     def make(url: str | None = None, session_timeout: float | None = None, **kwargs: Any) -> Any:
-        target = url or zookeeper_url
+        target = url or default_url
         if session_timeout is not None:
             target = target.split("?")[0] + f"?session_timeout={session_timeout}"
         backend = sr.connect(target, **kwargs)
@@ -230,11 +230,22 @@ def zookeeper_backend(
     for backend in backends:
         backend.close()
     deadline = time.monotonic() + 12.0  # longest session timeout the tests use + margin
-    left = leftover_entries(zookeeper_admin, sr_namespace)
+    left = leftovers()
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
-        left = leftover_entries(zookeeper_admin, sr_namespace)
+        left = leftovers()
     assert not left, f"queue entries left behind: {left}"
+
+
+@pytest.fixture
+def zookeeper_backend(
+    zookeeper_url: str, zookeeper_admin: Any, sr_namespace: str
+) -> Iterator[Callable[..., Any]]:
+    """``make(url=None, session_timeout=None, **connect_kwargs)`` -> a backend, closed at
+    teardown; then no entry may remain (waits for sessions of killed processes)."""
+    yield from _backend_factory(
+        zookeeper_url, lambda: leftover_entries(zookeeper_admin, sr_namespace)
+    )
 
 
 # ---- etcd ---------------------------------------------------------------------
@@ -363,27 +374,7 @@ def leftover_etcd_entries(admin: Any, namespace: str) -> list[str]:
 @pytest.fixture
 def etcd_backend(etcd_url: str, etcd_admin: Any, sr_namespace: str) -> Iterator[Callable[..., Any]]:
     """Like ``zookeeper_backend``, for etcd."""
-    import semaphore_recipes as sr
-
-    backends: list[Any] = []
-
-    def make(url: str | None = None, session_timeout: float | None = None, **kwargs: Any) -> Any:
-        target = url or etcd_url
-        if session_timeout is not None:
-            target = target.split("?")[0] + f"?session_timeout={session_timeout}"
-        backend = sr.connect(target, **kwargs)
-        backends.append(backend)
-        return backend
-
-    yield make
-    for backend in backends:
-        backend.close()
-    deadline = time.monotonic() + 12.0
-    left = leftover_etcd_entries(etcd_admin, sr_namespace)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
-        left = leftover_etcd_entries(etcd_admin, sr_namespace)
-    assert not left, f"queue entries left behind: {left}"
+    yield from _backend_factory(etcd_url, lambda: leftover_etcd_entries(etcd_admin, sr_namespace))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import socket
 import threading
 import weakref
-from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .._core.deadline import Deadline
 from .._core.names import validate_capacity, validate_name, validate_root
-from .._store import Waiter
+from .._store import SessionHub
 from .._url import ServiceURL
 from ..errors import AcquireTimeout, BackendUnavailable
 from ..semaphore import Semaphore
@@ -32,7 +30,7 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class ZooKeeperBackend:
+class ZooKeeperBackend(SessionHub):
     """Semaphores over one kazoo client (one ZooKeeper session).
 
     Build it with :func:`semaphore_recipes.connect` (a ``zookeeper://`` URL, or an
@@ -48,6 +46,7 @@ class ZooKeeperBackend:
         owner: str | None = None,
         own_client: bool = False,
     ) -> None:
+        super().__init__()
         from kazoo.protocol.states import KazooState
 
         self._KazooState = KazooState
@@ -57,11 +56,8 @@ class ZooKeeperBackend:
         self._own_client = own_client
         self._lock = threading.Lock()
         self._connected = threading.Event()
-        self._waiters: set[Waiter] = set()
         self._queues: weakref.WeakSet[ZooKeeperQueue] = weakref.WeakSet()
-        self._session_lost = False
-        self._permit_listeners: dict[int, Callable[[str], None]] = {}
-        self._listener_ids = itertools.count()
+        self._rearm_watches = False  # the session changed: capacity watches died
         self._suspended_session: int | None = None
         self._expiry_timer: threading.Timer | None = None
         self._closed = False
@@ -171,31 +167,6 @@ class ZooKeeperBackend:
         with self._lock:
             self._queues.add(queue)
 
-    def register_waiter(self, waiter: Waiter) -> None:
-        with self._lock:
-            self._waiters.add(waiter)
-
-    def unregister_waiter(self, waiter: Waiter) -> None:
-        with self._lock:
-            self._waiters.discard(waiter)
-
-    def add_permit_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
-        with self._lock:
-            key = next(self._listener_ids)
-            self._permit_listeners[key] = listener
-
-        def remove() -> None:
-            with self._lock:
-                self._permit_listeners.pop(key, None)
-
-        return remove
-
-    def _notify_permits(self, change: str) -> None:
-        with self._lock:
-            listeners = list(self._permit_listeners.values())
-        for listener in listeners:
-            listener(change)
-
     def _on_state(self, state: Any) -> None:
         # kazoo calls this from its connection thread: never block here.
         KazooState = self._KazooState
@@ -217,9 +188,9 @@ class ZooKeeperBackend:
                 else:
                     self._notify_permits("session ended while disconnected")
             self._suspended_session = None
-            if self._session_lost:
+            if self._rearm_watches:
                 # watches died with the old session: re-arm the capacity watches
-                self._session_lost = False
+                self._rearm_watches = False
                 with self._lock:
                     queues = list(self._queues)
                 for queue in queues:
@@ -229,13 +200,10 @@ class ZooKeeperBackend:
             self._connected.clear()
             self._cancel_expiry_timer()
             self._suspended_session = None
-            self._session_lost = True
+            self._rearm_watches = True
             log.warning("ZooKeeper session lost (expired or closed)")
             self._notify_permits("ZooKeeper session expired")
-            with self._lock:
-                waiters = list(self._waiters)
-            for waiter in waiters:
-                waiter.post_session_lost()
+            self._session_lost()
 
     def _start_expiry_timer(self) -> None:
         # While disconnected the server may expire the session without telling us; once

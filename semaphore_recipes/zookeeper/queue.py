@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -35,10 +34,10 @@ from .._core.names import (
     validate_capacity,
     zk_entry_prefix,
 )
-from .._core.protocol import CapacityChanged, Enqueued, EntryDeleted, EntryHeld, SessionLost
+from .._core.protocol import Enqueued, EntryDeleted, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
-from .._store import Waiter
+from .._store import QueueBase, Waiter
 from ..errors import AcquireTimeout, BackendUnavailable, CapacityMismatch, PermitLost
 
 if TYPE_CHECKING:
@@ -49,18 +48,14 @@ log = logging.getLogger("semaphore_recipes.zookeeper")
 _UNREACHABLE = (ConnectionLoss, KazooTimeoutError)
 
 
-class ZooKeeperQueue:
+class ZooKeeperQueue(QueueBase):
     def __init__(
         self, backend: ZooKeeperBackend, name: str, capacity: int, *, adopt_capacity: bool
     ) -> None:
+        super().__init__(name, backend)
         self.backend = backend
         self.client = backend.client
-        self.name = name
         self.path = join_path(backend.root, name)
-        self._waiters: set[Waiter] = set()
-        self._unmarked: dict[str, bytes] = {}  # holders admitted without a held mark
-        self._lock = threading.Lock()
-        self._capacity_version = -1  # data version of the semaphore node we last read
         self.capacity = self._agree_capacity(capacity, adopt_capacity)
         backend.register_queue(self)
 
@@ -101,24 +96,6 @@ class ZooKeeperQueue:
             return
         self._new_capacity(capacity, stat.version)
 
-    def _new_capacity(self, capacity: int, version: int) -> None:
-        with self._lock:
-            if version < self._capacity_version:
-                return  # an older read finishing late
-            self._capacity_version = version
-            old, self.capacity = self.capacity, capacity
-            waiters = list(self._waiters)
-            unmarked = list(self._unmarked.items()) if capacity < old else []
-        if capacity == old:
-            return
-        log.info("semaphore %r: capacity %d -> %d", self.name, old, capacity)
-        for waiter in waiters:
-            waiter.post(waiter.generation, CapacityChanged(capacity))
-        # A newcomer that read the lower capacity may take an unmarked holder for not
-        # admitted and watch only it: the mark is what wakes it (docs/design.md).
-        for key, data in unmarked:
-            self._write_mark(key, data, lambda why: None)
-
     def set_capacity(self, capacity: int) -> None:
         validate_capacity(capacity)
         try:
@@ -131,17 +108,6 @@ class ZooKeeperQueue:
             raise BackendUnavailable(f"ZooKeeper unreachable writing {self.path}: {exc!r}") from exc
         log.info("semaphore %r: capacity set to %d", self.name, capacity)
         self._new_capacity(capacity, stat.version)
-
-    # ---- waiters --------------------------------------------------------------
-    def register(self, waiter: Waiter) -> None:
-        with self._lock:
-            self._waiters.add(waiter)
-        self.backend.register_waiter(waiter)
-
-    def unregister(self, waiter: Waiter) -> None:
-        with self._lock:
-            self._waiters.discard(waiter)
-        self.backend.unregister_waiter(waiter)
 
     def _result(self, async_result: Any, deadline: Deadline) -> Any:
         try:
@@ -306,14 +272,12 @@ class ZooKeeperQueue:
         if now:
             self._write_mark(me.key, data, on_lost)
         else:
-            with self._lock:
-                self._unmarked[me.key] = data
+            self._defer_mark(me.key, lambda: self._write_mark(me.key, data, lambda why: None))
 
     def _write_mark(self, key: str, data: bytes, on_lost: Callable[[str], None]) -> None:
         """Sent without waiting: safety never depends on the mark, it wakes successors."""
         path = f"{self.path}/{key}"
-        with self._lock:
-            self._unmarked.pop(key, None)
+        self._forget_mark(key)
 
         def marked(result: Any) -> None:
             try:
@@ -348,8 +312,7 @@ class ZooKeeperQueue:
 
     # ---- leaving ----------------------------------------------------------------
     def remove(self, key: str) -> None:
-        with self._lock:
-            self._unmarked.pop(key, None)
+        self._forget_mark(key)
         self._delete_now_or_later(f"{self.path}/{key}")
 
     def abandon(self, waiter: Waiter) -> None:

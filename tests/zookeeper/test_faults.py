@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,21 +16,9 @@ from semaphore_recipes.testing.plugin import leftover_entries
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_server import ZooKeeperEnsemble, expire_session
 
-from ..conftest import Service, Workers, wait_until
+from ..conftest import Service, Workers, wait_until, waiter_thread
 
 SESSION = 2.0  # session timeout of the processes that crash or pause
-
-
-def _waiter_thread(sem: sr.Semaphore, timeout: float = 30) -> tuple[threading.Thread, list[Any]]:
-    out: list[Any] = []
-
-    def run() -> None:
-        permit = sem.acquire(timeout=timeout)
-        out.append((time.monotonic(), permit))
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out
 
 
 def test_kill_9_of_a_holder_returns_its_permit_within_the_session_timeout(
@@ -40,7 +27,7 @@ def test_kill_9_of_a_holder_returns_its_permit_within_the_session_timeout(
     sem = zk.connect().semaphore("crash", capacity=1)
     holder = workers.start(zk.url_with(session_timeout=SESSION), "crash", "1", "hold")
     Workers.expect(holder, "HELD")
-    t, out = _waiter_thread(sem)
+    t, out = waiter_thread(sem)
     wait_until(lambda: len(sem.status().waiters) == 1)
     killed = time.monotonic()
     holder.send_signal(signal.SIGKILL)
@@ -90,7 +77,7 @@ def test_connection_loss_during_the_create_leaves_one_entry(
             proxy.drop_replies()  # the create reaches ZooKeeper, its reply does not come back
         else:
             proxy.blackhole()  # the create never reaches ZooKeeper
-        t, out = _waiter_thread(sem, timeout=20)
+        t, out = waiter_thread(sem, timeout=20)
         if reached_server:
             wait_until(lambda: len(leftover_entries(zookeeper_admin, sr_namespace)) == 1)
         else:
@@ -117,7 +104,7 @@ def test_a_waiter_whose_session_expires_enters_the_queue_again(
     waiter_backend = zk.connect()
     sem = waiter_backend.semaphore("expire-w", capacity=1)
     held = holder_sem.acquire()
-    t, out = _waiter_thread(sem)
+    t, out = waiter_thread(sem)
     wait_until(lambda: len(holder_sem.status().waiters) == 1)
     before = holder_sem.status().waiters[0].token
     with caplog.at_level(logging.WARNING, logger="semaphore_recipes"):

@@ -1,0 +1,146 @@
+"""TLS to etcd: a CA, a server certificate and a client certificate made with openssl."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import semaphore_recipes as sr
+from semaphore_recipes.testing.etcd_server import _free_port, find_etcd_binary
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _make_certs(d: Path) -> None:
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=sr-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        cwd=d,
+    )
+    for name, ext in (
+        ("server", "subjectAltName=IP:127.0.0.1"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ):
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            cwd=d,
+        )
+        (d / f"{name}.ext").write_text(ext + "\n")
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            f"{name}.ext",
+            "-out",
+            f"{name}.crt",
+            cwd=d,
+        )
+
+
+@pytest.fixture
+def tls_etcd(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    _make_certs(tmp_path)
+    client_port, peer_port = _free_port(), _free_port()
+    url = f"https://127.0.0.1:{client_port}"
+    peer = f"http://127.0.0.1:{peer_port}"
+    log = (tmp_path / "etcd.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            find_etcd_binary(),
+            "--name",
+            "tls",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--listen-client-urls",
+            url,
+            "--advertise-client-urls",
+            url,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"tls={peer}",
+            "--heartbeat-interval",
+            "20",
+            "--election-timeout",
+            "200",
+            "--logger",
+            "zap",
+            "--log-level",
+            "error",
+            "--cert-file",
+            str(tmp_path / "server.crt"),
+            "--key-file",
+            str(tmp_path / "server.key"),
+            "--client-cert-auth",
+            "--trusted-ca-file",
+            str(tmp_path / "ca.crt"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    time.sleep(0.3)
+    try:
+        yield tmp_path, f"127.0.0.1:{client_port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def test_etcd_over_tls_with_a_client_certificate(tls_etcd: tuple[Path, str]) -> None:
+    d, endpoint = tls_etcd
+    q = urllib.parse.urlencode(
+        {
+            "ca": d / "ca.crt",
+            "cert": d / "client.crt",
+            "key": d / "client.key",
+            "session_timeout": 4,
+        }
+    )
+    with sr.connect(f"etcd://{endpoint}/tls?{q}") as backend:
+        sem = backend.semaphore("tls", capacity=1)
+        with sem.acquire(timeout=10) as permit:
+            assert permit.token > 0
+        assert sem.status().holders == ()
+    # without the client certificate the server refuses us
+    q = urllib.parse.urlencode({"ca": d / "ca.crt", "connect_timeout": 2})
+    with pytest.raises(sr.BackendUnavailable):
+        sr.connect(f"etcd://{endpoint}/tls?{q}")
