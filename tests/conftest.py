@@ -119,3 +119,14 @@ def waiter_thread(sem: Any, timeout: float = 30) -> tuple[threading.Thread, list
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t, out
+
+
+def read_checker(path: Path) -> dict[str, int]:
+    """The workers' concurrent-weight record, read under their lock (never half-written)."""
+    import fcntl
+    import json
+
+    with path.open() as f:
+        fcntl.flock(f, fcntl.LOCK_SH)
+        text = f.read()
+    return json.loads(text) if text else {"now": 0, "max": 0, "grants": 0}

@@ -189,7 +189,12 @@ def _error_for(code: grpc.StatusCode | None, details: str) -> EtcdError:
     name = code.name if code is not None else "UNKNOWN"
     message = f"{name}: {details}"
     lowered = details.lower()
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or (
+        # etcd itself reports its own request deadline as UNKNOWN: same meaning
+        "context deadline exceeded" in lowered
+        or "request timed out" in lowered
+        or "leader changed" in lowered
+    ):
         return EtcdUnavailable(message, code)
     if "lease not found" in lowered:
         return EtcdLeaseNotFound(message, code)

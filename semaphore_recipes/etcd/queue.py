@@ -97,6 +97,10 @@ class EtcdQueue(QueueBase):
                         f"semaphore {self.name!r}: etcd did not answer in time"
                     ) from exc
                 time.sleep(min(0.05, limit.remaining() or 0.05))
+            except EtcdLeaseNotFound:
+                raise  # the caller starts a new session
+            except EtcdError as exc:
+                raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
 
     # ---- capacity --------------------------------------------------------------
     def _agree_capacity(self, capacity: int, adopt: bool) -> int:
@@ -230,6 +234,10 @@ class EtcdQueue(QueueBase):
                     ) from exc
                 time.sleep(min(0.05, deadline.remaining() or 0.05))
                 continue
+            except EtcdLeaseNotFound:
+                raise
+            except EtcdError as exc:
+                raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
             with self._lock:
                 self._inflight.pop(waiter, None)
             return reply

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import _thread
-import json
 import threading
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 
 import semaphore_recipes as sr
 
-from ..conftest import Service, Workers, wait_until
+from ..conftest import Service, Workers, read_checker, wait_until
 
 
 def test_weighted_cycles_in_six_processes_never_exceed_capacity(
@@ -38,7 +37,7 @@ def test_weighted_cycles_in_six_processes_never_exceed_capacity(
     cycles = [int(Workers.expect(p, "CYCLES", timeout=60).split()[1]) for p in procs]
     for p in procs:
         assert p.wait(10) == 0
-    state = json.loads(checker.read_text())
+    state = read_checker(checker)
     assert state["now"] == 0
     assert state["max"] <= 3, state  # never above capacity
     assert state["max"] >= 2, state  # and holders really overlapped

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
@@ -16,7 +15,7 @@ import semaphore_recipes as sr
 from semaphore_recipes.testing.plugin import leftover_etcd_entries
 from semaphore_recipes.testing.proxy import FaultProxy
 
-from ..conftest import Service, Workers, wait_until, waiter_thread
+from ..conftest import Service, Workers, read_checker, wait_until, waiter_thread
 
 TTL = 2  # lease TTL (s) of the processes that crash or pause
 
@@ -159,13 +158,13 @@ def test_killing_the_leader_of_a_cluster_while_processes_cycle(
         )
         for _ in range(4)
     ]
-    wait_until(lambda: checker.read_text() != "" and json.loads(checker.read_text())["grants"] > 20)
+    wait_until(lambda: read_checker(checker)["grants"] > 20)
     etcd_cluster.leader().kill()
-    grants_at_kill = json.loads(checker.read_text())["grants"]
+    grants_at_kill = read_checker(checker)["grants"]
     for p in procs:
         Workers.expect(p, "CYCLES", timeout=60)
         assert p.wait(20) == 0
-    state = json.loads(checker.read_text())
+    state = read_checker(checker)
     assert state["max"] <= 2
     assert state["grants"] > grants_at_kill + 20  # work resumed under the new leader
     from semaphore_recipes.etcd.client import EtcdClient

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import time
@@ -16,7 +15,7 @@ from semaphore_recipes.testing.plugin import leftover_entries
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_server import ZooKeeperEnsemble, expire_session
 
-from ..conftest import Service, Workers, wait_until, waiter_thread
+from ..conftest import Service, Workers, read_checker, wait_until, waiter_thread
 
 SESSION = 2.0  # session timeout of the processes that crash or pause
 
@@ -192,13 +191,13 @@ def test_killing_the_leader_of_an_ensemble_while_processes_cycle(
         )
         for _ in range(4)
     ]
-    wait_until(lambda: checker.read_text() != "" and json.loads(checker.read_text())["grants"] > 20)
+    wait_until(lambda: read_checker(checker)["grants"] > 20)
     zookeeper_ensemble.leader().kill()
-    grants_at_kill = json.loads(checker.read_text())["grants"]
+    grants_at_kill = read_checker(checker)["grants"]
     for p in procs:
         Workers.expect(p, "CYCLES", timeout=60)
         assert p.wait(10) == 0
-    state = json.loads(checker.read_text())
+    state = read_checker(checker)
     assert state["max"] <= 2
     assert state["grants"] > grants_at_kill + 20  # work resumed under the new leader
     from kazoo.client import KazooClient
