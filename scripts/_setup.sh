@@ -2,7 +2,7 @@
 # as root on a machine without them, installs Debian's ZooKeeper and etcd.
 set -euo pipefail
 extras="${1:-test}"
-if [ -z "${SEMAPHORE_RECIPES_TEST_ZOOKEEPER:-}" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
+if [ "$extras" != etcd ] && [ -z "${SEMAPHORE_RECIPES_TEST_ZOOKEEPER:-}" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing ZooKeeper (apt-get install zookeeper)"
     apt-get update -qq
@@ -11,7 +11,7 @@ if [ -z "${SEMAPHORE_RECIPES_TEST_ZOOKEEPER:-}" ] && [ ! -f /usr/share/java/zook
     echo "!! no ZooKeeper: run 'sudo apt-get install -y zookeeper' or set SEMAPHORE_RECIPES_TEST_ZOOKEEPER=host:port" >&2
   fi
 fi
-if [ -z "${SEMAPHORE_RECIPES_TEST_ETCD:-}" ] && ! command -v etcd >/dev/null; then
+if [ "$extras" != zookeeper ] && [ -z "${SEMAPHORE_RECIPES_TEST_ETCD:-}" ] && ! command -v etcd >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing etcd (apt-get install etcd-server)"
     [ -n "$(find /var/lib/apt/lists -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq

@@ -24,7 +24,14 @@ from .._url import ServiceURL
 from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
 from ..semaphore import Semaphore
 from ..zookeeper.backend import default_owner
-from .client import EtcdClient, EtcdError, EtcdUnavailable, LeaseKeeper, retry_unavailable
+from .client import (
+    EtcdClient,
+    EtcdError,
+    EtcdLeaseNotFound,
+    EtcdUnavailable,
+    LeaseKeeper,
+    retry_unavailable,
+)
 
 if TYPE_CHECKING:
     from .queue import EtcdQueue
@@ -210,6 +217,8 @@ class EtcdBackend(SessionHub):
         if lease_id:
             try:
                 self.client.lease_revoke(lease_id, timeout=2.0)
+            except EtcdLeaseNotFound:
+                pass  # already gone (expired, or revoked from outside): nothing to do
             except EtcdError as exc:
                 log.warning("could not revoke lease %x (it expires by itself): %s", lease_id, exc)
         self.client.close()

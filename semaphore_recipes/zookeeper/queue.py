@@ -374,8 +374,9 @@ class ZooKeeperQueue(QueueBase):
         try:
             listing = self.client.get_children_async(self.path)
             capacity_reply = self.client.get_async(self.path)
-            children = listing.get()
-            capacity = decode_capacity(self.name, capacity_reply.get()[0])
+            wait = max(2.0, self.backend.session_timeout)  # no hanging while disconnected
+            children = listing.get(timeout=wait)
+            capacity = decode_capacity(self.name, capacity_reply.get(timeout=wait)[0])
             entries = []
             for child in children:
                 p = parse_zk_entry(child)
@@ -384,7 +385,7 @@ class ZooKeeperQueue(QueueBase):
             rows = []
             for (_, weight, seq), child, reply in entries:
                 try:
-                    raw, stat = reply.get()
+                    raw, stat = reply.get(timeout=wait)
                 except NoNodeError:
                     continue  # left while we listed
                 data = decode_entry(child, raw)

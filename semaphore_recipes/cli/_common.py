@@ -1,0 +1,293 @@
+"""What every subcommand shares: exit codes, the URL, connecting, errors, output.
+
+Expected failures become a :class:`CliError` (or one of the library's errors) and are
+printed as one line on stderr by :func:`semaphore_recipes.cli.main`; only a bug in this
+program prints a traceback (exit status 70).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+from .._core.names import validate_name
+from .._core.status import EntryStatus, Status
+from .._url import ServiceURL, parse_url
+from ..errors import (
+    AcquireTimeout,
+    BackendUnavailable,
+    CapacityMismatch,
+    CorruptState,
+    InvalidName,
+    PermitLost,
+    WouldBlock,
+)
+
+ENV_URL = "SEMAPHORE_RECIPES_URL"
+PROG = "semaphore-recipes"
+
+
+class ExitCode(enum.IntEnum):
+    """Exit statuses of ``semaphore-recipes`` (sysexits.h values where one fits).
+
+    ``run`` otherwise exits with its command's own status, or 128+N when the command
+    died of signal N (or when ``run`` itself was stopped by signal N while waiting).
+    """
+
+    OK = 0
+    DEMO_FAILED = 1  #: demo: one of its checks did not hold
+    USAGE = 64  #: EX_USAGE: bad arguments, semaphore name or URL; no URL at all
+    CONFLICT = 65  #: EX_DATAERR: stored with another capacity, or unreadable stored data
+    NO_SUCH_SEMAPHORE = 66  #: EX_NOINPUT: status/set-capacity of a semaphore that does not exist
+    UNAVAILABLE = 69  #: EX_UNAVAILABLE: server unreachable, or no server software / extra
+    INTERNAL = 70  #: EX_SOFTWARE: a bug in semaphore-recipes (a traceback is printed)
+    TIMEOUT = 75  #: EX_TEMPFAIL: run --timeout passed before the permit was granted
+    PERMIT_LOST = 76  #: the permit was lost while the command ran; the command was stopped
+    NO_PERMISSION = 77  #: EX_NOPERM: the server refused the credentials or the access (ACL, role)
+    CANNOT_EXECUTE = 126  #: the command exists but could not be executed
+    COMMAND_NOT_FOUND = 127  #: the command was not found
+
+
+class CliError(Exception):
+    """An expected failure: ``message`` goes to stderr as one line, ``code`` is the exit."""
+
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def error_for(exc: BaseException) -> CliError | None:
+    """The one-line message and exit code of an expected failure, else None (a bug)."""
+    if isinstance(exc, CliError):
+        return exc
+    if isinstance(exc, CapacityMismatch):
+        return CliError(
+            ExitCode.CONFLICT,
+            f"semaphore {exc.name!r} is stored with capacity {exc.stored}, not {exc.requested}: "
+            f"pass --capacity {exc.stored} or --adopt-capacity, or change it with "
+            f"`{PROG} set-capacity {exc.name} {exc.requested}`",
+        )
+    if isinstance(exc, CorruptState):
+        return CliError(ExitCode.CONFLICT, str(exc))
+    if isinstance(exc, (AcquireTimeout, WouldBlock)):
+        return CliError(ExitCode.TIMEOUT, str(exc) or "timed out waiting for the permit")
+    if isinstance(exc, PermitLost):
+        return CliError(ExitCode.PERMIT_LOST, str(exc))
+    if isinstance(exc, BackendUnavailable):
+        detail = str(exc)
+        cause = exc.__cause__
+        if cause is not None and str(cause) and str(cause) not in detail:
+            detail += f" ({cause})"
+        return CliError(ExitCode.UNAVAILABLE, detail)
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in (
+        "kazoo",
+        "grpc",
+        "google",
+    ):
+        extra = "zookeeper" if (exc.name or "").startswith("kazoo") else "etcd"
+        return CliError(
+            ExitCode.UNAVAILABLE,
+            f"the {extra} support is not installed ({exc.name} is missing): "
+            f"pip install 'semaphore-recipes[{extra}]'",
+        )
+    client_error = _client_library_error(exc)
+    if client_error is not None:
+        return client_error
+    if isinstance(exc, (InvalidName, ValueError)):
+        return CliError(ExitCode.USAGE, str(exc))
+    if isinstance(exc, ConnectionError):
+        return CliError(ExitCode.UNAVAILABLE, str(exc) or type(exc).__name__)
+    return None
+
+
+def _client_library_error(exc: BaseException) -> CliError | None:
+    """kazoo's and the etcd layer's own errors, when the library lets one through."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    module = type(exc).__module__
+    if module.startswith("kazoo."):
+        name = type(exc).__name__
+        if names & {"NoAuthError", "AuthFailedError"}:
+            return CliError(ExitCode.NO_PERMISSION, f"ZooKeeper refused access: {name} {exc}")
+        return CliError(ExitCode.UNAVAILABLE, f"ZooKeeper error: {name} {exc}".rstrip())
+    if "EtcdError" in names:
+        if "EtcdAuthError" in names:
+            return CliError(ExitCode.NO_PERMISSION, f"etcd refused access: {exc}")
+        return CliError(ExitCode.UNAVAILABLE, f"etcd error: {exc}")
+    return None
+
+
+# ---- URL, name and connection ------------------------------------------------------
+
+
+def resolve_url(given: str | None) -> tuple[str, ServiceURL]:
+    """``--url`` or ``$SEMAPHORE_RECIPES_URL``, parsed (no I/O); CliError(USAGE) if bad."""
+    url = given if given is not None else os.environ.get(ENV_URL)
+    if not url:
+        raise CliError(
+            ExitCode.USAGE,
+            f"no server URL: pass --url or set {ENV_URL} "
+            f"(e.g. etcd://127.0.0.1:2379; `{PROG} dev-server` starts a local one)",
+        )
+    try:
+        return url, parse_url(url)
+    except (ValueError, TypeError) as exc:
+        raise CliError(ExitCode.USAGE, f"bad URL: {exc}") from None
+
+
+def check_name(name: str) -> str:
+    try:
+        return validate_name(name)
+    except InvalidName as exc:
+        raise CliError(ExitCode.USAGE, str(exc)) from None
+
+
+def connect(url: str, *, owner: str | None = None) -> Any:
+    """``semaphore_recipes.connect`` with the client libraries' own errors mapped."""
+    from .. import connect as sr_connect
+
+    return sr_connect(url, owner=owner)
+
+
+def semaphore_exists(backend: Any, parsed: ServiceURL, name: str) -> bool:
+    """Whether ``name`` is stored, read without creating anything.
+
+    ZooKeeper: ``exists`` of ``<root>/<name>``; etcd: a range of ``<prefix><name>/config``.
+    """
+    if parsed.scheme == "zookeeper":
+        from kazoo.exceptions import KazooException
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        from .._core.names import join_path
+
+        try:
+            return backend.client.exists(join_path(backend.root, name)) is not None
+        except (KazooException, KazooTimeoutError) as exc:
+            raise BackendUnavailable(f"ZooKeeper: cannot read {name!r}: {exc!r}") from exc
+    from ..etcd.client import EtcdError
+
+    key = f"{backend.prefix}{name}/config".encode()
+    try:
+        reply = backend.run(lambda: backend.client.range(key, keys_only=True, timeout=10.0))
+    except EtcdError as exc:
+        raise BackendUnavailable(f"etcd: cannot read {name!r}: {exc}") from exc
+    return bool(reply.kvs)
+
+
+def open_existing(backend: Any, parsed: ServiceURL, name: str) -> Any:
+    """The stored semaphore ``name`` with its stored capacity; CliError if there is none.
+
+    Never creates a semaphore (``status`` of a typo must not leave one behind). A
+    semaphore deleted between the check and the open would be created again with
+    capacity 1; only an operator deleting it by hand at that moment can cause that.
+    """
+    if not semaphore_exists(backend, parsed, name):
+        raise CliError(
+            ExitCode.NO_SUCH_SEMAPHORE,
+            f"no such semaphore {name!r} at {describe_url(parsed)} "
+            f"(`{PROG} run {name} --capacity N -- CMD` creates it)",
+        )
+    return backend.semaphore(name, capacity=1, adopt_capacity=True)
+
+
+def describe_url(parsed: ServiceURL) -> str:
+    """The URL without its parameters (they may hold a password)."""
+    return f"{parsed.scheme}://{parsed.hosts_string}{parsed.path}"
+
+
+# ---- logging and output --------------------------------------------------------------
+
+
+def setup_logging(verbose: int) -> None:
+    """Library warnings (connection lost, session expired, ...) go to stderr.
+
+    ``-v`` adds the library's info messages, ``-vv`` debug messages and the client
+    libraries' own (kazoo) warnings, which otherwise repeat on every reconnect attempt.
+    """
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING if verbose < 2 else logging.DEBUG)
+    logging.getLogger("semaphore_recipes").setLevel(level)
+    if verbose < 2:
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+
+
+def say(message: str, stream: TextIO | None = None) -> None:
+    """One line to stderr (or ``stream``), prefixed with the program name."""
+    print(f"{PROG}: {message}", file=stream or sys.stderr, flush=True)
+
+
+def format_age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+def status_rows(st: Status) -> list[tuple[int, str, EntryStatus]]:
+    """(queue position, "holding"/"waiting", entry) in queue order."""
+    rows = [(i + 1, "holding", e) for i, e in enumerate(st.holders)]
+    rows += [(len(rows) + i + 1, "waiting", e) for i, e in enumerate(st.waiters)]
+    return rows
+
+
+def status_json(st: Status, now: float | None = None) -> dict[str, Any]:
+    """The ``status --json`` document (see docs/cli.md)."""
+    now = time.time() if now is None else now
+
+    def entry(pos: int, e: EntryStatus) -> dict[str, Any]:
+        return {
+            "position": pos,
+            "owner": e.owner,
+            "permits": e.permits,
+            "token": e.token,
+            "key": e.key,
+            "since": e.since,
+            "age": round(max(0.0, now - e.since), 3),
+        }
+
+    rows = status_rows(st)
+    return {
+        "name": st.name,
+        "capacity": st.capacity,
+        "used": st.used,
+        "free": max(0, st.capacity - st.used),
+        "holders": [entry(pos, e) for pos, state, e in rows if state == "holding"],
+        "waiters": [entry(pos, e) for pos, state, e in rows if state == "waiting"],
+        "time": now,
+    }
+
+
+def status_table(st: Status, now: float | None = None) -> list[str]:
+    """The ``status`` table: a summary line, then one line per entry in queue order."""
+    now = time.time() if now is None else now
+    free = max(0, st.capacity - st.used)
+    holders = f"{len(st.holders)} holder" + ("" if len(st.holders) == 1 else "s")
+    waiters = f"{len(st.waiters)} waiter" + ("" if len(st.waiters) == 1 else "s")
+    lines = [
+        f"{st.name}: capacity {st.capacity}, {st.used} in use, {free} free; {holders}, {waiters}"
+    ]
+    rows = status_rows(st)
+    if not rows:
+        return lines
+    tokens = [str(e.token) for _, _, e in rows]
+    tw = max(5, *(len(t) for t in tokens))
+    lines.append(f"{'POS':>4}  {'STATE':<8} {'PERMITS':>7}  {'TOKEN':>{tw}}  {'AGE':>8}  OWNER")
+    for (pos, state, e), token in zip(rows, tokens, strict=True):
+        age = format_age(now - e.since)
+        lines.append(f"{pos:>4}  {state:<8} {e.permits:>7}  {token:>{tw}}  {age:>8}  {e.owner}")
+    return lines
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=False)

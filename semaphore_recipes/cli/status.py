@@ -1,0 +1,177 @@
+"""``status``, ``watch`` and ``set-capacity``: look at a semaphore, change its capacity.
+
+None of them creates a semaphore: a name that is not stored gives "no such semaphore"
+(exit 66; ``watch`` waits for it to appear). They read the store with the backend's own
+client first (ZooKeeper ``exists``, etcd range of the config key), then open the
+semaphore with its stored capacity.
+
+Connection loss: ``status`` and ``set-capacity`` fail with exit 69 when the server cannot
+be reached (etcd requests are retried for up to 30 s first). ``watch`` shows the error
+in place of the table and tries again at every refresh until it is stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+from .._url import ServiceURL
+from ..errors import BackendUnavailable
+from ._common import (
+    check_name,
+    connect,
+    describe_url,
+    dumps,
+    open_existing,
+    resolve_url,
+    semaphore_exists,
+    status_json,
+    status_table,
+)
+from .run import non_negative_float, positive_int
+
+
+def add_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "status",
+        parents=parents,
+        help="capacity, holders and waiters of a semaphore, in queue order",
+        description="Show capacity, use, holders and waiters (queue order) with owner, "
+        "permits, fencing token and age. Exits 66 if the semaphore does not exist.",
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--json", action="store_true", help="one JSON document (for scripts)")
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser(
+        "watch",
+        parents=parents,
+        help="the status, refreshed live (Ctrl-C ends it)",
+        description="Show the status of NAME and refresh it until Ctrl-C (exit 0). "
+        "On a terminal the table is redrawn in place; otherwise a new table is printed "
+        "when something changed. Waits for NAME to be created if it does not exist.",
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument(
+        "--interval",
+        "-n",
+        type=non_negative_float,
+        default=1.0,
+        metavar="S",
+        help="seconds between refreshes (default 1)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON document per line, on change")
+    p.set_defaults(handler=cmd_watch)
+
+    p = sub.add_parser(
+        "set-capacity",
+        parents=parents,
+        help="store a new capacity (waiters everywhere are woken)",
+        description="Store a new capacity for an existing semaphore. Holders keep what "
+        "they hold; after a decrease new grants wait until the use fits.",
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("capacity", metavar="N", type=positive_int)
+    p.set_defaults(handler=cmd_set_capacity)
+
+
+@contextlib.contextmanager
+def _backend(url: str) -> Iterator[Any]:
+    backend = connect(url)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
+    name = check_name(args.name)
+    url, parsed = resolve_url(args.url)
+    with _backend(url) as backend:
+        st = open_existing(backend, parsed, name).status()
+    now = time.time()
+    if args.json:
+        print(dumps(status_json(st, now)), flush=True)
+    else:
+        print("\n".join(status_table(st, now)), flush=True)
+    return 0
+
+
+def cmd_set_capacity(args: argparse.Namespace, command: list[str]) -> int:
+    name = check_name(args.name)
+    url, parsed = resolve_url(args.url)
+    with _backend(url) as backend:
+        sem = open_existing(backend, parsed, name)
+        old = sem.capacity
+        sem.set_capacity(args.capacity)
+        used = sem.status().used
+    note = ""
+    if used > args.capacity:
+        note = f" ({used} in use: holders keep them; new grants wait until the use fits)"
+    print(f"{name}: capacity {old} -> {args.capacity}{note}", flush=True)
+    return 0
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_watch(args: argparse.Namespace, command: list[str]) -> int:
+    name = check_name(args.name)
+    url, parsed = resolve_url(args.url)
+    tty = sys.stdout.isatty()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with _backend(url) as backend:
+            _watch_loop(backend, parsed, name, args.interval, args.json, tty)
+    except KeyboardInterrupt:
+        if tty and not args.json:
+            print(flush=True)
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0  # pragma: no cover - the loop only ends by an interrupt
+
+
+def _watch_loop(
+    backend: Any, parsed: ServiceURL, name: str, interval: float, as_json: bool, tty: bool
+) -> None:
+    sem: Any = None
+    last_shown: object = None
+    while True:
+        now = time.time()
+        key: object
+        try:
+            if sem is None and semaphore_exists(backend, parsed, name):
+                sem = open_existing(backend, parsed, name)
+            if sem is None:
+                doc: dict[str, Any] = {"name": name, "exists": False, "time": now}
+                lines = [f"{name}: no such semaphore at {describe_url(parsed)} (yet); waiting"]
+                key = ("missing",)
+            else:
+                st = sem.status()
+                doc = {**status_json(st, now), "exists": True}
+                lines = status_table(st, now)
+                key = (st.capacity, st.holders, st.waiters)
+        except BackendUnavailable as exc:
+            doc = {"name": name, "error": str(exc), "time": now}
+            lines = [f"{name}: server unreachable ({exc}); retrying"]
+            key = ("error", str(exc))
+        stamp = time.strftime("%H:%M:%S", time.localtime(now))
+        if as_json:
+            if key != last_shown:
+                print(dumps(doc), flush=True)
+        elif tty:
+            header = f"every {interval:g}s: {describe_url(parsed)}  {stamp}"
+            sys.stdout.write("\x1b[H\x1b[J" + "\n".join([header, "", *lines]) + "\n")
+            sys.stdout.flush()
+        elif key != last_shown:
+            print("\n".join([f"-- {stamp}", *lines]), flush=True)
+        last_shown = key
+        time.sleep(max(interval, 0.05))
