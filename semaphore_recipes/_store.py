@@ -173,6 +173,10 @@ class QueueStore(Protocol):
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
     ) -> Mapping[str, EntryState | None] | SessionLost: ...
 
+    def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
+        """The entries lower than the waiter's own, listed afresh (no watches)."""
+        ...
+
     def mark_held(
         self,
         waiter: Waiter,

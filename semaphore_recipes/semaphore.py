@@ -24,7 +24,7 @@ from typing import Any
 
 from ._core.deadline import Deadline
 from ._core.names import validate_permits
-from ._core.protocol import Arm, AwaitEvent, Enqueue, MarkHeld, acquire_protocol
+from ._core.protocol import Arm, AwaitEvent, Enqueue, MarkHeld, Relist, acquire_protocol
 from ._core.queue import Entry
 from ._core.status import Status
 from ._store import QueueStore, SessionWatch, Waiter
@@ -212,6 +212,8 @@ class Semaphore:
                     answer: object = store.enqueue(waiter, deadline)
                 elif isinstance(step, Arm):
                     answer = store.arm(waiter, step.keys, deadline)
+                elif isinstance(step, Relist):
+                    answer = store.relist(waiter, deadline)
                 elif isinstance(step, AwaitEvent):
                     answer = waiter.next_event(step.timeout)
                 elif isinstance(step, MarkHeld):

@@ -44,6 +44,12 @@ class Arm:
 
 
 @dataclass(frozen=True)
+class Relist:
+    """List the entries lower than ours again (our view went stale: see QueuePosition).
+    Answer: a sequence of :class:`Entry`, or SessionLost."""
+
+
+@dataclass(frozen=True)
 class AwaitEvent:
     """Wait for the next event, at most ``timeout`` seconds (None: no limit).
     Answer: an event, or None when the time ran out."""
@@ -65,7 +71,7 @@ class MarkHeld:
     lower: tuple[str, ...] | None  # our view, recorded in the mark for successors
 
 
-Step = Enqueue | Arm | AwaitEvent | MarkHeld
+Step = Enqueue | Arm | Relist | AwaitEvent | MarkHeld
 
 # ---- events: what the store tells a waiter ---------------------------------------
 
@@ -129,6 +135,12 @@ def acquire_protocol(
         # listing, or ones that listed us while we waited, need the mark.
         mark_now = answer.later_entries
         while True:
+            if position.stale:
+                listing = yield Relist()
+                if isinstance(listing, SessionLost):
+                    break
+                assert isinstance(listing, (list, tuple))
+                position.relisted(listing)
             decision = position.decision()
             if isinstance(decision, Admitted):
                 yield MarkHeld(position.me, now=mark_now, lower=position.lower_keys())

@@ -93,6 +93,9 @@ class QueuePosition:
                 raise ValueError(f"entry {e.key!r} is not lower than {me.key!r}")
             self._lower[e.key] = e
         self._armed: set[str] = set()
+        #: Our predecessor vanished before we saw it held: the rest of the view may be
+        #: long gone too. One fresh listing beats probing it entry by entry.
+        self.stale = False
 
     @property
     def lower(self) -> tuple[Entry, ...]:
@@ -134,8 +137,28 @@ class QueuePosition:
         return tuple(self._lower) if len(self._lower) <= MAX_MARK_KEYS else None
 
     def deleted(self, key: str) -> None:
+        entries = list(self._lower.values())
+        if len(entries) > 1 and entries[-1].key == key:
+            predecessor = entries[-1]
+            head = predecessor.held or sum(e.weight for e in entries) <= self.capacity
+            # A head watches every lower entry, so its view stays right; a waiter that
+            # watched only its predecessor learns nothing of the entries below it.
+            if not head:
+                self.stale = True
         self._lower.pop(key, None)
         self._armed.discard(key)
+
+    def relisted(self, lower: Iterable[Entry]) -> None:
+        """A fresh listing of the lower entries replaces the view (held marks we already
+        saw are kept: they never go back)."""
+        fresh: dict[str, Entry] = {}
+        for e in sorted(lower, key=lambda e: e.order):
+            if e.order < self.me.order:
+                old = self._lower.get(e.key)
+                fresh[e.key] = replace(e, held=True) if old is not None and old.held else e
+        self._lower = fresh
+        self._armed &= set(fresh)
+        self.stale = False
 
     def marked_held(self, key: str) -> None:
         """The watch on ``key`` fired because the entry wrote its held mark."""

@@ -292,6 +292,30 @@ class EtcdQueue(QueueBase):
             self._watch(waiter, generation, key, reply.header.revision + 1)
         return states
 
+    def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
+        token = waiter.token
+        assert token is not None
+        reply = self._call(
+            functools.partial(
+                self.client.range,
+                self.entries_prefix,
+                self._entries_end,
+                max_create_revision=token - 1,
+                timeout=deadline.cap(_ATTEMPT) or 0.001,
+            ),
+            deadline,
+        )
+        lower = []
+        for kv in reply.kvs:
+            uid = kv.key[len(self.entries_prefix) :].decode()
+            data = decode_entry(uid, kv.value)
+            if data.weight is None or data.weight < 1:
+                raise CorruptState(f"entry {kv.key!r} has no weight")
+            lower.append(
+                Entry(key=uid, order=kv.create_revision, weight=data.weight, held=data.held)
+            )
+        return lower
+
     def _watch(self, waiter: Waiter, generation: int, key: str, start_revision: int) -> None:
         """A one-shot watch on one entry from ``start_revision``: nothing between the read
         and the watch is missed."""

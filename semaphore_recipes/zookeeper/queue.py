@@ -249,6 +249,26 @@ class ZooKeeperQueue(QueueBase):
             except SessionExpiredError:
                 return SessionLost()
 
+    def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
+        assert waiter.key is not None
+        parsed = parse_zk_entry(waiter.key)
+        assert parsed is not None
+        my_seq = parsed[2]
+        while True:
+            try:
+                children = self._result(self.client.get_children_async(self.path), deadline)
+            except ConnectionLoss:
+                self.backend.wait_connected(deadline)
+                continue
+            except SessionExpiredError:
+                return SessionLost()
+            lower = []
+            for child in children:
+                p = parse_zk_entry(child)
+                if p is not None and p[2] < my_seq:
+                    lower.append(Entry(key=child, order=p[2], weight=p[1]))
+            return lower
+
     def _entry_watch(self, waiter: Waiter, generation: int, key: str) -> Callable[[Any], None]:
         def fired(event: Any) -> None:
             if event.type == EventType.DELETED:

@@ -110,6 +110,8 @@ def spawn(tmp_path: Path) -> Iterator[Spawner]:
         if s.proc.poll() is None:
             s.proc.send_signal(signal.SIGKILL)
         s.proc.wait()
+        # shown with the report when the test failed
+        print(f"--- {s.proc.args!r} exited {s.proc.returncode}; stderr:\n{s.stderr()}")
 
 
 class Lines:

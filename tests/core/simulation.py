@@ -29,6 +29,7 @@ from semaphore_recipes._core.protocol import (
     EntryHeld,
     Event,
     MarkHeld,
+    Relist,
     SessionLost,
     Step,
     acquire_protocol,
@@ -73,6 +74,7 @@ class Client:
     unmarked: bool = False  # admitted without a mark: marked if the capacity drops
     mark_lower: tuple[str, ...] | None = None
     arms: int = 0
+    relists: int = 0
 
 
 class Simulation:
@@ -181,6 +183,8 @@ class Simulation:
                 acts.append(("list" if c.created else "create", c))
             elif isinstance(c.step, Arm):
                 acts.append(("arm", c))
+            elif isinstance(c.step, Relist):
+                acts.append(("relist", c))
             elif isinstance(c.step, AwaitEvent) and c.events:
                 acts.append(("deliver", c))
         return acts
@@ -247,6 +251,11 @@ class Simulation:
                 c.arm_results[key] = EntryState(stored.held, stored.lower if stored.held else None)
             if not c.to_arm:
                 self._send(c, dict(c.arm_results))
+        elif action == "relist":
+            assert c.key is not None
+            me = self.store[c.key]
+            c.relists += 1
+            self._send(c, [Entry(e.key, e.order, e.weight) for e in self._lower(me)])
         elif action == "deliver":
             event = c.events.popleft()
             if isinstance(event, CapacityChanged):

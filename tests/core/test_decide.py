@@ -100,3 +100,15 @@ def test_position_rejects_entries_not_lower() -> None:
 
     with pytest.raises(ValueError):
         QueuePosition(Entry("me", 1, 1), [Entry("x", 2, 1)], 3)
+
+
+def test_a_predecessor_gone_unseen_makes_the_view_stale_only_for_a_non_head() -> None:
+    lower = [Entry(f"k{i}", i, 1) for i in range(5)]
+    pos = QueuePosition(Entry("me", 10, 1), lower, capacity=2)
+    pos.deleted("k4")  # we watched only k4; k0..k3 may all be gone by now
+    assert pos.stale
+    pos.relisted([Entry("k3", 3, 1)])
+    assert not pos.stale and [e.key for e in pos.lower] == ["k3"]
+    head = QueuePosition(Entry("me", 10, 1), [Entry("a", 1, 1)], capacity=2)
+    head.deleted("a")  # a head watches every lower entry: nothing to re-list
+    assert not head.stale

@@ -1,0 +1,69 @@
+"""How much each measurement does: the full run, and ``--tiny`` (CI: well under a minute)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .impls import Target
+from .procs import Interpreter
+
+
+@dataclass(frozen=True)
+class Sizes:
+    latency_rounds: int  # rounds; in each, every implementation runs one batch in turn
+    latency_batch: int
+    latency_warmup: int
+    handoff_samples: int
+    handoff_settle: float  # seconds between the waiter blocking and the release
+    herd_waiters: tuple[int, ...]
+    herd_handoffs: int  # handoffs measured at mid-queue (after W/2 to get there)
+    throughput_processes: int
+    throughput_clients: int  # per process
+    throughput_seconds: float
+    capacity: int  # uncontended and throughput
+    worker_max_seconds: float  # every worker stops by itself after this
+
+
+FULL = Sizes(
+    latency_rounds=10,
+    latency_batch=200,
+    latency_warmup=300,
+    handoff_samples=200,
+    handoff_settle=0.03,
+    herd_waiters=(10, 100, 500),
+    herd_handoffs=20,
+    throughput_processes=5,
+    throughput_clients=10,
+    throughput_seconds=10.0,
+    capacity=10,
+    worker_max_seconds=900.0,
+)
+
+TINY = Sizes(
+    latency_rounds=2,
+    latency_batch=15,
+    latency_warmup=5,
+    handoff_samples=6,
+    handoff_settle=0.03,
+    herd_waiters=(6, 20),
+    herd_handoffs=3,
+    throughput_processes=2,
+    throughput_clients=3,
+    throughput_seconds=1.0,
+    capacity=10,
+    worker_max_seconds=120.0,
+)
+
+
+@dataclass
+class Run:
+    """Everything a measurement needs."""
+
+    sizes: Sizes
+    tiny: bool
+    target: Target
+    work_dir: Path
+    etcd3: Interpreter | None  # None: python-etcd3 rows are skipped (see the notes)
+    etcd3_why: str
+    etcd3_wait_broken: str | None = None  # why python-etcd3's Lock cannot wait, if so

@@ -1,0 +1,344 @@
+"""The measured implementations, behind one small interface.
+
+Each one is a *client*: ``acquire()`` blocks until granted, ``release()`` gives it back,
+``close()`` ends its session. The client libraries are imported only when an
+implementation is built, so a worker interpreter needs only the library it measures
+(python-etcd3 runs in interpreters with pure-Python protobuf, see ``peers``).
+
+The floors are not semaphores: ``raw-zk`` is an ephemeral-sequential create (acquire)
+and its delete (release); ``raw-etcd`` a put with a lease and a delete, through the
+library's own gRPC layer. :class:`WatchFloor` is the predecessor-watch floor of the
+handoff: one process deletes a key, another one's watch callback fires.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+#: What a run measures, by name: (backend, label in the tables).
+IMPLS: dict[str, tuple[str, str]] = {
+    "raw-zk": ("zookeeper", "raw create+delete (kazoo)"),
+    "ours-zk": ("zookeeper", "semaphore-recipes Semaphore"),
+    "kazoo-sem": ("zookeeper", "kazoo Semaphore"),
+    "kazoo-lock": ("zookeeper", "kazoo Lock"),
+    "raw-etcd": ("etcd", "raw put(lease)+delete (EtcdClient)"),
+    "raw-etcd-purepb": ("etcd", "raw put(lease)+delete, pure-Python protobuf"),
+    "ours-etcd": ("etcd", "semaphore-recipes Semaphore"),
+    "etcd3-lock": ("etcd", "python-etcd3 Lock"),
+    "floor-zk": ("zookeeper", "raw predecessor-watch floor (delete -> watch fires)"),
+    "floor-etcd": ("etcd", "raw predecessor-watch floor (delete -> watch event)"),
+}
+
+ACQUIRE_TIMEOUT = 60.0
+
+
+def now_ns() -> int:
+    """CLOCK_MONOTONIC: the same clock in every process of this machine."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a client connects, and which semaphore it uses."""
+
+    zk_hosts: str  # host:port[,host:port]
+    zk_chroot: str  # e.g. /sr-bench-1a2b3c (created by the orchestrator)
+    etcd_endpoint: str  # host:port
+    etcd_prefix: str  # e.g. /sr-bench-1a2b3c/
+    name: str
+    capacity: int
+    session_timeout: float = 30.0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Target:
+        return cls(**data)
+
+    def with_name(self, name: str, capacity: int | None = None) -> Target:
+        return Target(
+            self.zk_hosts,
+            self.zk_chroot,
+            self.etcd_endpoint,
+            self.etcd_prefix,
+            name,
+            self.capacity if capacity is None else capacity,
+            self.session_timeout,
+        )
+
+    @property
+    def zk_url(self) -> str:
+        return (
+            f"zookeeper://{self.zk_hosts}{self.zk_chroot}?session_timeout={self.session_timeout:g}"
+        )
+
+    @property
+    def etcd_url(self) -> str:
+        prefix = self.etcd_prefix.rstrip("/")
+        return f"etcd://{self.etcd_endpoint}{prefix}?session_timeout={self.session_timeout:g}"
+
+
+class Client(Protocol):
+    def acquire(self) -> None: ...
+    def release(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def kazoo_client(target: Target) -> Any:
+    """A started kazoo client inside the run's chroot."""
+    client_mod = importlib.import_module("kazoo.client")
+    client = client_mod.KazooClient(
+        hosts=target.zk_hosts + target.zk_chroot, timeout=target.session_timeout
+    )
+    client.start(timeout=30)
+    return client
+
+
+class OursClient:
+    """semaphore-recipes: ``sr.connect(url).semaphore(name, capacity)``."""
+
+    def __init__(self, target: Target, backend: str) -> None:
+        sr = importlib.import_module("semaphore_recipes")
+        self.backend = sr.connect(target.zk_url if backend == "zookeeper" else target.etcd_url)
+        self.semaphore = self.backend.semaphore(target.name, capacity=target.capacity)
+        self._permit: Any = None
+
+    def acquire(self) -> None:
+        self._permit = self.semaphore.acquire(timeout=ACQUIRE_TIMEOUT)
+
+    def release(self) -> None:
+        self._permit.release()
+        self._permit = None
+
+    def queued(self) -> int:
+        return len(self.semaphore.status().waiters)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class RawZooKeeper:
+    """The floor: ephemeral-sequential create, then delete (synchronous kazoo calls)."""
+
+    def __init__(self, target: Target) -> None:
+        self.client = kazoo_client(target)
+        self.prefix = f"/raw-{target.name}/e-"
+        self.client.ensure_path(f"/raw-{target.name}")
+        self._path = ""
+
+    def acquire(self) -> None:
+        self._path = self.client.create(self.prefix, b"{}", ephemeral=True, sequence=True)
+
+    def release(self) -> None:
+        self.client.delete(self._path)
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()
+
+
+class KazooSemaphore:
+    """kazoo's ``Semaphore`` (one object, reused for every acquire, as documented)."""
+
+    def __init__(self, target: Target, client: Any = None) -> None:
+        self._own = client is None
+        self.client = kazoo_client(target) if client is None else client
+        self.path = f"/kazoo-{target.name}"
+        self.semaphore = self.client.Semaphore(
+            self.path, uuid.uuid4().hex[:8], max_leases=target.capacity
+        )
+
+    def acquire(self) -> None:
+        if not self.semaphore.acquire(timeout=ACQUIRE_TIMEOUT):
+            raise TimeoutError("kazoo Semaphore not acquired in time")
+
+    def release(self) -> None:
+        self.semaphore.release()
+
+    def queued(self) -> int:
+        """Blocked acquirers: every one of them is a contender of the internal lock."""
+        lock_path = self.path + "-__lock__"
+        if self.client.exists(lock_path) is None:
+            return 0
+        return len(self.client.get_children(lock_path))
+
+    def close(self) -> None:
+        if self._own:
+            self.client.stop()
+            self.client.close()
+
+
+class KazooLock:
+    """kazoo's ``Lock`` (a mutex; one object, reused)."""
+
+    def __init__(self, target: Target) -> None:
+        self.client = kazoo_client(target)
+        self.lock = self.client.Lock(f"/kazoo-lock-{target.name}", uuid.uuid4().hex[:8])
+
+    def acquire(self) -> None:
+        if not self.lock.acquire(timeout=ACQUIRE_TIMEOUT):
+            raise TimeoutError("kazoo Lock not acquired in time")
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()
+
+
+def etcd_client(target: Target) -> Any:
+    client_mod = importlib.import_module("semaphore_recipes.etcd.client")
+    return client_mod.EtcdClient([target.etcd_endpoint])
+
+
+class RawEtcd:
+    """The floor: put with a lease, then delete, through ``EtcdClient`` (one lease per
+    client, granted once, as the library's session lease is)."""
+
+    def __init__(self, target: Target) -> None:
+        self.client = etcd_client(target)
+        self.lease, _ = self.client.lease_grant(max(60, int(target.session_timeout) * 4))
+        self.key = f"{target.etcd_prefix}raw-{target.name}/{uuid.uuid4().hex}".encode()
+
+    def acquire(self) -> None:
+        self.client.put(self.key, b"{}", lease=self.lease)
+
+    def release(self) -> None:
+        self.client.delete_range(self.key)
+
+    def close(self) -> None:
+        try:
+            self.client.lease_revoke(self.lease)
+        finally:
+            self.client.close()
+
+
+class Etcd3Lock:
+    """python-etcd3's ``Lock`` (a mutex; one object, reused). Its acquire grants a new
+    lease and runs a create-if-absent txn; a loser waits with ``watch_once`` on the key."""
+
+    def __init__(self, target: Target) -> None:
+        etcd3 = importlib.import_module("etcd3")
+        host, port = target.etcd_endpoint.rsplit(":", 1)
+        self.client = etcd3.client(host=host, port=int(port))
+        name = f"{target.etcd_prefix.strip('/')}-{target.name}"
+        self.lock = self.client.lock(name, ttl=int(target.session_timeout))
+
+    def acquire(self) -> None:
+        if not self.lock.acquire(timeout=ACQUIRE_TIMEOUT):
+            raise TimeoutError("python-etcd3 Lock not acquired in time")
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def make_client(impl: str, target: Target) -> Client:
+    if impl == "ours-zk":
+        return OursClient(target, "zookeeper")
+    if impl == "ours-etcd":
+        return OursClient(target, "etcd")
+    if impl == "raw-zk":
+        return RawZooKeeper(target)
+    if impl in ("raw-etcd", "raw-etcd-purepb"):
+        return RawEtcd(target)
+    if impl == "kazoo-sem":
+        return KazooSemaphore(target)
+    if impl == "kazoo-lock":
+        return KazooLock(target)
+    if impl == "etcd3-lock":
+        return Etcd3Lock(target)
+    raise ValueError(f"unknown implementation {impl!r}")
+
+
+class WatchFloor:
+    """The raw predecessor-watch floor of a handoff, in two processes.
+
+    The holder ``hold(i)``s key i (creates it) and ``delete(i)``s it; the waiter
+    ``arm(i)``s a watch on key i and ``fired_at()`` returns when the callback saw the
+    deletion (the callback's own clock reading).
+    """
+
+    def __init__(self, target: Target, backend: str) -> None:
+        self.backend = backend
+        self._fired = threading.Event()
+        self._fired_ns = 0
+        self._watcher: Any = None
+        if backend == "zookeeper":
+            self.zk = kazoo_client(target)
+            self.base = f"/floor-{target.name}"
+            self.zk.ensure_path(self.base)
+        else:
+            self.etcd = etcd_client(target)
+            self.lease, _ = self.etcd.lease_grant(max(60, int(target.session_timeout) * 4))
+            self.base = f"{target.etcd_prefix}floor-{target.name}"
+
+    def _key(self, i: int) -> str:
+        return f"{self.base}/k{i}"
+
+    def hold(self, i: int) -> None:
+        if self.backend == "zookeeper":
+            self.zk.create(self._key(i), b"{}", ephemeral=True)
+        else:
+            self.etcd.put(self._key(i).encode(), b"{}", lease=self.lease)
+
+    def delete(self, i: int) -> None:
+        if self.backend == "zookeeper":
+            self.zk.delete(self._key(i))
+        else:
+            self.etcd.delete_range(self._key(i).encode())
+
+    def arm(self, i: int) -> None:
+        """Set the watch; returns once the server has it."""
+        self._fired.clear()
+        if self.backend == "zookeeper":
+            events = importlib.import_module("kazoo.protocol.states")
+
+            def fired(event: Any) -> None:
+                if event.type == events.EventType.DELETED:
+                    self._fired_ns = now_ns()
+                    self._fired.set()
+
+            if self.zk.exists(self._key(i), watch=fired) is None:
+                raise RuntimeError(f"floor key {self._key(i)} does not exist")
+            return
+        client_mod = importlib.import_module("semaphore_recipes.etcd.client")
+        pb = importlib.import_module("semaphore_recipes.etcd._proto.etcd_api_pb2")
+
+        def on_events(evs: list[Any], revision: int) -> None:
+            if any(e.type == pb.Event.DELETE for e in evs) and not self._fired.is_set():
+                self._fired_ns = now_ns()
+                self._fired.set()
+
+        self._watcher = client_mod.Watcher(
+            self.etcd, self._key(i).encode(), start_revision=0, on_events=on_events
+        )
+        if not self._watcher.created.wait(30):
+            raise RuntimeError("etcd watch not created in time")
+
+    def fired_at(self) -> int:
+        if not self._fired.wait(ACQUIRE_TIMEOUT):
+            raise TimeoutError("the floor's watch never fired")
+        if self._watcher is not None:
+            self._watcher.cancel(timeout=1)
+            self._watcher = None
+        return self._fired_ns
+
+    def close(self) -> None:
+        if self.backend == "zookeeper":
+            self.zk.stop()
+            self.zk.close()
+        else:
+            try:
+                self.etcd.lease_revoke(self.lease)
+            finally:
+                self.etcd.close()

@@ -1,0 +1,201 @@
+"""The markdown report: the targets with met/missed, then one table per measurement."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from .results import HerdRow, LatencyRow, Results, ThroughputRow
+from .targets import NONE, ratio, verdicts
+
+BACKEND = {"zookeeper": "ZooKeeper", "etcd": "etcd"}
+
+LATENCY_TEXT = (
+    "One client alone: acquire, then release, in a loop (capacity 10 for the semaphores; "
+    "the locks are mutexes). Every implementation runs in a worker process of its own, all "
+    "connected at once; they take turns batch by batch. *requests / op* and *replies / op*: "
+    "what the server received and sent per cycle (ZooKeeper packets, etcd gRPC messages; "
+    "read around every batch), i.e. the round trips."
+)
+HANDOFF_TEXT = (
+    "Capacity 1. A holder process releases; a waiter blocked in another process returns "
+    "from acquire. Measured from the release call to the acquire's return (CLOCK_MONOTONIC, "
+    "one machine). The floor: one process deletes a key, another process's watch callback "
+    "on that key fires (ZooKeeper: kazoo `exists` watch; etcd: a watch through the "
+    "library's own gRPC layer)."
+)
+HERD_TEXT = (
+    "Capacity 2, W blocked waiters (worker processes of 50 threads, one session per "
+    "process), permits handed off one at a time in the middle of the queue (after W/2 "
+    "handoffs); the server's own counters per release, less the cost of reading them. "
+    "ZooKeeper (`mntr`): packets received (in) / sent (out), zk_response_bytes, watches fired "
+    "(node deleted / data changed / children changed). etcd (`/metrics`): gRPC messages "
+    "received / sent, mvcc events sent to watchers."
+)
+THROUGHPUT_TEXT = (
+    "Acquire -> release loops, no hold time, every client with a session of its own, "
+    "capacity 10. The raw loop is the floor's create+delete (put+delete), run by the same "
+    "clients in the same processes. Jain's index over the per-client grant counts "
+    "(1 = perfectly even). *requests / grant*: what the server received per grant."
+)
+
+
+def fmt(value: float, digits: int = 2) -> str:
+    return NONE if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*out, ""]
+
+
+def targets_table(results: Results) -> list[str]:
+    header = [
+        "figure",
+        "kazoo Semaphore (issue)",
+        "kazoo Semaphore, this run",
+        "target",
+        "semaphore-recipes, this run",
+        "verdict",
+    ]
+    rows = [
+        [v.figure, v.kazoo_issue, v.kazoo_now, v.goal, v.ours_now, f"**{v.verdict}**"]
+        for v in verdicts(results)
+    ]
+    return table(header, rows)
+
+
+def latency_table(rows: Sequence[LatencyRow], floor: str, traffic: bool) -> list[str]:
+    header = ["backend", "implementation", "samples", "median ms", "p99 ms", f"median / {floor}"]
+    if traffic:
+        header += ["requests / op", "replies / op"]
+    body = []
+    for r in rows:
+        row = [
+            BACKEND[r.backend],
+            r.label,
+            str(r.samples),
+            fmt(r.median_ms, 3),
+            fmt(r.p99_ms, 3),
+            ratio(r.ratio),
+        ]
+        if traffic:
+            row += [fmt(r.requests, 1), fmt(r.replies, 1)]
+        body.append(row)
+    return table(header, body)
+
+
+def herd_table(rows: Sequence[HerdRow]) -> list[str]:
+    header = [
+        "backend",
+        "implementation",
+        "W",
+        "handoffs",
+        "in / release",
+        "out / release",
+        "response bytes / release",
+        "watches fired / release",
+    ]
+    body = []
+    for r in sorted(rows, key=lambda r: (r.backend != "zookeeper", r.impl, r.waiters)):
+        if r.backend == "zookeeper":
+            fired = "{:.1f} ({:.1f} / {:.1f} / {:.1f})".format(
+                r.notifications,
+                r.per_release["zk_sum_node_deleted_watch_count"],
+                r.per_release["zk_sum_node_changed_watch_count"],
+                r.per_release["zk_sum_node_children_watch_count"],
+            )
+        else:
+            fired = fmt(r.notifications, 1)
+        body.append(
+            [
+                BACKEND[r.backend],
+                r.label,
+                str(r.waiters),
+                str(r.handoffs),
+                fmt(r.packets_in, 1),
+                fmt(r.packets_out, 1),
+                fmt(r.response_bytes, 0),
+                fired,
+            ]
+        )
+    return table(header, body)
+
+
+def throughput_table(rows: Sequence[ThroughputRow]) -> list[str]:
+    header = [
+        "backend",
+        "implementation",
+        "clients / processes",
+        "seconds",
+        "grants",
+        "ops/s",
+        "Jain's index",
+        "ops/s / raw loop",
+        "requests / grant",
+    ]
+    body = [
+        [
+            BACKEND[r.backend],
+            r.label,
+            f"{r.clients} / {r.processes}",
+            f"{r.seconds:g}",
+            str(r.grants),
+            fmt(r.ops_per_s, 0),
+            fmt(r.jain, 3),
+            ratio(r.ratio),
+            fmt(r.requests, 1),
+        ]
+        for r in rows
+    ]
+    return table(header, body)
+
+
+def by_backend(rows: Sequence[LatencyRow], backend: str) -> list[LatencyRow]:
+    return [r for r in rows if r.backend == backend]
+
+
+def sections(results: Results) -> list[str]:
+    lines: list[str] = []
+    if results.latency:
+        lines += ["## Uncontended acquire+release", "", LATENCY_TEXT, ""]
+        for backend, floor in (("zookeeper", "raw create+delete"), ("etcd", "raw put+delete")):
+            if rows := by_backend(results.latency, backend):
+                lines += latency_table(rows, floor, traffic=True)
+    if results.handoff:
+        lines += ["## Handoff", "", HANDOFF_TEXT, ""]
+        for backend in ("zookeeper", "etcd"):
+            if rows := by_backend(results.handoff, backend):
+                lines += latency_table(rows, "floor", traffic=False)
+    if results.herd:
+        lines += ["## Herd", "", HERD_TEXT, "", *herd_table(results.herd)]
+    if results.throughput:
+        lines += ["## Throughput", "", THROUGHPUT_TEXT, "", *throughput_table(results.throughput)]
+    return lines
+
+
+def render(results: Results, environment: Sequence[str], command: str, tiny: bool) -> str:
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Generated by `{command}` (`bash scripts/bench` installs what it needs and runs it). "
+        "Every figure below comes from this one run, against the same servers.",
+        "",
+    ]
+    if tiny:
+        lines += ["**A `--tiny` run: counts shrunk for CI, figures indicative only.**", ""]
+    lines += [*(f"- {e}" for e in environment), ""]
+    lines += ["## Targets", "", *targets_table(results)]
+    lines += sections(results)
+    if results.plots:
+        lines += ["## Plots", "", *(f"![{p}]({p})" for p in results.plots), ""]
+    if results.skipped:
+        lines += ["## Skipped", "", *(f"- {what}: {why}" for what, why in results.skipped), ""]
+    if results.errors:
+        lines += ["## Errors", ""]
+        lines += [f"- {what}: {why.splitlines()[0] if why else ''}" for what, why in results.errors]
+        lines.append("")
+    if results.notes:
+        lines += ["## Notes", "", *(f"- {n}" for n in results.notes), ""]
+    return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""What a run found: rows per measurement, what was skipped and why, and statistics."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def jain(counts: Sequence[float]) -> float:
+    """Jain's fairness index: 1 when every client got the same, 1/n when one got all."""
+    total, squares = sum(counts), sum(c * c for c in counts)
+    return total * total / (len(counts) * squares) if squares else math.nan
+
+
+@dataclass
+class LatencyRow:
+    """Uncontended acquire+release (or a handoff), in milliseconds."""
+
+    backend: str
+    impl: str
+    label: str
+    samples: int
+    median_ms: float
+    p99_ms: float
+    ratio: float = math.nan  # median / the floor's median
+    requests: float = math.nan  # server requests (ZK packets / gRPC messages in) per op
+    replies: float = math.nan
+
+
+@dataclass
+class HerdRow:
+    backend: str
+    impl: str
+    label: str
+    waiters: int
+    handoffs: int
+    per_release: dict[str, float]
+
+    @property
+    def packets_in(self) -> float:
+        key = (
+            "zk_packets_received"
+            if self.backend == "zookeeper"
+            else ("grpc_server_msg_received_total")
+        )
+        return self.per_release[key]
+
+    @property
+    def packets_out(self) -> float:
+        key = "zk_packets_sent" if self.backend == "zookeeper" else "grpc_server_msg_sent_total"
+        return self.per_release[key]
+
+    @property
+    def response_bytes(self) -> float:
+        return self.per_release.get("zk_response_bytes", math.nan)
+
+    @property
+    def notifications(self) -> float:
+        if self.backend == "zookeeper":
+            return sum(
+                self.per_release[k]
+                for k in (
+                    "zk_sum_node_deleted_watch_count",
+                    "zk_sum_node_changed_watch_count",
+                    "zk_sum_node_children_watch_count",
+                )
+            )
+        return self.per_release["etcd_debugging_mvcc_events_total"]
+
+
+@dataclass
+class ThroughputRow:
+    backend: str
+    impl: str
+    label: str
+    clients: int
+    processes: int
+    seconds: float
+    grants: int
+    ops_per_s: float
+    jain: float
+    ratio: float = math.nan  # ops/s / the raw loop's
+    requests: float = math.nan  # server requests per grant
+
+
+@dataclass
+class Results:
+    latency: list[LatencyRow] = field(default_factory=list)
+    handoff: list[LatencyRow] = field(default_factory=list)
+    herd: list[HerdRow] = field(default_factory=list)
+    throughput: list[ThroughputRow] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+
+    def skip(self, what: str, why: str) -> None:
+        self.skipped.append((what, why))

@@ -1,0 +1,120 @@
+"""The issue's targets, judged on one run's rows: met, missed, or not measured."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .results import HerdRow, LatencyRow, Results
+
+NONE = "-"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    figure: str
+    kazoo_issue: str  # kazoo Semaphore, as the issue measured it
+    kazoo_now: str  # kazoo Semaphore in this run
+    goal: str
+    ours_now: str
+    verdict: str  # "met", "missed" or "not measured"
+
+
+def ratio(value: float) -> str:
+    return NONE if math.isnan(value) else f"{value:.2f}x"
+
+
+def _row(rows: Sequence[LatencyRow], impl: str) -> LatencyRow | None:
+    return next((r for r in rows if r.impl == impl), None)
+
+
+def _latency(
+    figure: str, issue: str, rows: Sequence[LatencyRow], ours: str, limit: float
+) -> Verdict:
+    mine, kazoo = _row(rows, ours), _row(rows, "kazoo-sem")
+    kazoo_now = "n/a" if issue == "n/a" else (ratio(kazoo.ratio) if kazoo else NONE)
+    goal = f"<= {limit:g}x"
+    if mine is None or math.isnan(mine.ratio):
+        return Verdict(figure, issue, kazoo_now, goal, NONE, "not measured")
+    verdict = "met" if mine.ratio <= limit else "missed"
+    return Verdict(figure, issue, kazoo_now, goal, ratio(mine.ratio), verdict)
+
+
+def flat(small: float, big: float, slack: float) -> bool:
+    """As ``tests/herd.py`` asserts: within 1.5x + slack of the value at the smallest W."""
+    return big <= small * 1.5 + slack
+
+
+def _ends(rows: Sequence[HerdRow], impl: str) -> tuple[HerdRow, HerdRow] | None:
+    mine = sorted((r for r in rows if r.impl == impl), key=lambda r: r.waiters)
+    return (mine[0], mine[-1]) if mine else None
+
+
+def _herd(rows: Sequence[HerdRow]) -> list[Verdict]:
+    ours, kazoo = _ends(rows, "ours-zk"), _ends(rows, "kazoo-sem")
+    packets = ("packets per release at W=500 (in / out)", "8 / 11", "<= 6 / 6, flat in W")
+    size = ("response bytes per release at W=500", "27 KB", "<= 1 KB, flat in W")
+    kz_packets = f"{kazoo[1].packets_in:.1f} / {kazoo[1].packets_out:.1f}" if kazoo else NONE
+    kz_bytes = f"{kazoo[1].response_bytes:.0f} B" if kazoo else NONE
+    if ours is None:
+        return [
+            Verdict(*packets[:2], kz_packets, packets[2], NONE, "not measured"),
+            Verdict(*size[:2], kz_bytes, size[2], NONE, "not measured"),
+        ]
+    small, big = ours
+    at = "" if big.waiters == 500 else f" (here W={big.waiters})"
+    ok = (
+        big.packets_in <= 6
+        and big.packets_out <= 6
+        and flat(small.packets_in, big.packets_in, 2)
+        and flat(small.packets_out, big.packets_out, 2)
+    )
+    measured = (
+        f"{big.packets_in:.1f} / {big.packets_out:.1f} "
+        f"(W={small.waiters}: {small.packets_in:.1f} / {small.packets_out:.1f})"
+    )
+    out = [
+        Verdict(
+            packets[0] + at, packets[1], kz_packets, packets[2], measured, "met" if ok else "missed"
+        )
+    ]
+    ok = big.response_bytes <= 1024 and flat(small.response_bytes, big.response_bytes, 300)
+    measured = f"{big.response_bytes:.0f} B (W={small.waiters}: {small.response_bytes:.0f} B)"
+    out.append(
+        Verdict(size[0] + at, size[1], kz_bytes, size[2], measured, "met" if ok else "missed")
+    )
+    return out
+
+
+def _throughput(results: Results) -> Verdict:
+    rows = {r.impl: r for r in results.throughput}
+    mine, kazoo = rows.get("ours-zk"), rows.get("kazoo-sem")
+    figure = ("throughput / raw create+delete loop", "0.19x")
+    kazoo_now = ratio(kazoo.ratio) if kazoo else NONE
+    if mine is None or math.isnan(mine.ratio):
+        return Verdict(*figure, kazoo_now, ">= 0.6x", NONE, "not measured")
+    verdict = "met" if mine.ratio >= 0.6 else "missed"
+    return Verdict(*figure, kazoo_now, ">= 0.6x", ratio(mine.ratio), verdict)
+
+
+def verdicts(results: Results) -> list[Verdict]:
+    return [
+        _latency(
+            "uncontended acquire+release / raw create+delete",
+            "3.7x",
+            results.latency,
+            "ours-zk",
+            1.3,
+        ),
+        _latency("handoff / raw predecessor-watch floor", "2.5x", results.handoff, "ours-zk", 1.2),
+        *_herd(results.herd),
+        _throughput(results),
+        _latency(
+            "etcd uncontended acquire+release / raw put+delete",
+            "n/a",
+            results.latency,
+            "ours-etcd",
+            1.3,
+        ),
+    ]

@@ -1,0 +1,80 @@
+"""Throughput: capacity 10, 50 clients (a session each) in 5 processes, acquire->release
+loops for 10 s; grants per second and Jain's fairness index over the clients' grants,
+against the raw create+delete (put+delete) loop run by the same clients and processes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from .config import Run
+from .impls import IMPLS, now_ns
+from .latency import IN_OUT
+from .procs import WorkerError, Workers
+from .results import Results, ThroughputRow, jain
+from .servers import ServerSet
+
+TP_IMPLS = ("raw-zk", "ours-zk", "kazoo-sem", "raw-etcd", "ours-etcd")
+RAW = {"zookeeper": "raw-zk", "etcd": "raw-etcd"}
+
+
+def one(run: Run, servers: ServerSet, impl: str) -> ThroughputRow:
+    sizes = run.sizes
+    backend, label = IMPLS[impl]
+    target = run.target.with_name(f"tp-{impl}", capacity=sizes.capacity)
+    with Workers(run.work_dir, sizes.worker_max_seconds) as workers:
+        procs = [
+            workers.start(
+                f"throughput-{impl}-{p}",
+                "throughput",
+                impl,
+                target,
+                clients=sizes.throughput_clients,
+            )
+            for p in range(sizes.throughput_processes)
+        ]
+        for proc in procs:
+            proc.expect("READY", 180)
+        key_in = IN_OUT[backend][0]
+        before = servers.counters(backend)
+        start = now_ns() + 300_000_000
+        end = start + int(sizes.throughput_seconds * 1e9)
+        for proc in procs:
+            proc.send(f"go {start} {end}")
+        counts: list[int] = []
+        for proc in procs:
+            counts += json.loads(proc.expect("COUNTS", sizes.throughput_seconds + 120))
+        after = servers.counters(backend)
+        for proc in procs:
+            proc.finish()
+    grants = sum(counts)
+    return ThroughputRow(
+        backend,
+        impl,
+        label,
+        clients=len(counts),
+        processes=len(procs),
+        seconds=sizes.throughput_seconds,
+        grants=grants,
+        ops_per_s=grants / sizes.throughput_seconds,
+        jain=jain(counts),
+        requests=(after[key_in] - before[key_in]) / grants if grants else float("nan"),
+    )
+
+
+def measure(
+    run: Run, servers: ServerSet, results: Results, progress: Callable[[str], None]
+) -> None:
+    rows = {}
+    for impl in TP_IMPLS:
+        progress(f"throughput: {IMPLS[impl][1]} on {IMPLS[impl][0]}")
+        try:
+            rows[impl] = one(run, servers, impl)
+        except (WorkerError, OSError, ValueError) as exc:
+            results.errors.append((f"throughput: {IMPLS[impl][1]}", str(exc)))
+    for row in rows.values():
+        raw = rows.get(RAW[row.backend])
+        if raw is not None and raw.ops_per_s:
+            row.ratio = row.ops_per_s / raw.ops_per_s
+        results.throughput.append(row)

@@ -1,0 +1,71 @@
+"""The benchmark command (``python -m benchmarks``) runs end to end in its --tiny form
+against the session's servers: tables, verdicts and plots, or a reason for each skip."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ROWS = (
+    # targets
+    "| uncontended acquire+release / raw create+delete |",
+    "| handoff / raw predecessor-watch floor |",
+    "| packets per release at W=500 (in / out)",
+    "| response bytes per release at W=500",
+    "| throughput / raw create+delete loop |",
+    "| etcd uncontended acquire+release / raw put+delete |",
+    # one row of each measurement and backend
+    "| ZooKeeper | raw create+delete (kazoo) |",
+    "| ZooKeeper | semaphore-recipes Semaphore |",
+    "| ZooKeeper | kazoo Semaphore |",
+    "| ZooKeeper | kazoo Lock |",
+    "| etcd | raw put(lease)+delete (EtcdClient) |",
+    "| etcd | semaphore-recipes Semaphore |",
+    "| ZooKeeper | raw predecessor-watch floor (delete -> watch fires) |",
+    "| etcd | raw predecessor-watch floor (delete -> watch event) |",
+)
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_every_table_and_the_plots_or_says_why_not(
+    zookeeper_server: Any, etcd_server: Any, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--tiny", "--zookeeper", zookeeper_server.host_port,
+         "--etcd", etcd_server.endpoint, "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=150,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = (tmp_path / "benchmarks.md").read_text()
+    assert report.strip() == done.stdout.strip()  # the same tables on stdout
+    for row in ROWS:
+        assert row in report, row
+    for section in ("## Uncontended", "## Handoff", "## Herd", "## Throughput"):
+        assert section in report
+    assert "not measured" not in report and "## Errors" not in report
+    assert report.count("| **met** |") + report.count("| **missed** |") == 6
+
+    plots = [tmp_path / "bench-latency.png", tmp_path / "bench-herd.png"]
+    if importlib.util.find_spec("matplotlib") is None:
+        assert "bench-herd.png: matplotlib is not installed" in report
+        assert not any(p.exists() for p in plots)
+    else:
+        for plot in plots:
+            assert plot.read_bytes()[:8] == PNG_MAGIC, plot
+            assert f"![{plot.name}]({plot.name})" in report
+
+    if importlib.util.find_spec("etcd3") is None:
+        assert "python-etcd3 Lock: python-etcd3 is not installed" in report
+    else:  # the peer ran, or the report says why it could not (e.g. a protobuf clash)
+        assert "| etcd | python-etcd3 Lock |" in report or "- latency: python-etcd3 Lock:" in report
+    assert elapsed < 60, f"the --tiny run took {elapsed:.0f} s"
