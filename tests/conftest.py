@@ -130,3 +130,23 @@ def read_checker(path: Path) -> dict[str, int]:
         fcntl.flock(f, fcntl.LOCK_SH)
         text = f.read()
     return json.loads(text) if text else {"now": 0, "max": 0, "grants": 0}
+
+
+def cycle_through_a_leader_kill(
+    url: str, workers: Workers, tmp_path: Path, kill_leader: Callable[[], None]
+) -> None:
+    """Four processes cycle weighted acquires (capacity 2) for 8 s; the leader is killed
+    mid-way. Never above capacity, and work goes on under the new leader."""
+    checker = tmp_path / "checker.json"
+    checker.write_text("")
+    args = ["ens", "2", "cycle", "--weights", "1,2", "--seconds", "8", "--checker", str(checker)]
+    procs = [workers.start(url, *args) for _ in range(4)]
+    wait_until(lambda: read_checker(checker)["grants"] > 20)
+    kill_leader()
+    grants_at_kill = read_checker(checker)["grants"]
+    for p in procs:
+        Workers.expect(p, "CYCLES", timeout=60)
+        assert p.wait(20) == 0
+    state = read_checker(checker)
+    assert state["max"] <= 2
+    assert state["grants"] > grants_at_kill + 20  # work resumed under the new leader

@@ -15,7 +15,13 @@ import semaphore_recipes as sr
 from semaphore_recipes.testing.plugin import leftover_etcd_entries
 from semaphore_recipes.testing.proxy import FaultProxy
 
-from ..conftest import Service, Workers, read_checker, wait_until, waiter_thread
+from ..conftest import (
+    Service,
+    Workers,
+    cycle_through_a_leader_kill,
+    wait_until,
+    waiter_thread,
+)
 
 TTL = 2  # lease TTL (s) of the processes that crash or pause
 
@@ -141,32 +147,7 @@ def test_killing_the_leader_of_a_cluster_while_processes_cycle(
     etcd_cluster: Any, sr_namespace: str, workers: Workers, tmp_path: Path
 ) -> None:
     url = f"etcd://{','.join(etcd_cluster.endpoints)}{sr_namespace}?session_timeout=6"
-    checker = tmp_path / "checker.json"
-    checker.write_text("")
-    procs = [
-        workers.start(
-            url,
-            "ens",
-            "2",
-            "cycle",
-            "--weights",
-            "1,2",
-            "--seconds",
-            "8",
-            "--checker",
-            str(checker),
-        )
-        for _ in range(4)
-    ]
-    wait_until(lambda: read_checker(checker)["grants"] > 20)
-    etcd_cluster.leader().kill()
-    grants_at_kill = read_checker(checker)["grants"]
-    for p in procs:
-        Workers.expect(p, "CYCLES", timeout=60)
-        assert p.wait(20) == 0
-    state = read_checker(checker)
-    assert state["max"] <= 2
-    assert state["grants"] > grants_at_kill + 20  # work resumed under the new leader
+    cycle_through_a_leader_kill(url, workers, tmp_path, lambda: etcd_cluster.leader().kill())
     from semaphore_recipes.etcd.client import EtcdClient
 
     alive = [m.endpoint for m in etcd_cluster.members if m.running]

@@ -15,7 +15,13 @@ from semaphore_recipes.testing.plugin import leftover_entries
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_server import ZooKeeperEnsemble, expire_session
 
-from ..conftest import Service, Workers, read_checker, wait_until, waiter_thread
+from ..conftest import (
+    Service,
+    Workers,
+    cycle_through_a_leader_kill,
+    wait_until,
+    waiter_thread,
+)
 
 SESSION = 2.0  # session timeout of the processes that crash or pause
 
@@ -174,32 +180,7 @@ def test_killing_the_leader_of_an_ensemble_while_processes_cycle(
     zookeeper_ensemble: ZooKeeperEnsemble, sr_namespace: str, workers: Workers, tmp_path: Path
 ) -> None:
     url = f"zookeeper://{zookeeper_ensemble.connect_string}{sr_namespace}?session_timeout=8"
-    checker = tmp_path / "checker.json"
-    checker.write_text("")
-    procs = [
-        workers.start(
-            url,
-            "ens",
-            "2",
-            "cycle",
-            "--weights",
-            "1,2",
-            "--seconds",
-            "8",
-            "--checker",
-            str(checker),
-        )
-        for _ in range(4)
-    ]
-    wait_until(lambda: read_checker(checker)["grants"] > 20)
-    zookeeper_ensemble.leader().kill()
-    grants_at_kill = read_checker(checker)["grants"]
-    for p in procs:
-        Workers.expect(p, "CYCLES", timeout=60)
-        assert p.wait(10) == 0
-    state = read_checker(checker)
-    assert state["max"] <= 2
-    assert state["grants"] > grants_at_kill + 20  # work resumed under the new leader
+    cycle_through_a_leader_kill(url, workers, tmp_path, lambda: zookeeper_ensemble.leader().kill())
     from kazoo.client import KazooClient
 
     admin = KazooClient(hosts=zookeeper_ensemble.connect_string)
