@@ -73,7 +73,6 @@ class Client:
     mark_pending: bool = False
     unmarked: bool = False  # admitted without a mark: marked if the capacity drops
     mark_lower: tuple[str, ...] | None = None
-    arms: int = 0
     relists: int = 0
 
 
@@ -105,7 +104,6 @@ class Simulation:
             for i in range(clients)
         ]
         self.max_woken = 0
-        self.max_arms = 0
         self.admissions = 0
         self.max_held = 0
 
@@ -165,7 +163,6 @@ class Simulation:
             )
         c.state, c.gen, c.step = "holding", None, None
         self.admissions += 1
-        self.max_arms = max(self.max_arms, c.arms)
         held = sum(self.store[x.key].weight for x in self.clients if x.state == "holding" and x.key)
         self.max_held = max(self.max_held, held)
         if not self.decreased and held > self.capacity:
@@ -243,7 +240,6 @@ class Simulation:
         elif action == "arm":
             key = c.to_arm.pop(self.rng.randrange(len(c.to_arm)))
             stored = self.store.get(key)
-            c.arms += 1
             if stored is None:
                 c.arm_results[key] = None  # a read of a missing node sets no watch
             else:

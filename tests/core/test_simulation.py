@@ -33,12 +33,14 @@ def run_one(seed: int, *, mark_held: bool = True) -> Simulation:
 
 def test_many_random_runs_keep_safety_liveness_and_no_herd() -> None:
     worst_herd = 0
-    admissions = 0
+    admissions = relists = 0
     for seed in range(RUNS):
         sim = run_one(seed)
         worst_herd = max(worst_herd, sim.max_woken)
         admissions += sim.admissions
+        relists += sum(c.relists for c in sim.clients)
     assert admissions > RUNS  # the runs really admit clients
+    assert relists > RUNS // 20  # and go through stale views that need a fresh listing
     # One store event wakes a handful of waiters at most, however many wait.
     assert worst_herd <= 3, worst_herd
 
