@@ -49,6 +49,17 @@ class Waiter:
     def post_session_lost(self) -> None:
         self.post(self.generation, SessionLost())
 
+    def session_ended(self) -> bool:
+        """Drain the inbox (an admitted waiter is done with it): did the session end
+        after the last event the protocol saw?"""
+        ended = False
+        while True:
+            try:
+                generation, event = self._inbox.get_nowait()
+            except queue.Empty:
+                return ended
+            ended |= generation == self.generation and isinstance(event, SessionLost)
+
     def next_event(self, timeout: float | None) -> Event | None:
         """The next event of the current generation, or None when ``timeout`` passes."""
         try:

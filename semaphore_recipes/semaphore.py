@@ -240,6 +240,10 @@ class Semaphore:
         assert waiter.token is not None
         permit = Permit(self, me, waiter.token, self.owner)
         permit._unlisten = self._session.add_permit_listener(permit._session_changed)
+        # Backends tell permits first, then waiters: a session that ended after the
+        # decision but before the line above is in the waiter's inbox.
+        if waiter.session_ended():
+            permit._session_changed("the session ended as the permit was granted")
         return permit
 
     def status(self) -> Status:

@@ -1,0 +1,60 @@
+"""The sync face's own logic (no server behaviour is claimed here)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from semaphore_recipes import PermitState
+from semaphore_recipes._core.deadline import Deadline
+from semaphore_recipes._core.protocol import Enqueued, SessionLost
+from semaphore_recipes._core.queue import Entry, EntryState
+from semaphore_recipes._store import QueueBase, SessionHub, Waiter
+from semaphore_recipes.semaphore import Semaphore
+
+
+class OneShotStore(QueueBase):
+    """Admits at once; the session ends just after the store answered the enqueue,
+    before the permit exists (the window the face must close)."""
+
+    def __init__(self, hub: SessionHub) -> None:
+        super().__init__("face", hub)
+        self.capacity = 1
+
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        waiter.new_generation()
+        waiter.entry_id, waiter.key, waiter.token = "id", "k", 7
+        self._hub._notify_permits("session expired")  # no permit is listening yet
+        self._hub._session_lost()  # ...and the waiter is told, as the backends do
+        return Enqueued(Entry("k", 1, 1), (), 1, later_entries=False)
+
+    def mark_held(self, waiter: Waiter, me: Entry, now: bool, lower: Any, on_lost: Any) -> None:
+        pass
+
+    def arm(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Mapping[str, EntryState | None] | SessionLost:
+        raise AssertionError("not reached")
+
+    def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
+        raise AssertionError("not reached")
+
+    def abandon(self, waiter: Waiter) -> None: ...
+
+    def remove(self, key: str) -> None: ...
+
+    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None: ...
+
+    def status(self) -> Any: ...
+
+    def set_capacity(self, capacity: int) -> None: ...
+
+    def transaction(self, key: str) -> Any: ...
+
+
+def test_a_session_that_ends_as_the_permit_is_granted_leaves_it_lost() -> None:
+    hub = SessionHub()
+    sem = Semaphore(OneShotStore(hub), hub, "owner", clock=time.monotonic)
+    permit = sem.acquire()
+    assert permit.state is PermitState.LOST and permit.lost.is_set()
