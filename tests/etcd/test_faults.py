@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from pathlib import Path
@@ -22,42 +21,6 @@ from ..conftest import (
     wait_until,
     waiter_thread,
 )
-
-TTL = 2  # lease TTL (s) of the processes that crash or pause
-
-
-def test_kill_9_of_a_holder_returns_its_permit_within_the_ttl(
-    ed: Service, workers: Workers
-) -> None:
-    sem = ed.connect().semaphore("crash", capacity=1)
-    holder = workers.start(ed.url_with(session_timeout=TTL), "crash", "1", "hold")
-    Workers.expect(holder, "HELD")
-    t, out = waiter_thread(sem)
-    wait_until(lambda: len(sem.status().waiters) == 1)
-    killed = time.monotonic()
-    holder.send_signal(signal.SIGKILL)
-    t.join(TTL + 5)
-    assert out, "the waiter was never granted"
-    elapsed = out[0][0] - killed
-    print(f"\ncrash-release (etcd): granted {elapsed:.2f} s after kill -9 (lease TTL {TTL} s)")
-    assert elapsed <= TTL + 1.0
-    out[0][1].release()
-
-
-def test_a_holder_paused_past_its_lease_is_fenced_off(ed: Service, workers: Workers) -> None:
-    sem = ed.connect().semaphore("pause", capacity=1)
-    holder = workers.start(ed.url_with(session_timeout=TTL), "pause", "1", "hold")
-    token = int(Workers.expect(holder, "HELD").split()[1])
-    holder.send_signal(signal.SIGSTOP)
-    try:
-        permit = sem.acquire(timeout=TTL + 5)  # the paused holder's lease runs out
-        assert permit.token > token
-    finally:
-        holder.send_signal(signal.SIGCONT)
-    Workers.expect(holder, "LOST", timeout=15)
-    assert Workers.expect(holder, "FENCE-") == "FENCE-REJECTED"
-    assert holder.wait(10) == 0
-    permit.release()
 
 
 def test_a_lease_revoked_from_outside_loses_the_permit(ed: Service, etcd_admin: Any) -> None:

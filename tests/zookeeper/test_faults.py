@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -22,42 +21,6 @@ from ..conftest import (
     wait_until,
     waiter_thread,
 )
-
-SESSION = 2.0  # session timeout of the processes that crash or pause
-
-
-def test_kill_9_of_a_holder_returns_its_permit_within_the_session_timeout(
-    zk: Service, workers: Workers
-) -> None:
-    sem = zk.connect().semaphore("crash", capacity=1)
-    holder = workers.start(zk.url_with(session_timeout=SESSION), "crash", "1", "hold")
-    Workers.expect(holder, "HELD")
-    t, out = waiter_thread(sem)
-    wait_until(lambda: len(sem.status().waiters) == 1)
-    killed = time.monotonic()
-    holder.send_signal(signal.SIGKILL)
-    t.join(SESSION + 5)
-    assert out, "the waiter was never granted"
-    elapsed = out[0][0] - killed
-    print(f"\ncrash-release: granted {elapsed:.2f} s after kill -9 (session timeout {SESSION} s)")
-    assert elapsed <= SESSION + 1.0
-    out[0][1].release()
-
-
-def test_a_holder_paused_past_its_session_is_fenced_off(zk: Service, workers: Workers) -> None:
-    sem = zk.connect().semaphore("pause", capacity=1)
-    holder = workers.start(zk.url_with(session_timeout=SESSION), "pause", "1", "hold")
-    token = int(Workers.expect(holder, "HELD").split()[1])
-    holder.send_signal(signal.SIGSTOP)
-    try:
-        permit = sem.acquire(timeout=SESSION + 5)  # the paused holder's session expires
-        assert permit.token > token
-    finally:
-        holder.send_signal(signal.SIGCONT)
-    Workers.expect(holder, "LOST", timeout=15)  # on resume it learns its session is gone
-    assert Workers.expect(holder, "FENCE-") == "FENCE-REJECTED"
-    assert holder.wait(10) == 0
-    permit.release()
 
 
 def _proxied(zk: Service, zookeeper_server: Any, sr_namespace: str) -> tuple[FaultProxy, Any]:
