@@ -13,12 +13,13 @@ import math
 import threading
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from .._core.deadline import Deadline
 from .._core.names import validate_capacity, validate_name
+from .._interrupts import call_with_sigint_held
 from .._store import SessionHub
 from .._url import ServiceURL
 from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
@@ -76,11 +77,8 @@ class EtcdBackend(SessionHub):
         self._closed = False
         # fire-and-forget writes (held marks, deletes that must be retried)
         self.background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sr-etcd")
-        # Calls made for a user's thread run here while that thread waits on the future:
-        # a KeyboardInterrupt then lands in our wait, never inside grpc's own Python code,
-        # where it can leave a channel lock held and hang every later call.
-        self.io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sr-etcd-io")
         self.lease_id = 0
+        self._slots: set[tuple[int, int]] = set()  # (lease, slot) of entries not yet deleted
         self._keeper: LeaseKeeper | None = None
         self._new_lease(Deadline(connect_timeout, _monotonic))
 
@@ -112,24 +110,19 @@ class EtcdBackend(SessionHub):
             raise
 
     def run(self, fn: Callable[[], T]) -> T:
-        """Run one blocking etcd call for the calling thread. Only the main thread gets
-        KeyboardInterrupt, so only its calls go through the I/O threads."""
-        if threading.current_thread() is not threading.main_thread():
-            return fn()
-        return self.io.submit(fn).result()
-
-    def submit(self, fn: Callable[[], T]) -> Future[T]:
-        """Start one blocking etcd call on the I/O threads."""
-        return self.io.submit(fn)
+        """Run one blocking etcd call, bounded by a timeout of a few seconds, for the
+        calling thread. On the main thread Ctrl-C is held until the call returns, so a
+        KeyboardInterrupt never lands inside grpc's code (see ``_interrupts``)."""
+        return call_with_sigint_held(fn)
 
     # ---- the session (lease) -------------------------------------------------
     def _new_lease(self, deadline: Deadline) -> int:
         try:
-            lease_id, ttl = self.run(
-                lambda: retry_unavailable(
-                    lambda: self.client.lease_grant(self.ttl, timeout=deadline.cap(2.0) or 0.001),
-                    timeout=deadline.cap(3600.0),
-                )
+            lease_id, ttl = retry_unavailable(
+                lambda: self.run(
+                    lambda: self.client.lease_grant(self.ttl, timeout=deadline.cap(2.0) or 0.001)
+                ),
+                timeout=deadline.cap(3600.0),
             )
         except EtcdUnavailable as exc:
             raise BackendUnavailable(
@@ -161,6 +154,24 @@ class EtcdBackend(SessionHub):
         if deadline.expired():
             raise AcquireTimeout("timed out waiting for a new etcd lease")
         return self._new_lease(deadline)
+
+    def take_entry_slot(self, lease_id: int) -> str:
+        """An entry key (``<lease>-<slot>``) for a new entry on ``lease_id``: the lowest
+        slot of that lease whose last entry is known deleted. Unique among our live
+        entries, across every semaphore of this backend."""
+        with self._lock:
+            self._slots = {s for s in self._slots if s[0] == lease_id}  # old leases: gone
+            slot = 0
+            while (lease_id, slot) in self._slots:
+                slot += 1
+            self._slots.add((lease_id, slot))
+        return f"{lease_id:x}-{slot}"
+
+    def free_entry_slot(self, uid: str) -> None:
+        """The entry ``uid`` is deleted (or was never created): its key may serve again."""
+        lease_hex, _, slot = uid.partition("-")
+        with self._lock:
+            self._slots.discard((int(lease_hex, 16), int(slot)))
 
     def lease_gone(self, lease_id: int) -> None:
         """An operation was refused because ``lease_id`` is gone."""
@@ -211,7 +222,6 @@ class EtcdBackend(SessionHub):
         for queue in queues:
             queue.close()
         self.background.shutdown(wait=True, cancel_futures=False)
-        self.io.shutdown(wait=True, cancel_futures=False)
         if keeper is not None:
             keeper.stop()
         if lease_id:

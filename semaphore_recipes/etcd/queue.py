@@ -1,7 +1,11 @@
 """One semaphore's queue in etcd: the etcd side of the protocol steps.
 
 Layout: ``<prefix><name>/config`` holds ``{"capacity": N}``; each entry is
-``<prefix><name>/entries/<uuid>`` on the session lease, ordered by create_revision.
+``<prefix><name>/entries/<lease>-<slot>`` on the session lease, ordered by
+create_revision. A backend reuses its slot numbers once their entries are deleted, so
+the keys under ``entries/`` stay few: etcd's range walks every key deleted since the
+last compaction, and fresh keys per acquire made the enqueue slower with every grant.
+A reused key is a new entry with a new create_revision (reads compare it).
 The enqueue is one txn: create-if-absent of our key plus a range of all entries and of
 the config, so it is one round trip and the listing is atomic with the create (no
 later entry can exist in it). A retried enqueue after a lost reply takes the failure
@@ -16,12 +20,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
 from .._core.deadline import Deadline
-from .._core.names import new_entry_id, validate_capacity
+from .._core.names import validate_capacity
 from .._core.protocol import (
     Enqueued,
     EntryChanged,
@@ -67,7 +70,6 @@ class EtcdQueue(QueueBase):
         self._entries_end = prefix_range_end(self.entries_prefix)
         self._watchers: dict[Waiter, dict[str, Watcher]] = {}
         self._tokens: dict[str, int] = {}  # our entries' create_revisions
-        self._inflight: dict[Waiter, Future[Any]] = {}  # enqueue txns still running
         self._holder_watchers: dict[str, Watcher] = {}  # acquire(watch_entry=True)
         self._closed = False
         self.capacity = self._agree_capacity(capacity, adopt_capacity)
@@ -182,7 +184,7 @@ class EtcdQueue(QueueBase):
         self._cancel_later(stale.values())
         while True:
             lease = self.backend.current_lease(deadline)
-            uid = new_entry_id()
+            uid = self.backend.take_entry_slot(lease)
             waiter.entry_id = uid
             key = self._key(uid)
             value = EntryData(
@@ -206,9 +208,10 @@ class EtcdQueue(QueueBase):
             listing = reply.responses[-2].response_range.kvs
             mine = [kv for kv in listing if kv.key == key]
             if not mine:
+                self.backend.free_entry_slot(uid)
                 continue  # created on a lease that has since expired: gone already
             if mine[0].lease != self.backend.lease_id:
-                continue  # our lease was replaced meanwhile
+                continue  # our lease was replaced meanwhile (its slots go with it)
             config = reply.responses[-1].response_range.kvs
             if config:
                 self._new_capacity(
@@ -219,14 +222,12 @@ class EtcdQueue(QueueBase):
             )
 
     def _create(self, waiter: Waiter, create: Callable[[], Any], deadline: Deadline) -> Any:
-        """The enqueue txn, retried on UNAVAILABLE; the running attempt is remembered so
-        that an interrupted acquire deletes the entry only after the create is over."""
+        """The enqueue txn, retried on UNAVAILABLE. An interrupt is held until the txn
+        returns (``backend.run``), so an interrupted acquire never deletes its entry
+        while the create is still on its way (gRPC does not order calls)."""
         while True:
-            future = self.backend.submit(create)  # always: abandon() needs the future
-            with self._lock:
-                self._inflight[waiter] = future
             try:
-                reply = future.result()
+                reply = self.backend.run(create)
             except EtcdUnavailable as exc:
                 if deadline.expired():
                     raise AcquireTimeout(
@@ -238,8 +239,6 @@ class EtcdQueue(QueueBase):
                 raise
             except EtcdError as exc:
                 raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
-            with self._lock:
-                self._inflight.pop(waiter, None)
             return reply
 
     def _enqueued(
@@ -272,6 +271,8 @@ class EtcdQueue(QueueBase):
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
     ) -> Mapping[str, EntryState | None] | SessionLost:
         generation = waiter.generation
+        token = waiter.token
+        assert token is not None
         reply = self._call(
             lambda: self.client.txn(
                 [],
@@ -284,7 +285,8 @@ class EtcdQueue(QueueBase):
         states: dict[str, EntryState | None] = {}
         for key, response in zip(keys, reply.responses, strict=True):
             kvs = response.response_range.kvs
-            if not kvs:
+            if not kvs or kvs[0].create_revision >= token:
+                # gone; or its key was reused by an entry created after ours
                 states[key] = None
                 continue
             data = decode_entry(key, kvs[0].value)
@@ -431,17 +433,12 @@ class EtcdQueue(QueueBase):
             self._cancel_later([watcher])
 
     def abandon(self, waiter: Waiter) -> None:
-        with self._lock:
-            inflight = self._inflight.pop(waiter, None)
         if waiter.key is not None:
             self.remove(waiter.key)
         elif waiter.entry_id is not None:
-            uid = waiter.entry_id  # unique id: only ever our entry
-            if inflight is not None and not inflight.done():
-                # gRPC does not order calls: delete once the interrupted create is over
-                inflight.add_done_callback(lambda _: self._submit(lambda: self._delete(uid, None)))
-            else:
-                self._delete(uid, None)
+            # Its slot is not reused before this delete lands: only ever our entry. The
+            # create, if it was sent, is over (run() holds interrupts until it returns).
+            self._delete(waiter.entry_id, None)
 
     def _delete(self, uid: str, token: int | None) -> None:
         """Delete our entry, guarded by its create_revision when known. Tries now; if
@@ -452,6 +449,8 @@ class EtcdQueue(QueueBase):
 
         def attempt() -> None:
             self.client.txn(guard, [Op.delete(key)], [], timeout=_ATTEMPT)
+            # Deleted, or already gone (the guard failed): the slot can serve again.
+            self.backend.free_entry_slot(uid)
 
         try:
             if threading.current_thread().name.startswith("sr-etcd"):

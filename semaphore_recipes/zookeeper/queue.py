@@ -3,6 +3,9 @@
 Every request here is sent with kazoo's async API so that requests of one step go out
 back to back: ZooKeeper answers one session's requests in order, so the create, the
 child listing and the capacity read of an enqueue cost one round trip.
+
+A client that cycles alone skips the listing (one request per acquire, like a raw
+create): see ``_alone_since`` below and docs/design.md section 9.
 """
 
 from __future__ import annotations
@@ -56,6 +59,13 @@ class ZooKeeperQueue(QueueBase):
         self.backend = backend
         self.client = backend.client
         self.path = join_path(backend.root, name)
+        # kazoo's key for the capacity watch (chroot included): see _capacity_current
+        self._watch_path = (self.client.chroot or "") + self.path
+        self._capacity_settled = False  # the cached capacity is the watched node's value
+        # Sequence number of our last entry that was alone in the queue (every entry
+        # older than it gone) and has been deleted; None: unknown. See _enqueue_alone.
+        self._alone_since: int | None = None
+        self._alone: dict[str, int] = {}  # our live entries known alone -> their sequence
         self.capacity = self._agree_capacity(capacity, adopt_capacity)
         backend.register_queue(self)
 
@@ -71,6 +81,7 @@ class ZooKeeperQueue(QueueBase):
             raw, stat = self.client.get(self.path, watch=self._capacity_event)
             stored = decode_capacity(self.name, raw)
             self._capacity_version = stat.version
+            self._capacity_settled = True
         except (*_UNREACHABLE, SessionExpiredError, ConnectionClosedError) as exc:
             raise BackendUnavailable(f"ZooKeeper unreachable reading {self.path}: {exc!r}") from exc
         if stored != capacity and not adopt:
@@ -83,6 +94,7 @@ class ZooKeeperQueue(QueueBase):
         self.arm_capacity_watch()
 
     def arm_capacity_watch(self) -> None:
+        self._capacity_settled = False  # until _capacity_read applies what this reads
         self.client.get_async(self.path, watch=self._capacity_event).rawlink(self._capacity_read)
 
     def _capacity_read(self, result: Any) -> None:
@@ -95,6 +107,19 @@ class ZooKeeperQueue(QueueBase):
             log.error("semaphore %r: cannot read the new capacity: %s", self.name, exc)
             return
         self._new_capacity(capacity, stat.version)
+        self._capacity_settled = True
+
+    def _capacity_current(self) -> bool:
+        """Is the cached capacity the stored one, as of the replies received so far?
+        ZooKeeper sends a change's watch event before the reply to any later request,
+        and kazoo's connection thread unregisters the watcher as it reads that event, so
+        a registered watcher whose read has been applied means no change was missed."""
+        watchers = getattr(self.client, "_data_watchers", None)
+        return (
+            self._capacity_settled
+            and watchers is not None
+            and self._capacity_event in watchers.get(self._watch_path, ())
+        )
 
     def set_capacity(self, capacity: int) -> None:
         validate_capacity(capacity)
@@ -137,12 +162,21 @@ class ZooKeeperQueue(QueueBase):
             prefix = f"{self.path}/{zk_entry_prefix(waiter.entry_id, waiter.weight)}"
             data = EntryData(owner=waiter.owner, held=False, since=time.time()).encode()
             session = self.backend.session_id
+            with self._lock:
+                alone_since, self._alone_since = self._alone_since, None
             create = self.client.create_async(
                 prefix, data, ephemeral=True, sequence=True, include_data=True
             )
-            listing = self.client.get_children_async(self.path, include_data=True)
+            listing = None
+            if alone_since is None:
+                listing = self.client.get_children_async(self.path, include_data=True)
             try:
                 path, stat = self._result(create, deadline)
+                if listing is None:
+                    alone = self._enqueue_alone(waiter, path, stat.czxid, alone_since, session)
+                    if alone is not None:
+                        return alone
+                    listing = self.client.get_children_async(self.path, include_data=True)
                 children, parent = self._result(listing, deadline)
             except NoNodeError:
                 log.warning("semaphore node %s vanished; creating it again", self.path)
@@ -169,6 +203,34 @@ class ZooKeeperQueue(QueueBase):
         )
         self._new_capacity(decode_capacity(self.name, raw), stat.version)
 
+    def _enqueue_alone(
+        self, waiter: Waiter, path: str, czxid: int, alone_since: int | None, session: int | None
+    ) -> Enqueued | None:
+        """The one-request enqueue of a client cycling alone, or None: list after all.
+
+        Our previous entry (sequence ``alone_since``) was at some moment the only entry,
+        and we deleted it before this create. Every create in the queue takes the next
+        sequence number of the parent, so if ours is ``alone_since + 1`` nobody created
+        an entry in between: no entry can be lower than ours. A capacity change made
+        before our create would have reached us before its reply (_capacity_current).
+        """
+        node = path.rsplit("/", 1)[1]
+        parsed = parse_zk_entry(node)
+        assert parsed is not None and alone_since is not None
+        seq = parsed[2]
+        if (
+            seq != alone_since + 1
+            or self.backend.session_id != session
+            or not self._capacity_current()
+            or waiter.weight > self.capacity
+        ):
+            return None
+        with self._lock:
+            self._alone[node] = seq
+        waiter.key, waiter.token = node, czxid
+        me = Entry(key=node, order=seq, weight=waiter.weight)
+        return Enqueued(me=me, lower=(), capacity=self.capacity, later_entries=False)
+
     def _enqueued(self, waiter: Waiter, path: str, czxid: int, children: list[str]) -> Enqueued:
         node = path.rsplit("/", 1)[1]
         parsed = parse_zk_entry(node)
@@ -185,6 +247,9 @@ class ZooKeeperQueue(QueueBase):
                 lower.append(Entry(key=child, order=p[2], weight=p[1]))
             elif p[2] > my_seq:
                 later_entries = True
+        if not lower and not later_entries:
+            with self._lock:
+                self._alone[node] = my_seq
         me = Entry(key=node, order=my_seq, weight=weight)
         return Enqueued(
             me=me, lower=tuple(lower), capacity=self.capacity, later_entries=later_entries
@@ -333,18 +398,25 @@ class ZooKeeperQueue(QueueBase):
     # ---- leaving ----------------------------------------------------------------
     def remove(self, key: str) -> None:
         self._forget_mark(key)
-        self._delete_now_or_later(f"{self.path}/{key}")
+        with self._lock:
+            alone = self._alone.pop(key, None)
+        if self._delete_now_or_later(f"{self.path}/{key}") and alone is not None:
+            with self._lock:
+                self._alone_since = alone  # deleted, reply in hand: see _enqueue_alone
 
     def abandon(self, waiter: Waiter) -> None:
         if waiter.key is not None:
+            with self._lock:
+                self._alone.pop(waiter.key, None)
             self._delete_now_or_later(f"{self.path}/{waiter.key}")
         elif waiter.entry_id is not None:
             self._delete_by_id(waiter.entry_id)
 
-    def _delete_now_or_later(self, path: str) -> None:
+    def _delete_now_or_later(self, path: str) -> bool:
         """Delete exactly ``path`` (unique id + sequence: it can only be ours). Waits a
         little for the reply; if the connection is down, kazoo sends it on reconnect and
-        a ConnectionLoss sends it again until it lands or the session is gone."""
+        a ConnectionLoss sends it again until it lands or the session is gone. True when
+        the delete's reply says it is done."""
 
         def done(result: Any) -> None:
             try:
@@ -358,13 +430,19 @@ class ZooKeeperQueue(QueueBase):
                 log.error("could not delete %s: %r", path, exc)
 
         reply = self.client.delete_async(path)
-        reply.rawlink(done)
         try:
             reply.get(block=True, timeout=max(2.0, self.backend.session_timeout))
+            return True
         except KazooTimeoutError:
             log.warning("delete of %s is pending until ZooKeeper is reachable again", path)
         except KazooException:
-            pass  # handled by done()
+            pass  # done() below sorts it out
+        except BaseException:
+            reply.rawlink(done)  # interrupted: the delete is on its way, keep it going
+            raise
+        # Only now: a callback costs a hop through kazoo's callback thread.
+        reply.rawlink(done)
+        return False
 
     def _delete_by_id(self, entry_id: str) -> None:
         """After an interrupted create: find the entry by its id and delete it. The listing

@@ -1,0 +1,63 @@
+"""etcd entry keys are reused per lease (``<lease>-<slot>``), so deleted keys do not pile
+up under ``entries/`` between compactions; a reused key is a different entry."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from semaphore_recipes._core.deadline import Deadline
+from semaphore_recipes._store import Waiter
+
+from ..conftest import Service, wait_until, waiter_thread
+
+
+def test_one_client_cycling_reuses_one_key(ed: Service, etcd_admin: Any, sr_namespace: str) -> None:
+    backend = ed.connect()
+    sem = backend.semaphore("cycle", capacity=3)
+    keys, tokens = set(), []
+    for _ in range(20):
+        permit = sem.acquire()
+        keys.add(permit.key)
+        tokens.append(permit.token)
+        permit.release()
+    assert keys == {f"{backend.lease_id:x}-0"}
+    assert tokens == sorted(set(tokens))  # every cycle is a new entry: a new fencing token
+    # concurrent permits of one backend get distinct keys, across Semaphore objects of
+    # one name too, and a freed slot serves again
+    other = backend.semaphore("cycle", capacity=3)
+    a, b, c = sem.acquire(), other.acquire(), sem.acquire()
+    assert len({a.key, b.key, c.key}) == 3
+    assert len(ed.entries()) == 3
+    b.release()
+    d = other.acquire()
+    assert d.key == b.key and d.token > b.token
+    for p in (a, c, d):
+        p.release()
+    assert ed.entries() == []
+
+
+def test_a_reused_key_is_not_taken_for_the_entry_it_replaced(ed: Service) -> None:
+    """A waiter lists holder K; K is released and its key reused by a newer entry that
+    queues behind the waiter. Reading K must say "gone", or the two would wait for each
+    other (the waiter for the new K, the new K for the waiter)."""
+    holder_backend = ed.connect()
+    holder_sem = holder_backend.semaphore("reuse", capacity=1)
+    first = holder_sem.acquire()
+    queue = ed.connect().semaphore("reuse", capacity=1)._store
+    waiter = Waiter(1, "test-waiter")
+    queue.register(waiter)
+    deadline = Deadline(30.0, time.monotonic)
+    try:
+        enqueued = queue.enqueue(waiter, deadline)
+        assert [e.key for e in enqueued.lower] == [first.key]
+        first.release()
+        t, out = waiter_thread(holder_sem)  # its new entry takes the freed key, behind us
+        wait_until(lambda: [w.key for w in holder_sem.status().waiters] == [first.key])
+        assert queue.arm(waiter, (first.key,), deadline) == {first.key: None}
+    finally:
+        queue.abandon(waiter)
+        queue.unregister(waiter)
+    t.join(10)
+    assert out and out[0][1].key == first.key and out[0][1].token > first.token
+    out[0][1].release()
