@@ -140,10 +140,15 @@ class QueuePosition:
         entries = list(self._lower.values())
         if len(entries) > 1 and entries[-1].key == key:
             predecessor = entries[-1]
-            head = predecessor.held or sum(e.weight for e in entries) <= self.capacity
+            total = sum(e.weight for e in entries)
+            head = predecessor.held or total <= self.capacity
             # A head watches every lower entry, so its view stays right; a waiter that
             # watched only its predecessor learns nothing of the entries below it.
-            if not head:
+            # Nor does one whose predecessor was admitted but left before its mark (and
+            # the view in it) was read: the rest of our view weighs more than that
+            # admission allowed, so some of it is long gone, and probing it one entry
+            # per round trip is what a zero-hold-time queue would do at every grant.
+            if not head or (predecessor.held and total > self.capacity):
                 self.stale = True
         self._lower.pop(key, None)
         self._armed.discard(key)

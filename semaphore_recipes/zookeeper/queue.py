@@ -26,7 +26,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import EventType, KeeperState
+from kazoo.protocol.states import Callback, EventType, KeeperState
 
 from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
 from .._core.deadline import Deadline
@@ -66,6 +66,7 @@ class ZooKeeperQueue(QueueBase):
         # older than it gone) and has been deleted; None: unknown. See _enqueue_alone.
         self._alone_since: int | None = None
         self._alone: dict[str, int] = {}  # our live entries known alone -> their sequence
+        self._marks_pending: set[str] = set()  # held marks handed to kazoo's callback thread
         self.capacity = self._agree_capacity(capacity, adopt_capacity)
         backend.register_queue(self)
 
@@ -360,9 +361,16 @@ class ZooKeeperQueue(QueueBase):
             self._defer_mark(me.key, lambda: self._write_mark(me.key, data, lambda why: None))
 
     def _write_mark(self, key: str, data: bytes, on_lost: Callable[[str], None]) -> None:
-        """Sent without waiting: safety never depends on the mark, it wakes successors."""
+        """Sent without waiting: safety never depends on the mark, it wakes successors.
+
+        kazoo's callback thread sends it, not the acquiring thread: a kazoo request from
+        this thread hands the GIL to kazoo's connection thread for its whole send, about
+        0.1 ms that the acquire would otherwise spend before returning. A mark still
+        pending when the permit is released is not sent at all."""
         path = f"{self.path}/{key}"
         self._forget_mark(key)
+        with self._lock:
+            self._marks_pending.add(key)
 
         def marked(result: Any) -> None:
             try:
@@ -377,7 +385,14 @@ class ZooKeeperQueue(QueueBase):
             except KazooException as exc:
                 log.warning("held mark of %s failed: %r", path, exc)
 
-        self.client.set_async(path, data).rawlink(marked)
+        def send() -> None:
+            with self._lock:
+                if key not in self._marks_pending:
+                    return  # released (or abandoned) already
+                self._marks_pending.discard(key)
+            self.client.set_async(path, data).rawlink(marked)
+
+        self.client.handler.dispatch_callback(Callback("mark", send, ()))
 
     def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
         path = f"{self.path}/{key}"
@@ -400,6 +415,7 @@ class ZooKeeperQueue(QueueBase):
         self._forget_mark(key)
         with self._lock:
             alone = self._alone.pop(key, None)
+            self._marks_pending.discard(key)
         if self._delete_now_or_later(f"{self.path}/{key}") and alone is not None:
             with self._lock:
                 self._alone_since = alone  # deleted, reply in hand: see _enqueue_alone
@@ -408,6 +424,7 @@ class ZooKeeperQueue(QueueBase):
         if waiter.key is not None:
             with self._lock:
                 self._alone.pop(waiter.key, None)
+                self._marks_pending.discard(waiter.key)
             self._delete_now_or_later(f"{self.path}/{waiter.key}")
         elif waiter.entry_id is not None:
             self._delete_by_id(waiter.entry_id)

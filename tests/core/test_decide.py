@@ -112,3 +112,15 @@ def test_a_predecessor_gone_unseen_makes_the_view_stale_only_for_a_non_head() ->
     head = QueuePosition(Entry("me", 10, 1), [Entry("a", 1, 1)], capacity=2)
     head.deleted("a")  # a head watches every lower entry: nothing to re-list
     assert not head.stale
+
+
+def test_an_admitted_predecessor_gone_before_its_mark_was_read_makes_the_view_stale() -> None:
+    lower = [Entry(f"k{i}", i, 1) for i in range(5)]
+    pos = QueuePosition(Entry("me", 10, 1), lower, capacity=2)
+    pos.marked_held("k4")  # k4 was admitted: at most 1 of k0..k3 can still be there
+    pos.deleted("k4")  # and it left before we read its mark's view
+    assert pos.stale  # one listing, not a probe per entry
+    pruned = QueuePosition(Entry("me", 10, 1), lower, capacity=2)
+    pruned.armed("k4", EntryState(held=True, lower=("k3",)))  # its mark's view prunes ours
+    pruned.deleted("k4")
+    assert not pruned.stale and [e.key for e in pruned.lower] == ["k3"]
