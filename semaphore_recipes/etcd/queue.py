@@ -366,14 +366,17 @@ class EtcdQueue(QueueBase):
     ) -> None:
         token = waiter.token
         assert token is not None
-        value = EntryData(
-            owner=waiter.owner, held=True, since=time.time(), weight=me.weight, lower=lower
-        ).encode()
+
+        def value() -> bytes:  # encoded when sent: most deferred marks never are
+            return EntryData(
+                owner=waiter.owner, held=True, since=time.time(), weight=me.weight, lower=lower
+            ).encode()
+
         if now:
-            self._write_mark(me.key, token, value, on_lost)
+            self._write_mark(me.key, token, value(), on_lost)
         else:
             self._defer_mark(
-                me.key, lambda: self._write_mark(me.key, token, value, lambda why: None)
+                me.key, lambda: self._write_mark(me.key, token, value(), lambda why: None)
             )
 
     def _write_mark(

@@ -354,11 +354,13 @@ class ZooKeeperQueue(QueueBase):
         lower: tuple[str, ...] | None,
         on_lost: Callable[[str], None],
     ) -> None:
-        data = EntryData(owner=waiter.owner, held=True, since=time.time(), lower=lower).encode()
+        def data() -> bytes:  # encoded when sent: most deferred marks never are
+            return EntryData(owner=waiter.owner, held=True, since=time.time(), lower=lower).encode()
+
         if now:
-            self._write_mark(me.key, data, on_lost)
+            self._write_mark(me.key, data(), on_lost)
         else:
-            self._defer_mark(me.key, lambda: self._write_mark(me.key, data, lambda why: None))
+            self._defer_mark(me.key, lambda: self._write_mark(me.key, data(), lambda why: None))
 
     def _write_mark(self, key: str, data: bytes, on_lost: Callable[[str], None]) -> None:
         """Sent without waiting: safety never depends on the mark, it wakes successors.
