@@ -194,6 +194,7 @@ class ZooKeeperBackend(SessionHub):
                 with self._lock:
                     queues = list(self._queues)
                 for queue in queues:
+                    queue.forget_old_session()
                     queue.arm_capacity_watch()
             self._connected.set()
         elif state == KazooState.LOST:

@@ -94,6 +94,13 @@ class ZooKeeperQueue(QueueBase):
             return  # the session ended: the backend re-arms us on the new session
         self.arm_capacity_watch()
 
+    def forget_old_session(self) -> None:
+        """Our entries died with the old session; lost permits are never released, so
+        drop what we kept about them here."""
+        with self._lock:
+            self._alone.clear()
+            self._marks_pending.clear()
+
     def arm_capacity_watch(self) -> None:
         self._capacity_settled = False  # until _capacity_read applies what this reads
         self.client.get_async(self.path, watch=self._capacity_event).rawlink(self._capacity_read)
