@@ -456,10 +456,7 @@ class EtcdQueue(QueueBase):
             self.backend.free_entry_slot(uid)
 
         try:
-            if threading.current_thread().name.startswith("sr-etcd"):
-                attempt()
-            else:
-                self.backend.run(attempt)
+            self.backend.run(attempt)  # straight through off the main thread
         except EtcdUnavailable:
             log.warning("delete of %r is pending until etcd is reachable again", uid)
 
