@@ -73,11 +73,17 @@ class Spawned:
         return self.err.read_text(errors="replace")
 
 
-def _default_signals() -> None:
-    """In the child before exec: SIGINT/SIGQUIT as a terminal's foreground job has them,
-    even if the test run itself was started with them ignored (a background job)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+# SIGINT/SIGQUIT as a terminal's foreground job has them, even if the test run itself
+# was started with them ignored (a background job), then exec the CLI. Not a preexec_fn:
+# that makes subprocess fork() this process, which has grpc loaded; grpc's fork handlers
+# restart its poller thread in the child, and subprocess closing fds before the exec
+# then aborts that child now and then ("epoll_wait error: Bad file descriptor", -6).
+_DEFAULT_SIGNALS_THEN_EXEC = (
+    "import os, signal, sys; "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "signal.signal(signal.SIGQUIT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 @dataclass
@@ -90,12 +96,11 @@ class Spawner:
         out, err = self.tmp / f"cli-{n}.out", self.tmp / f"cli-{n}.err"
         with out.open("wb") as fo, err.open("wb") as fe:
             proc = subprocess.Popen(
-                [*CLI, *args],
+                [sys.executable, "-c", _DEFAULT_SIGNALS_THEN_EXEC, *CLI, *args],
                 stdin=subprocess.DEVNULL,
                 stdout=fo,
                 stderr=fe,
                 env=clean_env() if env is None else env,
-                preexec_fn=_default_signals,
             )
         spawned = Spawned(proc, out, err)
         self.procs.append(spawned)
