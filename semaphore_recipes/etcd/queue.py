@@ -68,6 +68,11 @@ class EtcdQueue(QueueBase):
         self.config_key = (base + "config").encode()
         self.entries_prefix = (base + "entries/").encode()
         self._entries_end = prefix_range_end(self.entries_prefix)
+        # the reads of every enqueue and status txn (built once: they never change)
+        self._reads = [
+            Op.range(self.entries_prefix, self._entries_end),
+            Op.range(self.config_key),
+        ]
         self._watchers: dict[Waiter, dict[str, Watcher]] = {}
         self._tokens: dict[str, int] = {}  # our entries' create_revisions
         self._holder_watchers: dict[str, Watcher] = {}  # acquire(watch_entry=True)
@@ -190,7 +195,7 @@ class EtcdQueue(QueueBase):
             value = EntryData(
                 owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
             ).encode()
-            reads = [Op.range(self.entries_prefix, self._entries_end), Op.range(self.config_key)]
+            reads = self._reads
             try:
                 # Retried as is after UNAVAILABLE: if the lost attempt created the key,
                 # the failure branch lists it and we adopt it (no orphan, no second entry).
@@ -213,13 +218,12 @@ class EtcdQueue(QueueBase):
             if mine[0].lease != self.backend.lease_id:
                 continue  # our lease was replaced meanwhile (its slots go with it)
             config = reply.responses[-1].response_range.kvs
-            if config:
+            # (decoded only when newer than the capacity applied: usually it is not)
+            if config and config[0].mod_revision > self._capacity_version:
                 self._new_capacity(
                     decode_capacity(self.name, config[0].value), config[0].mod_revision
                 )
-            return self._enqueued(
-                waiter, uid, mine[0].create_revision, listing, reply.header.revision
-            )
+            return self._enqueued(waiter, uid, mine[0].create_revision, listing)
 
     def _create(self, waiter: Waiter, create: Callable[[], Any], deadline: Deadline) -> Any:
         """The enqueue txn, retried on UNAVAILABLE. An interrupt is held until the txn
@@ -241,31 +245,28 @@ class EtcdQueue(QueueBase):
                 raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
             return reply
 
-    def _enqueued(
-        self, waiter: Waiter, uid: str, token: int, listing: Any, revision: int
-    ) -> Enqueued:
+    def _enqueued(self, waiter: Waiter, uid: str, token: int, listing: Any) -> Enqueued:
         waiter.key, waiter.token = uid, token
         with self._lock:
             self._tokens[uid] = token
         lower: list[Entry] = []
         later = False
-        me: Entry | None = None
         for kv in listing:
-            entry_uid = kv.key[len(self.entries_prefix) :].decode()
-            data = decode_entry(entry_uid, kv.value)
-            if data.weight is None or data.weight < 1:
-                raise CorruptState(f"entry {kv.key!r} has no weight")
-            entry = Entry(
-                key=entry_uid, order=kv.create_revision, weight=data.weight, held=data.held
-            )
-            if kv.create_revision < token:
-                lower.append(entry)
-            elif kv.create_revision > token:
+            revision = kv.create_revision
+            if revision < token:
+                lower.append(self._entry(kv))
+            elif revision > token:
                 later = True
-            else:
-                me = entry
-        assert me is not None
+        # our own entry is what we just wrote: not decoded again
+        me = Entry(key=uid, order=token, weight=waiter.weight, held=False)
         return Enqueued(me=me, lower=tuple(lower), capacity=self.capacity, later_entries=later)
+
+    def _entry(self, kv: Any) -> Entry:
+        uid = kv.key[len(self.entries_prefix) :].decode()
+        data = decode_entry(uid, kv.value)
+        if data.weight is None or data.weight < 1:
+            raise CorruptState(f"entry {kv.key!r} has no weight")
+        return Entry(key=uid, order=kv.create_revision, weight=data.weight, held=data.held)
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
@@ -307,16 +308,7 @@ class EtcdQueue(QueueBase):
             ),
             deadline,
         )
-        lower = []
-        for kv in reply.kvs:
-            uid = kv.key[len(self.entries_prefix) :].decode()
-            data = decode_entry(uid, kv.value)
-            if data.weight is None or data.weight < 1:
-                raise CorruptState(f"entry {kv.key!r} has no weight")
-            lower.append(
-                Entry(key=uid, order=kv.create_revision, weight=data.weight, held=data.held)
-            )
-        return lower
+        return [self._entry(kv) for kv in reply.kvs]
 
     def _watch(self, waiter: Waiter, generation: int, key: str, start_revision: int) -> None:
         """A one-shot watch on one entry from ``start_revision``: nothing between the read
@@ -476,14 +468,7 @@ class EtcdQueue(QueueBase):
 
     # ---- reading and fencing --------------------------------------------------------
     def status(self) -> Status:
-        reply = self._call(
-            lambda: self.client.txn(
-                [],
-                [Op.range(self.entries_prefix, self._entries_end), Op.range(self.config_key)],
-                [],
-                timeout=_ATTEMPT,
-            )
-        )
+        reply = self._call(lambda: self.client.txn([], self._reads, [], timeout=_ATTEMPT))
         config = reply.responses[1].response_range.kvs
         capacity = decode_capacity(self.name, config[0].value) if config else self.capacity
         rows = []
