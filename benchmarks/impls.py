@@ -311,7 +311,7 @@ class WatchFloor:
             if self.zk.exists(self._key(i), watch=fired) is None:
                 raise RuntimeError(f"floor key {self._key(i)} does not exist")
             return
-        client_mod = importlib.import_module("semaphore_recipes.etcd.client")
+        watch_mod = importlib.import_module("semaphore_recipes.etcd.watch")
         pb = importlib.import_module("semaphore_recipes.etcd._proto.etcd_api_pb2")
 
         def on_events(evs: list[Any], revision: int) -> None:
@@ -319,7 +319,7 @@ class WatchFloor:
                 self._fired_ns = now_ns()
                 self._fired.set()
 
-        self._watcher = client_mod.Watcher(
+        self._watcher = watch_mod.Watcher(
             self.etcd, self._key(i).encode(), start_revision=0, on_events=on_events
         )
         if not self._watcher.created.wait(30):

@@ -12,8 +12,9 @@ What it offers:
   :class:`Op`).
 * :class:`LeaseKeeper`: a background thread that keeps a lease alive and reports
   suspension, restoration and expiry.
-* :class:`Watcher`: a background thread per watch that survives connection loss by
-  re-creating the watch from the last seen revision + 1.
+* Watches are in :mod:`semaphore_recipes.etcd.watch`: all of a client's watches share
+  one stream, and survive connection loss by re-creating each watch from its last seen
+  revision + 1.
 * A small error tree (:class:`EtcdError` and subclasses) that every call raises instead of
   :class:`grpc.RpcError`; the original error is kept as ``__cause__``.
 
@@ -67,7 +68,6 @@ __all__ = [
     "SortOrder",
     "SortTarget",
     "WatchFilter",
-    "Watcher",
     "channel_config",
     "delete_request",
     "map_rpc_error",
@@ -896,7 +896,8 @@ class EtcdClient:
     # ------------------------------------------------------------------ streams
 
     def open_watch_stream(self, requests: Iterator[pb.WatchRequest]) -> Any:
-        """Open a raw Watch stream (prefer :class:`Watcher`); returns the response iterator."""
+        """Open a raw Watch stream; returns the response iterator. (Prefer
+        :class:`semaphore_recipes.etcd.watch.Watcher`: one stream serves every watch.)"""
         try:
             return self._watch.Watch(
                 requests,
@@ -1161,192 +1162,3 @@ class LeaseKeeper:
         self._expired = True
         logger.warning("etcd: lease %x expired (%s)", self.lease_id, why)
         _safe_callback("on_expired", self._on_expired)
-
-
-class Watcher:
-    """Watch ``key`` (or ``[key, range_end)``) from a background thread of its own.
-
-    ``on_events(events, revision)`` gets the events of each WatchResponse (in revision
-    order) and the response's header revision; it runs on the watcher's thread, so a
-    slow callback delays later events but loses none. ``start_revision`` is the first
-    revision delivered (0: from "now", i.e. after the revision current when the server
-    confirms the watch). :attr:`created` is set once the server confirmed the watch.
-
-    On connection loss (or a member losing its leader, or any other stream error) the
-    watch is re-created from the last delivered revision + 1, with a backoff from 50 ms
-    to 1 s, so events that happened while disconnected are delivered, each exactly
-    once. If the history needed for that was compacted, ``on_error(EtcdCompacted)`` is
-    called and the watcher stops: the caller must re-read the state and start a new
-    watch. A permission error also ends it through ``on_error``. :meth:`cancel` stops
-    the thread and joins it.
-    """
-
-    def __init__(
-        self,
-        client: EtcdClient,
-        key: Key,
-        range_end: Key = b"",
-        *,
-        start_revision: int,
-        filters: Sequence[WatchFilter] = (),
-        prev_kv: bool = False,
-        progress_notify: bool = False,
-        on_events: Callable[[list[pb.Event], int], None],
-        on_error: Callable[[Exception], None] | None = None,
-        start: bool = True,
-    ) -> None:
-        self.client = client
-        self.key = _b(key)
-        self.range_end = _b(range_end)
-        self.filters = tuple(_WATCH_FILTER[f] for f in filters)
-        self.prev_kv = prev_kv
-        self.progress_notify = progress_notify
-        self._on_events = on_events
-        self._on_error = on_error
-        self._next_revision = start_revision
-        self.created = threading.Event()
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._call: Any = None
-        self._error: Exception | None = None
-        self.reconnects = 0
-        self._thread = threading.Thread(
-            target=self._run, name=f"etcd-watch-{self.key[-32:]!r}", daemon=True
-        )
-        if start:
-            self.start()
-
-    @property
-    def next_revision(self) -> int:
-        """The revision the watch would resume from (0 until known when started at "now")."""
-        return self._next_revision
-
-    @property
-    def error(self) -> Exception | None:
-        """The error that ended the watcher, if any."""
-        return self._error
-
-    @property
-    def running(self) -> bool:
-        """True while the thread runs."""
-        return self._thread.is_alive()
-
-    def start(self) -> None:
-        """Start the thread (done by the constructor unless ``start=False``)."""
-        self._thread.start()
-
-    def cancel(self, timeout: float | None = 5.0) -> None:
-        """Stop watching and join the thread."""
-        self._stop.set()
-        with self._lock:
-            call = self._call
-        if call is not None:
-            call.cancel()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
-
-    def _requests(self, done: threading.Event) -> Iterator[pb.WatchRequest]:
-        yield pb.WatchRequest(
-            create_request=pb.WatchCreateRequest(
-                key=self.key,
-                range_end=self.range_end,
-                start_revision=self._next_revision,
-                progress_notify=self.progress_notify,
-                filters=self.filters,
-                prev_kv=self.prev_kv,
-            )
-        )
-        while not done.wait(1.0) and not self._stop.is_set():
-            pass
-
-    def _fail(self, err: Exception) -> None:
-        self._error = err
-        logger.warning("etcd: watch on %r stopped: %s", self.key, err)
-        _safe_callback("on_error", self._on_error, err)
-
-    def _run(self) -> None:
-        backoff = _Backoff(0.05, 1.0)
-        auth_retried = False
-        while not self._stop.is_set() and not self.client.closed:
-            done = threading.Event()
-            try:
-                call = self.client.open_watch_stream(self._requests(done))
-                with self._lock:
-                    self._call = call
-                if self._stop.is_set():
-                    call.cancel()
-                for resp in call:
-                    if resp.compact_revision:
-                        self._fail(
-                            EtcdCompacted(
-                                f"watch start revision {self._next_revision} compacted "
-                                f"(oldest kept: {resp.compact_revision})",
-                                compact_revision=int(resp.compact_revision),
-                            )
-                        )
-                        return
-                    if resp.canceled:
-                        reason = resp.cancel_reason or "canceled by the server"
-                        err = _error_for_cancel_reason(reason)
-                        if isinstance(err, EtcdAuthError):
-                            if auth_retried or not _is_invalid_token(err):
-                                self._fail(err)
-                                return
-                            auth_retried = True
-                            self._refresh_token()
-                        logger.info("etcd: watch on %r canceled by server: %s", self.key, reason)
-                        break
-                    if resp.created:
-                        if self._next_revision == 0:
-                            self._next_revision = int(resp.header.revision) + 1
-                        if not self.created.is_set():
-                            logger.debug("etcd: watch on %r created", self.key)
-                        self.created.set()
-                        backoff.reset()
-                        auth_retried = False
-                        if not resp.events:
-                            continue
-                    events = list(resp.events)
-                    if events:
-                        self._next_revision = int(events[-1].kv.mod_revision) + 1
-                        _safe_callback(
-                            "on_events", self._on_events, events, int(resp.header.revision)
-                        )
-                    elif resp.header.revision >= self._next_revision and self.created.is_set():
-                        # a progress notification: nothing left to deliver up to it
-                        self._next_revision = int(resp.header.revision) + 1
-            except grpc.RpcError as exc:
-                if self._stop.is_set():
-                    return
-                err = map_rpc_error(exc)
-                logger.info(
-                    "etcd: watch on %r broke (%s); re-creating from revision %d",
-                    self.key,
-                    err,
-                    self._next_revision,
-                )
-                if isinstance(err, EtcdAuthError):
-                    if auth_retried or not _is_invalid_token(exc):
-                        self._fail(err)
-                        return
-                    auth_retried = True
-                    self._refresh_token()
-            except EtcdAuthError as exc:
-                self._fail(exc)
-                return
-            except EtcdError as exc:
-                if self._stop.is_set() or self.client.closed:
-                    return
-                logger.info("etcd: cannot open watch stream: %s", exc)
-            finally:
-                done.set()
-                with self._lock:
-                    self._call = None
-            self.reconnects += 1
-            self._stop.wait(backoff.next())
-
-    def _refresh_token(self) -> None:
-        try:
-            self.client.refresh_token(self.client.metadata())
-        except EtcdError as exc:
-            logger.info("etcd: authentication failed: %s", exc)

@@ -45,9 +45,9 @@ from .client import (
     EtcdLeaseNotFound,
     EtcdUnavailable,
     Op,
-    Watcher,
     prefix_range_end,
 )
+from .watch import Watcher
 
 if TYPE_CHECKING:
     from .backend import EtcdBackend
@@ -168,25 +168,21 @@ class EtcdQueue(QueueBase):
         super().unregister(waiter)
         with self._lock:
             watchers = self._watchers.pop(waiter, {})
-        self._cancel_later(watchers.values())
+        self._cancel(watchers.values())
 
-    def _cancel_later(self, watchers: Any) -> None:
-        """Cancel watchers on a background thread (grpc code stays off user threads)."""
-        pending = list(watchers)
-
-        def cancel_all() -> None:
-            for watcher in pending:
-                watcher.cancel(timeout=1)
-
-        if pending:
-            self._submit(cancel_all)
+    def _cancel(self, watchers: Any) -> None:
+        """Cancel watches (a request queued on the client's watch stream, no wait: a
+        callback of theirs still running posts to an old generation, which is dropped).
+        Never called holding ``_lock``, which their callbacks take."""
+        for watcher in watchers:
+            watcher.cancel(timeout=0)
 
     # ---- the protocol steps ------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
         waiter.new_generation()
         with self._lock:
             stale = self._watchers.pop(waiter, {})
-        self._cancel_later(stale.values())
+        self._cancel(stale.values())
         while True:
             lease = self.backend.current_lease(deadline)
             uid = self.backend.take_entry_slot(lease)
@@ -346,7 +342,7 @@ class EtcdQueue(QueueBase):
             old = self._watchers.setdefault(waiter, {}).pop(key, None)
             self._watchers[waiter][key] = watcher
         if old is not None:
-            self._cancel_later([old])
+            self._cancel([old])
 
     def mark_held(
         self,
@@ -423,9 +419,9 @@ class EtcdQueue(QueueBase):
         with self._lock:
             token = self._tokens.pop(key, None)
             watcher = self._holder_watchers.pop(key, None)
-        self._delete(key, token)
         if watcher is not None:
-            self._cancel_later([watcher])
+            self._cancel([watcher])  # first: our own delete is no loss to report
+        self._delete(key, token)
 
     def abandon(self, waiter: Waiter) -> None:
         if waiter.key is not None:

@@ -13,9 +13,9 @@ from semaphore_recipes.etcd.client import (
     EtcdClient,
     EtcdError,
     LeaseKeeper,
-    Watcher,
     retry_unavailable,
 )
+from semaphore_recipes.etcd.watch import Watcher
 from semaphore_recipes.testing.etcd_server import EtcdServer, find_etcdctl_binary
 
 from .helpers import wait_until

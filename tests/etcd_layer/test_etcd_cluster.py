@@ -15,9 +15,9 @@ from semaphore_recipes.etcd.client import (
     EtcdUnavailable,
     Event,
     LeaseKeeper,
-    Watcher,
     prefix_range_end,
 )
+from semaphore_recipes.etcd.watch import Watcher
 from semaphore_recipes.testing.etcd_server import EtcdCluster
 
 from .helpers import wait_until

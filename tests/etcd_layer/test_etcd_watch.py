@@ -8,10 +8,10 @@ from semaphore_recipes.etcd.client import (
     EtcdClient,
     EtcdCompacted,
     Event,
-    Watcher,
     prefix_range_end,
     retry_unavailable,
 )
+from semaphore_recipes.etcd.watch import Watcher
 from semaphore_recipes.testing.etcd_server import EtcdServer
 
 from .helpers import wait_until
@@ -191,3 +191,45 @@ def test_cancel_from_callback_and_closed_client(etcd_server: EtcdServer, ns: str
     assert other.created.wait(5.0)
     client.close()
     wait_until(lambda: not other.running, 5.0, "the watcher of a closed client to stop")
+
+
+def test_many_watches_share_one_stream_and_each_gets_its_own_events(
+    etcd_server: EtcdServer, ns: str
+) -> None:
+    """40 watches of one client open one Watch stream on the server (they opened one
+    each before); each gets exactly the events of its own key; a watch cancelled before
+    or after its create was confirmed gets nothing more, and the others carry on."""
+
+    def streams_opened() -> float:
+        return etcd_server.metrics().total("grpc_server_started_total", grpc_method="Watch")
+
+    with EtcdClient([etcd_server.endpoint]) as client:
+        before = streams_opened()
+        sinks = [Sink() for _ in range(40)]
+        watchers = [
+            Watcher(client, f"{ns}k{i}", start_revision=0, on_events=sink.on_events)
+            for i, sink in enumerate(sinks)
+        ]
+        early = Watcher(client, f"{ns}k0", start_revision=0, on_events=sinks[0].on_events)
+        early.cancel()  # most likely before the server confirmed it
+        try:
+            for watcher in watchers:
+                assert watcher.created.wait(5.0)
+            assert streams_opened() - before == 1
+            watchers[1].cancel()
+            revisions = [client.put(f"{ns}k{i}", "v").header.revision for i in range(40)]
+            for i, sink in enumerate(sinks):
+                if i == 1:
+                    continue
+                wait_until(lambda s=sink: len(s.events) >= 1, 5.0, f"the event of k{i}")
+            client.put(f"{ns}k0", "again")  # a second event, for k0 only
+            wait_until(lambda: len(sinks[0].events) == 2, 5.0, "k0's second event")
+            for i, sink in enumerate(sinks):
+                expected = [] if i == 1 else [("PUT", f"{ns}k{i}", revisions[i])]
+                assert sink.snapshot()[:1] == expected[:1], i
+                assert len(sink.snapshot()) == (2 if i == 0 else len(expected)), i
+            assert not early.running and not watchers[1].running
+            assert streams_opened() - before == 1
+        finally:
+            for watcher in watchers:
+                watcher.cancel()

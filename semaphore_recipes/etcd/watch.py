@@ -1,0 +1,365 @@
+"""Watches of one :class:`EtcdClient`, multiplexed on one gRPC Watch stream.
+
+etcd serves any number of watches on one stream, told apart by the watch id the server
+assigns in its ``created`` reply. The server answers create requests in the order it
+got them (etcd's Go client relies on the same), so creates can be pipelined and matched
+first-in first-out, which works with every etcd 3.x. One stream and one reader thread
+per client, however many watches: a waiter that arms ten holders opens no stream, it
+sends ten small requests on the open one (a stream and a thread per watch cost about
+1 ms each to set up, on the path of every new head of the queue).
+
+Connection loss (or a member losing its leader, or any stream error): the stream is
+opened again with a backoff from 50 ms to 1 s and every live watch is created again
+from its last delivered revision + 1, so events that happened meanwhile are delivered,
+each exactly once. A watch whose history was compacted gets ``on_error(EtcdCompacted)``
+and stops (the caller re-reads and watches again); a permission error stops it the same
+way. Callbacks of every watch of the client run on the one reader thread, in order: keep
+them short (a slow one delays the events of the others, loses none).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from ._proto import etcd_api_pb2 as pb
+from .client import (
+    _WATCH_FILTER,
+    EtcdAuthError,
+    EtcdClient,
+    EtcdCompacted,
+    EtcdError,
+    Key,
+    WatchFilter,
+    _b,
+    _Backoff,
+    _error_for_cancel_reason,
+    _is_invalid_token,
+    _safe_callback,
+    map_rpc_error,
+)
+
+__all__ = ["Watcher"]
+
+logger = logging.getLogger("semaphore_recipes.etcd")
+
+_END = object()  # ends a stream's request iterator
+
+
+class Watcher:
+    """Watch ``key`` (or ``[key, range_end)``) on the client's shared watch stream.
+
+    ``on_events(events, revision)`` gets the events of each WatchResponse (in revision
+    order) and the response's header revision. ``start_revision`` is the first revision
+    delivered (0: from "now", i.e. after the revision current when the server confirms
+    the watch). :attr:`created` is set once the server confirmed the watch. See the
+    module docstring for connection loss, compaction and errors. :meth:`cancel` stops
+    it: no callback starts after it returns.
+    """
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        key: Key,
+        range_end: Key = b"",
+        *,
+        start_revision: int,
+        filters: Sequence[WatchFilter] = (),
+        prev_kv: bool = False,
+        progress_notify: bool = False,
+        on_events: Callable[[list[pb.Event], int], None],
+        on_error: Callable[[Exception], None] | None = None,
+        start: bool = True,
+    ) -> None:
+        self.client = client
+        self.key = _b(key)
+        self.range_end = _b(range_end)
+        self.filters = tuple(_WATCH_FILTER[f] for f in filters)
+        self.prev_kv = prev_kv
+        self.progress_notify = progress_notify
+        self._on_events = on_events
+        self._on_error = on_error
+        self._next_revision = start_revision
+        self.created = threading.Event()
+        self.reconnects = 0  #: times the watch was created again after its stream broke
+        self._stopped = False
+        self._started = False
+        self._error: Exception | None = None
+        self._auth_retried = False
+        self._hub = _hub_of(client)
+        if start:
+            self.start()
+
+    @property
+    def next_revision(self) -> int:
+        """The revision the watch would resume from (0 until known when started at "now")."""
+        return self._next_revision
+
+    @property
+    def error(self) -> Exception | None:
+        """The error that ended the watch, if any."""
+        return self._error
+
+    @property
+    def running(self) -> bool:
+        """True from :meth:`start` until cancelled, failed, or the client closed."""
+        return self._started and not self._stopped and not self.client.closed
+
+    def start(self) -> None:
+        """Send the create request (done by the constructor unless ``start=False``)."""
+        self._started = True
+        self._hub.add(self)
+
+    def cancel(self, timeout: float | None = 5.0) -> None:
+        """Stop watching. Unless called from a callback, waits (at most ``timeout``) for
+        a callback of this watch that is running to return."""
+        self._hub.remove(self, timeout)
+
+    def _create_request(self) -> pb.WatchRequest:
+        return pb.WatchRequest(
+            create_request=pb.WatchCreateRequest(
+                key=self.key,
+                range_end=self.range_end,
+                start_revision=self._next_revision,
+                progress_notify=self.progress_notify,
+                filters=self.filters,
+                prev_kv=self.prev_kv,
+            )
+        )
+
+    def _fail(self, err: Exception) -> None:
+        self._error = err
+        self._stopped = True
+        logger.warning("etcd: watch on %r stopped: %s", self.key, err)
+        _safe_callback("on_error", self._on_error, err)
+
+
+_hubs: weakref.WeakKeyDictionary[EtcdClient, _WatchHub] = weakref.WeakKeyDictionary()
+_hubs_lock = threading.Lock()
+
+
+def _hub_of(client: EtcdClient) -> _WatchHub:
+    with _hubs_lock:
+        hub = _hubs.get(client)
+        if hub is None:
+            hub = _hubs[client] = _WatchHub(client)
+        return hub
+
+
+class _WatchHub:
+    """The one Watch stream of a client: sends creates and cancels, reads and dispatches.
+
+    State, under ``_lock``: ``_live`` every watch to keep (created or not), ``_creating``
+    the creates sent on the current stream and not yet answered (FIFO), ``_by_id`` the
+    watches the current stream confirmed. ``_outbox`` feeds the current stream.
+    """
+
+    def __init__(self, client: EtcdClient) -> None:
+        self._client = weakref.ref(client)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # a callback returned
+        self._live: set[Watcher] = set()
+        self._creating: collections.deque[Watcher] = collections.deque()
+        self._by_id: dict[int, Watcher] = {}
+        self._outbox: queue.SimpleQueue[Any] | None = None  # None: no stream open now
+        self._call: Any = None
+        self._restart = False  # we cancelled the stream to open a fresh one (auth)
+        self._delivering: Watcher | None = None
+        self._thread: threading.Thread | None = None
+        self._pause = threading.Event()  # never set: a sleep that close() need not wait
+
+    # ---- from any thread ------------------------------------------------------------
+    def add(self, watcher: Watcher) -> None:
+        with self._lock:
+            self._live.add(watcher)
+            if self._outbox is not None:
+                self._creating.append(watcher)
+                self._outbox.put(watcher._create_request())
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="etcd-watch-stream", daemon=True
+                )
+                self._thread.start()
+
+    def remove(self, watcher: Watcher, timeout: float | None) -> None:
+        with self._lock:
+            watcher._stopped = True
+            self._live.discard(watcher)
+            watch_id = next((i for i, w in self._by_id.items() if w is watcher), None)
+            if watch_id is not None and self._outbox is not None:
+                del self._by_id[watch_id]
+                self._outbox.put(
+                    pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=watch_id))
+                )
+            # (a create still unanswered is cancelled when its reply comes)
+            if threading.current_thread() is not self._thread:
+                self._idle.wait_for(lambda: self._delivering is not watcher, timeout)
+
+    # ---- the reader thread ----------------------------------------------------------
+    def _run(self) -> None:
+        backoff = _Backoff(0.05, 1.0)
+        while True:
+            client = self._client()
+            with self._lock:
+                if client is None or client.closed or not self._live:
+                    self._thread = None  # add() starts a new one when needed
+                    return
+                outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+                self._creating.clear()
+                self._by_id.clear()
+                for watcher in self._live:
+                    self._creating.append(watcher)
+                    outbox.put(watcher._create_request())
+                self._outbox = outbox
+                self._restart = False
+            try:
+                call = client.open_watch_stream(iter(outbox.get, _END))
+                with self._lock:
+                    self._call = call
+                del client  # no strong reference while blocked on the stream
+                for resp in call:
+                    if self._dispatch(resp):
+                        backoff.reset()
+            except grpc.RpcError as exc:
+                err = map_rpc_error(exc)
+                if not self._restart:
+                    self._stream_failed(err)
+            except EtcdError as exc:  # could not open the stream (client closed)
+                logger.info("etcd: cannot open the watch stream: %s", exc)
+            finally:
+                outbox.put(_END)
+                with self._lock:
+                    self._outbox = self._call = None
+                    for watcher in self._live:
+                        watcher.reconnects += 1
+            if not self._restart:
+                self._pause.wait(backoff.next())
+
+    def _stream_failed(self, err: EtcdError) -> None:
+        """The whole stream broke: log it; with an auth error, authenticate again once,
+        or end the watches waiting for their create (their permission is what failed)."""
+        logger.info("etcd: watch stream broke (%s); creating its watches again", err)
+        if not isinstance(err, EtcdAuthError):
+            return
+        with self._lock:
+            waiting = list(self._creating)
+        if not waiting:
+            return
+        if all(w._auth_retried for w in waiting) or not _is_invalid_token(err):
+            for watcher in waiting:
+                self._end(watcher, err)
+            return
+        for watcher in waiting:
+            watcher._auth_retried = True
+        self._refresh_token()
+
+    def _dispatch(self, resp: pb.WatchResponse) -> bool:
+        """Handle one response; True when it confirmed a watch (the stream works)."""
+        watch_id = int(resp.watch_id)
+        confirmed = False
+        with self._lock:
+            if resp.created:
+                watcher = self._creating.popleft() if self._creating else None
+                if watcher is None:
+                    return False  # cannot happen: the server answers every create
+                if not resp.canceled:
+                    confirmed = True
+                    if watcher._stopped:
+                        self._send_cancel(watch_id)
+                        return True
+                    self._by_id[watch_id] = watcher
+            elif resp.canceled or resp.compact_revision:
+                watcher = self._by_id.pop(watch_id, None)
+            else:
+                watcher = self._by_id.get(watch_id)
+            if watcher is None or watcher._stopped:
+                return confirmed
+            self._delivering = watcher
+        try:
+            self._handle(watcher, resp)
+        finally:
+            with self._lock:
+                self._delivering = None
+                self._idle.notify_all()
+        return confirmed
+
+    def _handle(self, watcher: Watcher, resp: pb.WatchResponse) -> None:
+        if resp.compact_revision:
+            self._end(
+                watcher,
+                EtcdCompacted(
+                    f"watch start revision {watcher._next_revision} compacted "
+                    f"(oldest kept: {resp.compact_revision})",
+                    compact_revision=int(resp.compact_revision),
+                ),
+            )
+            return
+        if resp.canceled:
+            reason = resp.cancel_reason or "canceled by the server"
+            err = _error_for_cancel_reason(reason)
+            if isinstance(err, EtcdAuthError) and (
+                watcher._auth_retried or not _is_invalid_token(err)
+            ):
+                self._end(watcher, err)
+                return
+            logger.info("etcd: watch on %r canceled by the server: %s", watcher.key, reason)
+            if isinstance(err, EtcdAuthError):
+                watcher._auth_retried = True
+                self._refresh_token()
+            # a new stream creates its watches again, this one included: at once with a
+            # fresh token, else after the usual backoff
+            self._reopen(at_once=isinstance(err, EtcdAuthError))
+            return
+        if resp.created:
+            if watcher._next_revision == 0:
+                watcher._next_revision = int(resp.header.revision) + 1
+            if not watcher.created.is_set():
+                logger.debug("etcd: watch on %r created", watcher.key)
+            watcher.created.set()
+            watcher._auth_retried = False
+        events = list(resp.events)
+        if events:
+            watcher._next_revision = int(events[-1].kv.mod_revision) + 1
+            _safe_callback("on_events", watcher._on_events, events, int(resp.header.revision))
+        elif (
+            not resp.created
+            and watcher.created.is_set()
+            and resp.header.revision >= watcher._next_revision
+        ):
+            # a progress notification: nothing left to deliver up to it
+            watcher._next_revision = int(resp.header.revision) + 1
+
+    def _end(self, watcher: Watcher, err: Exception) -> None:
+        with self._lock:
+            self._live.discard(watcher)
+        watcher._fail(err)
+
+    def _send_cancel(self, watch_id: int) -> None:
+        if self._outbox is not None:
+            self._outbox.put(
+                pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=watch_id))
+            )
+
+    def _reopen(self, at_once: bool) -> None:
+        """End the current stream; the reader opens a new one."""
+        with self._lock:
+            self._restart = at_once
+            call = self._call
+        if call is not None:
+            call.cancel()
+
+    def _refresh_token(self) -> None:
+        client = self._client()
+        if client is None:
+            return
+        try:
+            client.refresh_token(client.metadata())
+        except EtcdError as exc:
+            logger.info("etcd: authentication failed: %s", exc)
