@@ -93,6 +93,7 @@ class Watcher:
         self._started = False
         self._error: Exception | None = None
         self._auth_retried = False
+        self._watch_id: int | None = None  # the server's id on the current stream
         self._hub = _hub_of(client)
         if start:
             self.start()
@@ -173,7 +174,7 @@ class _WatchHub:
         self._restart = False  # we cancelled the stream to open a fresh one (auth)
         self._delivering: Watcher | None = None
         self._thread: threading.Thread | None = None
-        self._pause = threading.Event()  # never set: a sleep that close() need not wait
+        self._pause = threading.Event()  # never set: the backoff sleeps on it
 
     # ---- from any thread ------------------------------------------------------------
     def add(self, watcher: Watcher) -> None:
@@ -192,12 +193,10 @@ class _WatchHub:
         with self._lock:
             watcher._stopped = True
             self._live.discard(watcher)
-            watch_id = next((i for i, w in self._by_id.items() if w is watcher), None)
-            if watch_id is not None and self._outbox is not None:
+            watch_id = watcher._watch_id
+            if watch_id is not None and self._by_id.get(watch_id) is watcher:
                 del self._by_id[watch_id]
-                self._outbox.put(
-                    pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=watch_id))
-                )
+                self._send_cancel(watch_id)
             # (a create still unanswered is cancelled when its reply comes)
             if threading.current_thread() is not self._thread:
                 self._idle.wait_for(lambda: self._delivering is not watcher, timeout)
@@ -228,9 +227,10 @@ class _WatchHub:
                     if self._dispatch(resp):
                         backoff.reset()
             except grpc.RpcError as exc:
-                err = map_rpc_error(exc)
-                if not self._restart:
-                    self._stream_failed(err)
+                closed = (client := self._client()) is None or client.closed
+                if not self._restart and not closed:
+                    self._stream_failed(map_rpc_error(exc))
+                del client
             except EtcdError as exc:  # could not open the stream (client closed)
                 logger.info("etcd: cannot open the watch stream: %s", exc)
             finally:
@@ -275,6 +275,7 @@ class _WatchHub:
                         self._send_cancel(watch_id)
                         return True
                     self._by_id[watch_id] = watcher
+                    watcher._watch_id = watch_id
             elif resp.canceled or resp.compact_revision:
                 watcher = self._by_id.pop(watch_id, None)
             else:
