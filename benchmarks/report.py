@@ -36,7 +36,11 @@ THROUGHPUT_TEXT = (
     "Acquire -> release loops, no hold time, every client with a session of its own, "
     "capacity 10. The raw loop is the floor's create+delete (put+delete), run by the same "
     "clients in the same processes. Jain's index over the per-client grant counts "
-    "(1 = perfectly even). *requests / grant*: what the server received per grant."
+    "(1 = perfectly even). *requests / grant*: what the server received per grant. "
+    "The ZooKeeper *ceiling* row is not a semaphore: each cycle sends what a contended, "
+    "herd-free FIFO acquire must send (create and listing back to back, one watch, the "
+    "delete) and never waits, so no such protocol can beat its ratio on this machine "
+    "(docs/design.md section 9)."
 )
 
 

@@ -95,7 +95,11 @@ def _throughput(results: Results) -> Verdict:
     if mine is None or math.isnan(mine.ratio):
         return Verdict(*figure, kazoo_now, ">= 0.6x", NONE, "not measured")
     verdict = "met" if mine.ratio >= 0.6 else "missed"
-    return Verdict(*figure, kazoo_now, ">= 0.6x", ratio(mine.ratio), verdict)
+    ours = ratio(mine.ratio)
+    ceiling = rows.get("ceiling-zk")
+    if ceiling is not None and not math.isnan(ceiling.ratio):
+        ours += f" (ceiling of a herd-free protocol: {ratio(ceiling.ratio)})"
+    return Verdict(*figure, kazoo_now, ">= 0.6x", ours, verdict)
 
 
 def verdicts(results: Results) -> list[Verdict]:

@@ -1,6 +1,8 @@
 """Throughput: capacity 10, 50 clients (a session each) in 5 processes, acquire->release
 loops for 10 s; grants per second and Jain's fairness index over the clients' grants,
-against the raw create+delete (put+delete) loop run by the same clients and processes.
+against the raw create+delete (put+delete) loop run by the same clients and processes,
+and (ZooKeeper) against the ceiling: the requests of a contended herd-free acquire
+without its waiting (``impls.HerdFreeCeiling``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from .procs import WorkerError, Workers
 from .results import Results, ThroughputRow, jain
 from .servers import ServerSet
 
-TP_IMPLS = ("raw-zk", "ours-zk", "kazoo-sem", "raw-etcd", "ours-etcd")
+TP_IMPLS = ("raw-zk", "ceiling-zk", "ours-zk", "kazoo-sem", "raw-etcd", "ours-etcd")
 RAW = {"zookeeper": "raw-zk", "etcd": "raw-etcd"}
 
 
