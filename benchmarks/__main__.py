@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     plots.write(results, out)
     elapsed = time.monotonic() - started
     results.notes.append(f"Total run time: {elapsed:.0f} s; load average at the end {load()}.")
-    text = report.render(results, env, command, args.tiny)
+    text = report.render(results, env, command, args.tiny, sizes.capacity)
     (out / "benchmarks.md").write_text(text + "\n")
     print(text)
     for what, why in results.errors:

@@ -21,6 +21,9 @@ class Sizes:
     throughput_processes: int
     throughput_clients: int  # per process
     throughput_seconds: float
+    held_processes: int  # throughput with a hold time: how many permits are in use
+    held_clients: int  # per process
+    held_ms: float
     capacity: int  # uncontended and throughput
     worker_max_seconds: float  # every worker stops by itself after this
 
@@ -36,6 +39,9 @@ FULL = Sizes(
     throughput_processes=5,
     throughput_clients=10,
     throughput_seconds=10.0,
+    held_processes=4,
+    held_clients=4,
+    held_ms=10.0,
     capacity=10,
     worker_max_seconds=900.0,
 )
@@ -51,6 +57,9 @@ TINY = Sizes(
     throughput_processes=2,
     throughput_clients=3,
     throughput_seconds=1.0,
+    held_processes=2,
+    held_clients=3,
+    held_ms=10.0,
     capacity=10,
     worker_max_seconds=120.0,
 )

@@ -156,11 +156,49 @@ def throughput_table(rows: Sequence[ThroughputRow]) -> list[str]:
     return table(header, body)
 
 
+HELD_TEXT = (
+    "The same loops with a hold between acquire and release, fewer clients (so there are "
+    "only a few more clients than permits), capacity 10. *permits in use*: grants per "
+    "second x hold time (Little's law), out of the capacity. A FIFO semaphore whose grants "
+    "pass from waiter to waiter one at a time cannot grant faster than one per hand-over, "
+    "whatever its capacity (docs/design.md section 9)."
+)
+
+
+def held_table(rows: Sequence[ThroughputRow], capacity: int) -> list[str]:
+    header = [
+        "backend",
+        "implementation",
+        "clients / processes",
+        "hold",
+        "grants",
+        "ops/s",
+        "permits in use",
+        "Jain's index",
+        "requests / grant",
+    ]
+    body = [
+        [
+            BACKEND[r.backend],
+            r.label,
+            f"{r.clients} / {r.processes}",
+            f"{r.hold_ms:g} ms",
+            str(r.grants),
+            fmt(r.ops_per_s, 0),
+            f"{fmt(r.in_use, 1)} of {capacity}",
+            fmt(r.jain, 3),
+            fmt(r.requests, 1),
+        ]
+        for r in rows
+    ]
+    return table(header, body)
+
+
 def by_backend(rows: Sequence[LatencyRow], backend: str) -> list[LatencyRow]:
     return [r for r in rows if r.backend == backend]
 
 
-def sections(results: Results) -> list[str]:
+def sections(results: Results, capacity: int) -> list[str]:
     lines: list[str] = []
     if results.latency:
         lines += ["## Uncontended acquire+release", "", LATENCY_TEXT, ""]
@@ -176,10 +214,14 @@ def sections(results: Results) -> list[str]:
         lines += ["## Herd", "", HERD_TEXT, "", *herd_table(results.herd)]
     if results.throughput:
         lines += ["## Throughput", "", THROUGHPUT_TEXT, "", *throughput_table(results.throughput)]
+    if results.held:
+        lines += ["### With a hold time", "", HELD_TEXT, "", *held_table(results.held, capacity)]
     return lines
 
 
-def render(results: Results, environment: Sequence[str], command: str, tiny: bool) -> str:
+def render(
+    results: Results, environment: Sequence[str], command: str, tiny: bool, capacity: int
+) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -191,7 +233,7 @@ def render(results: Results, environment: Sequence[str], command: str, tiny: boo
         lines += ["**A `--tiny` run: counts shrunk for CI, figures indicative only.**", ""]
     lines += [*(f"- {e}" for e in environment), ""]
     lines += ["## Targets", "", *targets_table(results)]
-    lines += sections(results)
+    lines += sections(results, capacity)
     if results.plots:
         lines += ["## Plots", "", *(f"![{p}]({p})" for p in results.plots), ""]
     if results.skipped:

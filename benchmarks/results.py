@@ -99,6 +99,12 @@ class ThroughputRow:
     jain: float
     ratio: float = math.nan  # ops/s / the raw loop's
     requests: float = math.nan  # server requests per grant
+    hold_ms: float = 0.0
+
+    @property
+    def in_use(self) -> float:
+        """Permits held on average (Little's law: grants per second x hold time)."""
+        return self.ops_per_s * self.hold_ms / 1000
 
 
 @dataclass
@@ -107,6 +113,7 @@ class Results:
     handoff: list[LatencyRow] = field(default_factory=list)
     herd: list[HerdRow] = field(default_factory=list)
     throughput: list[ThroughputRow] = field(default_factory=list)
+    held: list[ThroughputRow] = field(default_factory=list)  # throughput with a hold time
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
     errors: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -18,23 +18,33 @@ from .results import Results, ThroughputRow, jain
 from .servers import ServerSet
 
 TP_IMPLS = ("raw-zk", "ceiling-zk", "ours-zk", "kazoo-sem", "raw-etcd", "ours-etcd")
+HELD_IMPLS = ("ours-zk", "kazoo-sem", "ours-etcd")
 RAW = {"zookeeper": "raw-zk", "etcd": "raw-etcd"}
 
 
-def one(run: Run, servers: ServerSet, impl: str) -> ThroughputRow:
+def one(
+    run: Run,
+    servers: ServerSet,
+    impl: str,
+    processes: int,
+    clients: int,
+    hold_ms: float = 0.0,
+) -> ThroughputRow:
     sizes = run.sizes
     backend, label = IMPLS[impl]
-    target = run.target.with_name(f"tp-{impl}", capacity=sizes.capacity)
+    name = f"tp-{impl}" if not hold_ms else f"tp-held-{impl}"
+    target = run.target.with_name(name, capacity=sizes.capacity)
     with Workers(run.work_dir, sizes.worker_max_seconds) as workers:
         procs = [
             workers.start(
-                f"throughput-{impl}-{p}",
+                f"{name}-{p}",
                 "throughput",
                 impl,
                 target,
-                clients=sizes.throughput_clients,
+                clients=clients,
+                hold_ms=hold_ms,
             )
-            for p in range(sizes.throughput_processes)
+            for p in range(processes)
         ]
         for proc in procs:
             proc.expect("READY", 180)
@@ -62,17 +72,21 @@ def one(run: Run, servers: ServerSet, impl: str) -> ThroughputRow:
         ops_per_s=grants / sizes.throughput_seconds,
         jain=jain(counts),
         requests=(after[key_in] - before[key_in]) / grants if grants else float("nan"),
+        hold_ms=hold_ms,
     )
 
 
 def measure(
     run: Run, servers: ServerSet, results: Results, progress: Callable[[str], None]
 ) -> None:
+    sizes = run.sizes
     rows = {}
     for impl in TP_IMPLS:
         progress(f"throughput: {IMPLS[impl][1]} on {IMPLS[impl][0]}")
         try:
-            rows[impl] = one(run, servers, impl)
+            rows[impl] = one(
+                run, servers, impl, sizes.throughput_processes, sizes.throughput_clients
+            )
         except (WorkerError, OSError, ValueError) as exc:
             results.errors.append((f"throughput: {IMPLS[impl][1]}", str(exc)))
     for row in rows.values():
@@ -80,3 +94,12 @@ def measure(
         if raw is not None and raw.ops_per_s:
             row.ratio = row.ops_per_s / raw.ops_per_s
         results.throughput.append(row)
+    for impl in HELD_IMPLS:
+        what = f"throughput with a {sizes.held_ms:g} ms hold: {IMPLS[impl][1]}"
+        progress(f"{what} on {IMPLS[impl][0]}")
+        try:
+            results.held.append(
+                one(run, servers, impl, sizes.held_processes, sizes.held_clients, sizes.held_ms)
+            )
+        except (WorkerError, OSError, ValueError) as exc:
+            results.errors.append((what, str(exc)))

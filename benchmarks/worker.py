@@ -12,8 +12,8 @@ Modes (one line per command in, one line per answer out):
   ORDER_FILE, holds until RELEASE_FILE has n lines, then releases (``STARTED`` once all
   threads run; ends when stdin closes).
 * ``throughput``: CLIENTS clients with a session each, ``READY`` once connected;
-  ``go START END`` -> loops acquire->release from START to END (monotonic ns), then
-  ``COUNTS [grants per client]``.
+  ``go START END`` -> loops acquire->(hold HOLD_MS)->release from START to END
+  (monotonic ns), then ``COUNTS [grants per client]``.
 
 Every worker ends by itself after ``max_seconds`` (a watchdog), and when stdin closes.
 """
@@ -200,7 +200,7 @@ def herd(impl: str, target: Target, threads: int, order_file: str, release_file:
     close()
 
 
-def throughput(impl: str, target: Target, clients: int) -> None:
+def throughput(impl: str, target: Target, clients: int, hold_ms: float) -> None:
     with ThreadPoolExecutor(max_workers=clients) as pool:
         made = list(pool.map(lambda _: make_client(impl, target), range(clients)))
     say("READY")
@@ -216,6 +216,8 @@ def throughput(impl: str, target: Target, clients: int) -> None:
             client.acquire()
             if now_ns() < end:
                 counts[k] += 1
+            if hold_ms:
+                time.sleep(hold_ms / 1000)
             client.release()
 
     with ThreadPoolExecutor(max_workers=clients) as pool:
@@ -240,7 +242,7 @@ def main() -> None:
         elif mode == "herd":
             herd(impl, target, spec["threads"], spec["order_file"], spec["release_file"])
         elif mode == "throughput":
-            throughput(impl, target, spec["clients"])
+            throughput(impl, target, spec["clients"], float(spec.get("hold_ms", 0)))
         else:
             raise ValueError(f"unknown mode {mode!r}")
     except BaseException as exc:
