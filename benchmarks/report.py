@@ -157,11 +157,13 @@ def throughput_table(rows: Sequence[ThroughputRow]) -> list[str]:
 
 
 HELD_TEXT = (
-    "The same loops with a hold between acquire and release, fewer clients (so there are "
-    "only a few more clients than permits), capacity 10. *permits in use*: grants per "
-    "second x hold time (Little's law), out of the capacity. A FIFO semaphore whose grants "
-    "pass from waiter to waiter one at a time cannot grant faster than one per hand-over, "
-    "whatever its capacity (docs/design.md section 9)."
+    "The same loops with a hold between acquire and release and fewer clients (a few more "
+    "than the permits), capacity 10. *permits in use*: grants per second x hold time "
+    "(Little's law), out of the capacity: how close a semaphore comes to lending out all "
+    "its permits when every grant is contended. On this machine the clients' CPU runs out "
+    "first (a contended grant costs several requests, each a few hundred microseconds of "
+    "kazoo or gRPC client time), and grants are handed from waiter to waiter in queue "
+    "order (docs/design.md section 9)."
 )
 
 
