@@ -198,6 +198,7 @@ class Semaphore:
         protocol = acquire_protocol(self.name, permits, deadline, blocking=blocking)
         store = self._store
         permit: Permit | None = None
+        mark: MarkHeld | None = None
         store.register(waiter)
         try:
             step = next(protocol)
@@ -218,15 +219,19 @@ class Semaphore:
                     answer = waiter.next_event(step.timeout)
                 elif isinstance(step, MarkHeld):
                     permit = self._new_permit(step.me, waiter)
-                    store.mark_held(waiter, step.me, step.now, step.lower, permit._entry_lost)
+                    mark = step
                     answer = None
-                step = protocol.send(answer)
-        except StopIteration:
-            assert permit is not None
+                try:
+                    step = protocol.send(answer)
+                except StopIteration:
+                    break
+            assert permit is not None and mark is not None
             log.debug("acquired %d of %r (token %d)", permits, self.name, permit.token)
             if watch_entry:
                 store.watch_entry(permit.key, permit.token, permit._entry_lost)
-            return permit
+            # Last: a backend may hand the mark to a thread of its own, which would
+            # then compete with this one for the GIL until acquire returns.
+            store.mark_held(waiter, mark.me, mark.now, mark.lower, permit._entry_lost)
         except BaseException:
             if permit is not None:  # interrupted between admission and return
                 permit._state = PermitState.RELEASED
@@ -235,6 +240,7 @@ class Semaphore:
             raise
         finally:
             store.unregister(waiter)
+        return permit
 
     def _new_permit(self, me: Entry, waiter: Waiter) -> Permit:
         assert waiter.token is not None

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pytest
+
 from semaphore_recipes import PermitState
 from semaphore_recipes._core.deadline import Deadline
 from semaphore_recipes._core.protocol import Enqueued, SessionLost
@@ -58,3 +60,40 @@ def test_a_session_that_ends_as_the_permit_is_granted_leaves_it_lost() -> None:
     sem = Semaphore(OneShotStore(hub), hub, "owner", clock=time.monotonic)
     permit = sem.acquire()
     assert permit.state is PermitState.LOST and permit.lost.is_set()
+
+
+class InterruptedAfterAdmission(OneShotStore):
+    """Admits at once; Ctrl-C lands in the work done after the admission (the held
+    mark, or the watch on the permit's own entry)."""
+
+    def __init__(self, hub: SessionHub, where: str) -> None:
+        super().__init__(hub)
+        self.where = where
+        self.abandoned: list[str | None] = []
+
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        waiter.new_generation()
+        waiter.entry_id, waiter.key, waiter.token = "id", "k", 7
+        return Enqueued(Entry("k", 1, 1), (), 1, later_entries=False)
+
+    def mark_held(self, waiter: Waiter, me: Entry, now: bool, lower: Any, on_lost: Any) -> None:
+        if self.where == "mark":
+            raise KeyboardInterrupt
+
+    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
+        if self.where == "watch":
+            raise KeyboardInterrupt
+
+    def abandon(self, waiter: Waiter) -> None:
+        self.abandoned.append(waiter.key)
+
+
+@pytest.mark.parametrize("where", ["mark", "watch"])
+def test_an_interrupt_after_the_admission_removes_the_entry(where: str) -> None:
+    hub = SessionHub()
+    store = InterruptedAfterAdmission(hub, where)
+    sem = Semaphore(store, hub, "owner", clock=time.monotonic)
+    with pytest.raises(KeyboardInterrupt):
+        sem.acquire(watch_entry=True)
+    assert store.abandoned == ["k"]  # the driver's cleanup ran: no entry is left held
+    assert not hub._permit_listeners  # and no half-made permit listens to the session
