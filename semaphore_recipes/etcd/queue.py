@@ -355,20 +355,22 @@ class EtcdQueue(QueueBase):
         token = waiter.token
         assert token is not None
 
-        def value() -> bytes:  # encoded when sent: most deferred marks never are
+        since = time.time()
+
+        def value() -> bytes:  # encoded by the thread that sends it: not on acquire's path
             return EntryData(
-                owner=waiter.owner, held=True, since=time.time(), weight=me.weight, lower=lower
+                owner=waiter.owner, held=True, since=since, weight=me.weight, lower=lower
             ).encode()
 
         if now:
-            self._write_mark(me.key, token, value(), on_lost)
+            self._write_mark(me.key, token, value, on_lost)
         else:
             self._defer_mark(
-                me.key, lambda: self._write_mark(me.key, token, value(), lambda why: None)
+                me.key, lambda: self._write_mark(me.key, token, value, lambda why: None)
             )
 
     def _write_mark(
-        self, key: str, token: int, value: bytes, on_lost: Callable[[str], None]
+        self, key: str, token: int, encode: Callable[[], bytes], on_lost: Callable[[str], None]
     ) -> None:
         """Sent without waiting. Guarded by our create_revision, so a mark can never
         re-create an entry that is gone; the put keeps the session lease."""
@@ -376,6 +378,7 @@ class EtcdQueue(QueueBase):
         self._forget_mark(key)
 
         def write() -> None:
+            value = encode()
             while not self._closed:
                 try:
                     reply = self.client.txn(
