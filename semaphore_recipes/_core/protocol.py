@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import AcquireTimeout, WouldBlock
 from .deadline import Deadline
-from .queue import Admitted, Entry, QueuePosition
+from .queue import Admitted, Entry, EntryState, QueuePosition
 
 # ---- steps: what the protocol asks its driver to do -------------------------------
 
@@ -87,6 +87,16 @@ class EntryHeld:
 
 
 @dataclass(frozen=True)
+class EntryMarked:
+    """``key`` wrote its held mark, recording ``lower`` (see EntryState), and the watch
+    on it is still armed: for stores whose watches persist and whose events carry the
+    new value (etcd), so nothing needs to be read or watched again."""
+
+    key: str
+    lower: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
 class EntryChanged:
     """A watch on ``key`` fired and the event does not say how (read it again)."""
 
@@ -103,7 +113,7 @@ class SessionLost:
     """The session (ZooKeeper session, etcd lease) ended: our entry is gone."""
 
 
-Event = EntryDeleted | EntryHeld | EntryChanged | CapacityChanged | SessionLost
+Event = EntryDeleted | EntryHeld | EntryMarked | EntryChanged | CapacityChanged | SessionLost
 
 
 def apply_event(position: QueuePosition, event: Event) -> None:
@@ -112,6 +122,8 @@ def apply_event(position: QueuePosition, event: Event) -> None:
         position.deleted(event.key)
     elif isinstance(event, EntryHeld):
         position.marked_held(event.key)
+    elif isinstance(event, EntryMarked):
+        position.armed(event.key, EntryState(held=True, lower=event.lower))
     elif isinstance(event, EntryChanged):
         position.watch_fired(event.key)
     elif isinstance(event, CapacityChanged):

@@ -81,7 +81,8 @@ class QueuePosition:
 
     Drivers feed it what the store answered (:meth:`armed`, :meth:`deleted`,
     :meth:`marked_held`, :meth:`set_capacity`) and ask :meth:`decision` and
-    :meth:`keys_to_arm`. Watches are one-shot: a fired watch is no longer armed.
+    :meth:`keys_to_arm`. A fired watch is no longer armed (ZooKeeper's are one-shot);
+    a store whose watch outlives a held mark says so with :meth:`armed`.
     """
 
     def __init__(self, me: Entry, lower: Iterable[Entry], capacity: int) -> None:

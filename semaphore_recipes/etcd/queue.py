@@ -29,7 +29,7 @@ from .._core.protocol import (
     Enqueued,
     EntryChanged,
     EntryDeleted,
-    EntryHeld,
+    EntryMarked,
     SessionLost,
 )
 from .._core.queue import Entry, EntryState
@@ -307,19 +307,30 @@ class EtcdQueue(QueueBase):
         return [self._entry(kv) for kv in reply.kvs]
 
     def _watch(self, waiter: Waiter, generation: int, key: str, start_revision: int) -> None:
-        """A one-shot watch on one entry from ``start_revision``: nothing between the read
-        and the watch is missed."""
+        """A watch on one entry from ``start_revision``: nothing between the read and the
+        watch is missed. A held mark's event carries the mark, so the waiter is handed
+        it and the watch stays (no read, no new watch); any other event ends it."""
         fired = threading.Event()
 
         def on_events(events: list[Any], revision: int) -> None:
-            if fired.is_set() or not events:
+            for event in events:
+                if fired.is_set():
+                    break  # later events: the slot reused by a newer entry
+                if event.type != pb.Event.DELETE:
+                    try:
+                        data = decode_entry(key, event.kv.value)
+                    except CorruptState:
+                        data = None
+                    if data is not None and data.held:
+                        waiter.post(generation, EntryMarked(key, data.lower))
+                        continue
+                fired.set()
+                if event.type == pb.Event.DELETE:
+                    waiter.post(generation, EntryDeleted(key))
+                else:
+                    waiter.post(generation, EntryChanged(key))  # read it again
+            if not fired.is_set():
                 return
-            fired.set()
-            event = events[0]
-            if event.type == pb.Event.DELETE:
-                waiter.post(generation, EntryDeleted(key))
-            else:
-                waiter.post(generation, EntryHeld(key))  # the held mark is the only write
             with self._lock:
                 watcher = self._watchers.get(waiter, {}).pop(key, None)
             if watcher is not None:

@@ -27,6 +27,7 @@ from semaphore_recipes._core.protocol import (
     Enqueued,
     EntryDeleted,
     EntryHeld,
+    EntryMarked,
     Event,
     MarkHeld,
     Relist,
@@ -87,6 +88,7 @@ class Simulation:
         capacity_changes: bool,
         mark_held: bool = True,
         record_lower: bool = True,
+        persistent_watches: bool = False,
     ) -> None:
         self.rng = rng
         self.store: dict[str, StoredEntry] = {}
@@ -96,6 +98,8 @@ class Simulation:
         self.decreased = False
         self.mark_held = mark_held
         self.record_lower = record_lower
+        # etcd-like: a watch outlives a held mark, whose event carries the mark
+        self.persistent_watches = persistent_watches
         self.next_order = 0
         self.clients = [
             Client(
@@ -111,6 +115,16 @@ class Simulation:
     def _fire(self, key: str, event: Event) -> None:
         woken = 0
         for cid in self.watches.pop(key, set()):
+            c = self.clients[cid]
+            if c.state == "waiting":
+                c.events.append(event)
+                woken += 1
+        self.max_woken = max(self.max_woken, woken)
+
+    def _tell(self, key: str, event: Event) -> None:
+        """Deliver ``event`` to the watchers of ``key``, whose watches stay armed."""
+        woken = 0
+        for cid in self.watches.get(key, set()):
             c = self.clients[cid]
             if c.state == "waiting":
                 c.events.append(event)
@@ -262,7 +276,10 @@ class Simulation:
             if c.key in self.store and not self.store[c.key].held:
                 self.store[c.key].held = True
                 self.store[c.key].lower = c.mark_lower
-                self._fire(c.key, EntryHeld(c.key))
+                if self.persistent_watches:
+                    self._tell(c.key, EntryMarked(c.key, c.mark_lower))
+                else:
+                    self._fire(c.key, EntryHeld(c.key))
         elif action == "release" or action == "crash":
             self._delete(c.key)
             c.state, c.gen, c.step, c.key = "done", None, None, None

@@ -124,3 +124,15 @@ def test_an_admitted_predecessor_gone_before_its_mark_was_read_makes_the_view_st
     pruned.armed("k4", EntryState(held=True, lower=("k3",)))  # its mark's view prunes ours
     pruned.deleted("k4")
     assert not pruned.stale and [e.key for e in pruned.lower] == ["k3"]
+
+
+def test_a_mark_carried_by_a_lasting_watch_needs_no_read() -> None:
+    from semaphore_recipes._core.protocol import EntryMarked, apply_event
+
+    lower = [Entry(f"k{i}", i, 1) for i in range(6)]
+    pos = QueuePosition(Entry("me", 10, 1), lower, capacity=2)
+    pos.armed("k5", EntryState(held=False))  # watching our predecessor
+    apply_event(pos, EntryMarked("k5", ("k4",)))  # etcd: the event carries the mark
+    assert [e.key for e in pos.lower] == ["k4", "k5"]  # pruned as a read would
+    d = pos.decision()
+    assert isinstance(d, Wait) and d.head and pos.keys_to_arm(d) == ("k4",)  # k5 still armed

@@ -17,7 +17,7 @@ from .simulation import LostWakeup, Simulation
 RUNS = int(os.environ.get("SR_SIMULATION_RUNS", "1500"))
 
 
-def run_one(seed: int, *, mark_held: bool = True) -> Simulation:
+def run_one(seed: int, *, mark_held: bool = True, persistent_watches: bool = False) -> Simulation:
     rng = random.Random(seed)
     sim = Simulation(
         rng,
@@ -26,16 +26,20 @@ def run_one(seed: int, *, mark_held: bool = True) -> Simulation:
         max_weight=2,
         capacity_changes=rng.random() < 0.5,
         mark_held=mark_held,
+        persistent_watches=persistent_watches,
     )
     sim.run()
     return sim
 
 
-def test_many_random_runs_keep_safety_liveness_and_no_herd() -> None:
+@pytest.mark.parametrize("persistent_watches", [False, True], ids=["one-shot", "persistent"])
+def test_many_random_runs_keep_safety_liveness_and_no_herd(persistent_watches: bool) -> None:
+    """One-shot watches (ZooKeeper), and watches that outlive a held mark whose event
+    carries the mark (etcd)."""
     worst_herd = 0
     admissions = relists = 0
     for seed in range(RUNS):
-        sim = run_one(seed)
+        sim = run_one(seed, persistent_watches=persistent_watches)
         worst_herd = max(worst_herd, sim.max_woken)
         admissions += sim.admissions
         relists += sum(c.relists for c in sim.clients)
@@ -135,3 +139,21 @@ def test_simulation_catches_ignoring_entries_already_behind_us(
 
     monkeypatch.setattr(protocol.Enqueued, "__init__", never_later)
     assert find_lost_wakeup() is not None
+
+
+def test_simulation_catches_a_mark_event_that_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    from semaphore_recipes._core import protocol
+
+    real = protocol.apply_event
+
+    def mutant(position: core_queue.QueuePosition, event: protocol.Event) -> None:
+        if not isinstance(event, protocol.EntryMarked):
+            real(position, event)
+
+    monkeypatch.setattr(protocol, "apply_event", mutant)
+    for seed in range(3000):
+        try:
+            run_one(seed, persistent_watches=True)
+        except LostWakeup:
+            return
+    raise AssertionError("no lost wake-up found")
