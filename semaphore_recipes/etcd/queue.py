@@ -76,6 +76,7 @@ class EtcdQueue(QueueBase):
         self._watchers: dict[Waiter, dict[str, Watcher]] = {}
         self._tokens: dict[str, int] = {}  # our entries' create_revisions
         self._holder_watchers: dict[str, Watcher] = {}  # acquire(watch_entry=True)
+        self._marks_pending: set[tuple[str, int]] = set()  # marks handed to a pool thread
         self._closed = False
         self.capacity = self._agree_capacity(capacity, adopt_capacity)
         self._capacity_watch = Watcher(
@@ -384,11 +385,19 @@ class EtcdQueue(QueueBase):
         self, key: str, token: int, encode: Callable[[], bytes], on_lost: Callable[[str], None]
     ) -> None:
         """Sent without waiting. Guarded by our create_revision, so a mark can never
-        re-create an entry that is gone; the put keeps the session lease."""
+        re-create an entry that is gone; the put keeps the session lease. A mark still
+        waiting for a pool thread when the permit is released is not sent at all."""
         lease = self.backend.lease_id
         self._forget_mark(key)
+        pending = (key, token)  # by token too: a released entry's slot may be reused
+        with self._lock:
+            self._marks_pending.add(pending)
 
         def write() -> None:
+            with self._lock:
+                if pending not in self._marks_pending:
+                    return  # released (or abandoned) already
+                self._marks_pending.discard(pending)
             value = encode()
             while not self._closed:
                 try:
@@ -432,6 +441,7 @@ class EtcdQueue(QueueBase):
         self._forget_mark(key)
         with self._lock:
             token = self._tokens.pop(key, None)
+            self._marks_pending.discard((key, token))
             watcher = self._holder_watchers.pop(key, None)
         if watcher is not None:
             self._cancel([watcher])  # first: our own delete is no loss to report
