@@ -113,13 +113,9 @@ class Simulation:
 
     # ---- store operations ------------------------------------------------------
     def _fire(self, key: str, event: Event) -> None:
-        woken = 0
-        for cid in self.watches.pop(key, set()):
-            c = self.clients[cid]
-            if c.state == "waiting":
-                c.events.append(event)
-                woken += 1
-        self.max_woken = max(self.max_woken, woken)
+        """Deliver ``event`` to the watchers of ``key``: one-shot watches, spent."""
+        self._tell(key, event)
+        self.watches.pop(key, None)
 
     def _tell(self, key: str, event: Event) -> None:
         """Deliver ``event`` to the watchers of ``key``, whose watches stay armed."""
