@@ -130,10 +130,11 @@ class OursClient:
 class RawZooKeeper:
     """The floor: ephemeral-sequential create, then delete (synchronous kazoo calls)."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, kind: str = "raw") -> None:
         self.client = kazoo_client(target)
-        self.prefix = f"/raw-{target.name}/e-"
-        self.client.ensure_path(f"/raw-{target.name}")
+        self.parent = f"/{kind}-{target.name}"
+        self.prefix = f"{self.parent}/e-"
+        self.client.ensure_path(self.parent)
         self._path = ""
 
     def acquire(self) -> None:
@@ -147,7 +148,7 @@ class RawZooKeeper:
         self.client.close()
 
 
-class HerdFreeCeiling:
+class HerdFreeCeiling(RawZooKeeper):
     """The requests of a contended, herd-free FIFO acquire, without the waiting.
 
     Such an acquire creates its entry, lists the queue (ZooKeeper answers a create and a
@@ -160,14 +161,11 @@ class HerdFreeCeiling:
     """
 
     def __init__(self, target: Target) -> None:
-        self.client = kazoo_client(target)
+        super().__init__(target, "ceiling")
         self._no_node = importlib.import_module("kazoo.exceptions").NoNodeError
-        self.parent = f"/ceiling-{target.name}"
-        self.client.ensure_path(self.parent)
-        self._path = ""
 
     def acquire(self) -> None:
-        create = self.client.create_async(f"{self.parent}/e-", b"{}", ephemeral=True, sequence=True)
+        create = self.client.create_async(self.prefix, b"{}", ephemeral=True, sequence=True)
         listing = self.client.get_children_async(self.parent, include_data=True)
         self._path = create.get()
         mine = self._path.rsplit("/", 1)[1]
@@ -178,13 +176,6 @@ class HerdFreeCeiling:
 
     def _fired(self, event: Any) -> None:
         pass  # delivered on kazoo's callback thread, as a real waiter's would be
-
-    def release(self) -> None:
-        self.client.delete(self._path)
-
-    def close(self) -> None:
-        self.client.stop()
-        self.client.close()
 
 
 class KazooSemaphore:
