@@ -64,6 +64,7 @@ class Permit:
 
     @property
     def state(self) -> PermitState:
+        """HELD, SUSPENDED (connection lost, session maybe alive), LOST or RELEASED."""
         return self._state
 
     def check(self) -> None:
@@ -163,6 +164,7 @@ class Semaphore:
 
     @property
     def name(self) -> str:
+        """The semaphore's name, as given to ``backend.semaphore()``."""
         return self._store.name
 
     @property
