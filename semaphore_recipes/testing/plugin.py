@@ -88,7 +88,7 @@ def _container_zookeeper() -> ExternalZooKeeper | None:
         from testcontainers.core.container import DockerContainer
     except ImportError:
         return None
-    try:  # raises from the constructor within ~0.2 s when no engine answers
+    try:  # testcontainers raises from the constructor (not start()) when no engine answers
         container = DockerContainer("zookeeper:3.8").with_exposed_ports(2181)
         container.with_env("ZOO_4LW_COMMANDS_WHITELIST", "*")
         container.start()
