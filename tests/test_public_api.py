@@ -7,6 +7,8 @@ import __future__
 import importlib.metadata
 import inspect
 import re
+import subprocess
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -95,3 +97,14 @@ def test_the_version_is_written_once() -> None:
     assert not re.search(r"^version\s*=", pyproject, re.M), "a second version in pyproject.toml"
     assert re.search(r'^dynamic = \["version"\]', pyproject, re.M)
     assert semaphore_recipes.__version__ == importlib.metadata.version("semaphore-recipes")
+
+
+def test_the_command_line_reports_the_same_version() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "semaphore_recipes.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"semaphore-recipes {semaphore_recipes.__version__}"
