@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
 from .._core.deadline import Deadline
-from .._core.names import validate_capacity
+from .._core.names import parse_etcd_entry, validate_capacity
 from .._core.protocol import (
     Enqueued,
     EntryChanged,
@@ -205,15 +205,23 @@ class EtcdQueue(QueueBase):
                 )
                 reply = self._create(waiter, create, deadline)
             except EtcdLeaseNotFound:
+                waiter.entry_id = None  # refused: nothing was created
                 self.backend.lease_gone(lease)
                 continue
             listing = reply.responses[-2].response_range.kvs
             mine = [kv for kv in listing if kv.key == key]
             if not mine:
+                waiter.entry_id = None
                 self.backend.free_entry_slot(uid)
                 continue  # created on a lease that has since expired: gone already
             if mine[0].lease != self.backend.lease_id:
-                continue  # our lease was replaced meanwhile (its slots go with it)
+                # The lease ended while the txn was on its way (the backend has moved on,
+                # or is granting a new one). The entry goes with its lease, but not
+                # before the lease's end is applied: delete it now, by its own revision,
+                # so it never sits ahead of the waiters.
+                waiter.entry_id = None
+                self._delete(uid, mine[0].create_revision)
+                continue
             config = reply.responses[-1].response_range.kvs
             # (decoded only when newer than the capacity applied: usually it is not)
             if config and config[0].mod_revision > self._capacity_version:
@@ -385,9 +393,9 @@ class EtcdQueue(QueueBase):
         self, key: str, token: int, encode: Callable[[], bytes], on_lost: Callable[[str], None]
     ) -> None:
         """Sent without waiting. Guarded by our create_revision, so a mark can never
-        re-create an entry that is gone; the put keeps the session lease. A mark still
+        re-create an entry that is gone; the put keeps the entry's own lease. A mark still
         waiting for a pool thread when the permit is released is not sent at all."""
-        lease = self.backend.lease_id
+        lease, _ = parse_etcd_entry(key)  # the entry's own lease, whatever the current one
         self._forget_mark(key)
         pending = (key, token)  # by token too: a released entry's slot may be reused
         with self._lock:
