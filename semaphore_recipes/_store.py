@@ -211,7 +211,8 @@ class QueueStore(Protocol):
 
     def set_capacity(self, capacity: int) -> None: ...
 
-    def transaction(self, key: str) -> Any: ...
+    def transaction(self, key: str, token: int) -> Any:
+        """A transaction fenced by the entry ``key`` created with ``token`` (the permit's)."""
 
     def register(self, waiter: Waiter) -> None: ...
 

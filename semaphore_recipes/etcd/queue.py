@@ -514,9 +514,9 @@ class EtcdQueue(QueueBase):
         rows.sort(key=lambda r: r[0])
         return split_queue(self.name, capacity, (r[1] for r in rows))
 
-    def transaction(self, key: str) -> EtcdFencedTransaction:
-        with self._lock:
-            token = self._tokens.get(key, -1)
+    def transaction(self, key: str, token: int) -> EtcdFencedTransaction:
+        """Fenced by the permit's own token: once released, its key may serve a newer
+        entry of this backend, which must not let the old permit's writes through."""
         return EtcdFencedTransaction(self, self._key(key), token)
 
     def close(self) -> None:
@@ -567,5 +567,8 @@ class EtcdFencedTransaction:
         except EtcdUnavailable as exc:
             raise BackendUnavailable(f"etcd unreachable: {exc}") from exc
         if not reply.succeeded:
-            raise PermitLost(f"fence failed: {self.entry_key.decode()} is gone")
+            raise PermitLost(
+                f"fence failed: the permit's entry {self.entry_key.decode()} "
+                f"(token {self.token}) is gone"
+            )
         return list(reply.responses)

@@ -1,8 +1,10 @@
-"""Several threads of one backend waiting when its session ends."""
+"""Several threads of one backend waiting when its session ends; a released permit's
+fence once its entry's key serves a newer permit."""
 
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -93,3 +95,24 @@ def test_threads_of_one_backend_waiting_across_a_session_loss_drain_the_queue(
     # and a newcomer is served
     service.connect().semaphore("drain", capacity=CAPACITY).acquire(timeout=10).release()
 
+
+def test_a_released_permits_transaction_fails_once_its_key_serves_a_newer_permit(
+    service: Service,
+) -> None:
+    """etcd reuses a released entry's key for the backend's next entry; the old permit's
+    fence must still fail (as ZooKeeper's does, whose entry names are never reused)."""
+    sem = service.connect().semaphore("fence-reuse", capacity=1)
+    old = sem.acquire()
+    old.release()
+    new = sem.acquire()
+    if service.kind == "etcd":
+        assert new.key == old.key  # the case at hand: same key, a newer entry
+    target = f"/fence-reuse-{uuid.uuid4().hex}"
+    stale = old.transaction()
+    stale.create(target, b"old")
+    with pytest.raises(sr.PermitLost):
+        stale.commit()
+    fresh = new.transaction()
+    fresh.create(target, b"new")
+    fresh.commit()
+    new.release()
