@@ -47,6 +47,19 @@ T = TypeVar("T")
 
 DEFAULT_PREFIX = "/semaphore_recipes/"
 DEFAULT_SESSION_TIMEOUT = 10.0
+# the parameters an etcd:// URL may carry (docs/operations.md)
+URL_PARAMETERS = frozenset(
+    {
+        "session_timeout",
+        "connect_timeout",
+        "request_timeout",
+        "user",
+        "password",
+        "ca",
+        "cert",
+        "key",
+    }
+)
 
 
 def validate_prefix(prefix: str) -> str:
@@ -91,7 +104,17 @@ class EtcdBackend(SessionHub):
 
     @classmethod
     def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> EtcdBackend:
+        """A backend for an ``etcd://`` URL. Raises ValueError, before any I/O, on a
+        parameter etcd does not take (a ZooKeeper one such as ``root``, or a typo): the
+        key prefix is the URL's path, and a silently ignored setting is a wrong one."""
         params = url.params
+        unknown = sorted(set(params) - URL_PARAMETERS)
+        if unknown:
+            hint = " (etcd uses the URL path as its key prefix)" if "root" in unknown else ""
+            raise ValueError(
+                f"etcd URL parameter(s) {', '.join(unknown)} not understood{hint}; "
+                f"known: {', '.join(sorted(URL_PARAMETERS))}"
+            )
         session_timeout = url.float_param("session_timeout", DEFAULT_SESSION_TIMEOUT)
         connect_timeout = url.float_param("connect_timeout", 15.0)
         prefix = validate_prefix(url.path + "/") if url.path else DEFAULT_PREFIX

@@ -266,12 +266,20 @@ class EtcdQueue(QueueBase):
         me = Entry(key=uid, order=token, weight=waiter.weight, held=False)
         return Enqueued(me=me, lower=tuple(lower), capacity=self.capacity, later_entries=later)
 
-    def _entry(self, kv: Any) -> Entry:
-        uid = kv.key[len(self.entries_prefix) :].decode()
+    def _decode(self, kv: Any) -> tuple[str, int, EntryData]:
+        """``(key, weight, data)`` of a listed entry; CorruptState unless it is one the
+        library writes (``<lease hex>-<slot>``, readable, weight >= 1). Acquire and status
+        both read entries through here: one decoder, one verdict."""
+        uid = kv.key[len(self.entries_prefix) :].decode(errors="replace")
+        parse_etcd_entry(uid)
         data = decode_entry(uid, kv.value)
         if data.weight is None or data.weight < 1:
-            raise CorruptState(f"entry {kv.key!r} has no weight")
-        return Entry(key=uid, order=kv.create_revision, weight=data.weight, held=data.held)
+            raise CorruptState(f"queue entry {kv.key!r} has no weight >= 1: {kv.value!r}")
+        return uid, data.weight, data
+
+    def _entry(self, kv: Any) -> Entry:
+        uid, weight, data = self._decode(kv)
+        return Entry(key=uid, order=kv.create_revision, weight=weight, held=data.held)
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
@@ -501,14 +509,11 @@ class EtcdQueue(QueueBase):
         capacity = decode_capacity(self.name, config[0].value) if config else self.capacity
         rows = []
         for kv in reply.responses[0].response_range.kvs:
-            uid = kv.key[len(self.entries_prefix) :].decode()
-            data = decode_entry(uid, kv.value)
+            uid, weight, data = self._decode(kv)
             rows.append(
                 (
                     kv.create_revision,
-                    EntryStatus(
-                        uid, data.owner, data.weight or 0, kv.create_revision, data.held, data.since
-                    ),
+                    EntryStatus(uid, data.owner, weight, kv.create_revision, data.held, data.since),
                 )
             )
         rows.sort(key=lambda r: r[0])
