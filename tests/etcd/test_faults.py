@@ -106,6 +106,38 @@ def test_a_holder_cut_off_is_suspended_then_held_again(
         proxy.close()
 
 
+def test_a_holder_whose_connections_are_reset_is_suspended_before_anyone_else_is_granted(
+    ed: Service, etcd_server: Any, sr_namespace: str
+) -> None:
+    """Connections reset (not black-holed): the channel cannot connect and the keepalive
+    stream waits for it. The holder must still turn SUSPENDED within 2/3 of the TTL and
+    never report HELD once another client holds its permit; LOST once it learns."""
+    ttl = 3.0
+    proxy = FaultProxy(etcd_server.endpoint)
+    proxy.start()
+    backend = ed.connect(url=f"etcd://{proxy.address}{sr_namespace}?session_timeout={ttl:g}")
+    try:
+        permit = backend.semaphore("reset", capacity=1).acquire()
+        other = ed.connect().semaphore("reset", capacity=1)
+        proxy.cut()
+        # the suspension comes 2/3 TTL after the last acknowledged keepalive (sent every
+        # TTL/3), so at most 2/3 TTL after the cut; the margin is for a loaded machine
+        wait_until(lambda: permit.state is not sr.PermitState.HELD, timeout=ttl * 2 / 3 + 1.5)
+        state_after_cut = permit.state
+        assert state_after_cut is sr.PermitState.SUSPENDED
+        with pytest.raises(sr.PermitLost):
+            permit.check()
+        successor = other.acquire(timeout=ttl * 4)  # once the holder's lease has expired
+        assert permit.state is not sr.PermitState.HELD
+        proxy.restore()
+        assert permit.lost.wait(ttl * 3), "the holder never learned that its lease is gone"
+        assert permit.state is sr.PermitState.LOST
+        successor.release()
+    finally:
+        backend.close()
+        proxy.close()
+
+
 def test_killing_the_leader_of_a_cluster_while_processes_cycle(
     etcd_cluster: Any, sr_namespace: str, workers: Workers, tmp_path: Path
 ) -> None:
