@@ -10,6 +10,10 @@ The enqueue is one txn: create-if-absent of our key plus a range of all entries 
 the config, so it is one round trip and the listing is atomic with the create (no
 later entry can exist in it). A retried enqueue after a lost reply takes the failure
 branch, which reads the same things: the entry made by the lost attempt is adopted.
+
+When the lease ends, every waiter of the backend enqueues again on the one new lease; an
+enqueue that finds its lease replaced while its txn was on its way deletes the entry it
+created (by its create_revision) before trying again, so no entry outlives its acquire.
 """
 
 from __future__ import annotations
