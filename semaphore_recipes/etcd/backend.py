@@ -243,7 +243,10 @@ class EtcdBackend(SessionHub):
         if keeper is not None:
             keeper.stop(timeout=0)
         self._notify_permits("etcd lease expired")
-        self._session_lost()
+        # Only the waiters whose entry is (or is being created) on that lease: one already
+        # enqueued on a newer lease would otherwise leave its live entry, or be granted
+        # and at once take its permit for lost while its entry stays (and blocks others).
+        self._session_lost(lambda entry_id: _on_lease(entry_id, lease_id))
 
     def _keeper_reports(self, lease_id: int, change: str) -> None:
         """``suspended``/``restored`` from the keeper of ``lease_id``: told to the permits
@@ -308,6 +311,10 @@ class EtcdBackend(SessionHub):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _on_lease(entry_id: str | None, lease_id: int) -> bool:
+    return entry_id is not None and parse_etcd_entry(entry_id)[0] == lease_id
 
 
 def _monotonic() -> float:

@@ -184,11 +184,13 @@ class EtcdQueue(QueueBase):
 
     # ---- the protocol steps ------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        waiter.new_generation()
         with self._lock:
             stale = self._watchers.pop(waiter, {})
         self._cancel(stale.values())
         while True:
+            # A generation per attempt: the end of the lease an attempt gave up on may
+            # still be reported to it; the next attempt must not take that for its own.
+            waiter.new_generation()
             lease = self.backend.current_lease(deadline)
             uid = self.backend.take_entry_slot(lease)
             waiter.entry_id = uid
@@ -209,13 +211,12 @@ class EtcdQueue(QueueBase):
                 )
                 reply = self._create(waiter, create, deadline)
             except EtcdLeaseNotFound:
-                waiter.entry_id = None  # refused: nothing was created
                 self.backend.lease_gone(lease)
-                continue
+                continue  # refused: nothing was created
             listing = reply.responses[-2].response_range.kvs
             mine = [kv for kv in listing if kv.key == key]
             if not mine:
-                waiter.entry_id = None
+                waiter.new_generation()  # (its slot is free: no abandon may delete it)
                 self.backend.free_entry_slot(uid)
                 continue  # created on a lease that has since expired: gone already
             if mine[0].lease != self.backend.lease_id:
@@ -223,7 +224,7 @@ class EtcdQueue(QueueBase):
                 # or is granting a new one). The entry goes with its lease, but not
                 # before the lease's end is applied: delete it now, by its own revision,
                 # so it never sits ahead of the waiters.
-                waiter.entry_id = None
+                waiter.new_generation()
                 self._delete(uid, mine[0].create_revision)
                 continue
             config = reply.responses[-1].response_range.kvs

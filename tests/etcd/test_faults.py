@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,51 @@ def test_a_waiter_whose_lease_is_revoked_enters_the_queue_again(
     t.join(10)
     assert out and out[0][1].state is sr.PermitState.HELD
     out[0][1].release()
+
+
+def test_threads_cycling_on_one_backend_across_repeated_lease_revokes(
+    ed: Service, etcd_admin: Any
+) -> None:
+    """Revokes land at any point of the threads' acquires (during the create txn, the
+    reads, the wait, the held mark): each thread keeps cycling, grants resume after every
+    revoke, and nothing is left behind (no entry, no lease but the backends' own)."""
+    from semaphore_recipes.testing.plugin import alive_etcd_leases
+
+    leases_before = alive_etcd_leases(etcd_admin)
+    backend = ed.connect()
+    sem = backend.semaphore("revokes", capacity=2)
+    stop = threading.Event()
+    grants = [0]
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def cycle(weight: int) -> None:
+        while not stop.is_set():
+            try:
+                with sem.acquire(permits=weight, timeout=30), lock:
+                    grants[0] += 1
+            except BaseException as exc:
+                failures.append(exc)
+                return
+
+    threads = [threading.Thread(target=cycle, args=(w,), daemon=True) for w in (1, 2, 1, 2)]
+    for t in threads:
+        t.start()
+
+    def granted_since(floor: int, count: int) -> Callable[[], bool]:
+        return lambda: grants[0] >= floor + count
+
+    for _ in range(6):
+        wait_until(granted_since(grants[0], 10), timeout=30)
+        etcd_admin.lease_revoke(backend.lease_id)
+    wait_until(granted_since(grants[0], 20), timeout=30)  # and on after the last one
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert not failures, failures
+    assert not any(t.is_alive() for t in threads)
+    assert ed.entries() == []
+    assert alive_etcd_leases(etcd_admin) - leases_before == {backend.lease_id}
 
 
 def test_a_lost_create_reply_leaves_one_entry(
