@@ -216,7 +216,6 @@ class EtcdQueue(QueueBase):
             listing = reply.responses[-2].response_range.kvs
             mine = [kv for kv in listing if kv.key == key]
             if not mine:
-                waiter.new_generation()  # (its slot is free: no abandon may delete it)
                 self.backend.free_entry_slot(uid)
                 continue  # created on a lease that has since expired: gone already
             if mine[0].lease != self.backend.lease_id:
@@ -224,7 +223,6 @@ class EtcdQueue(QueueBase):
                 # or is granting a new one). The entry goes with its lease, but not
                 # before the lease's end is applied: delete it now, by its own revision,
                 # so it never sits ahead of the waiters.
-                waiter.new_generation()
                 self._delete(uid, mine[0].create_revision)
                 continue
             config = reply.responses[-1].response_range.kvs
