@@ -64,6 +64,8 @@ def connect(target: _Any, *, owner: str | None = None, root: str | None = None) 
             return ZooKeeperBackend.from_url(url, owner=owner)
         from .etcd.backend import EtcdBackend
 
+        if root is not None:
+            raise ValueError("root= is for ZooKeeper; etcd takes its key prefix from the URL path")
         return EtcdBackend.from_url(url, owner=owner)
     if type(target).__name__ == "KazooClient":
         from .zookeeper import ZooKeeperBackend

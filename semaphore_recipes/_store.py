@@ -46,8 +46,13 @@ class Waiter:
         """Thread-safe; called from the client library's threads."""
         self._inbox.put((generation, event))
 
-    def post_session_lost(self) -> None:
-        self.post(self.generation, SessionLost())
+    def post_session_lost(self, affected: Callable[[str | None], bool] | None = None) -> None:
+        """Post SessionLost, if ``affected`` (given the entry id) says so. The generation
+        is read before the entry id: a waiter that meanwhile started another attempt
+        (a new generation) drops a post that was meant for the attempt it left."""
+        generation = self.generation
+        if affected is None or affected(self.entry_id):
+            self.post(generation, SessionLost())
 
     def session_ended(self) -> bool:
         """Drain the inbox (an admitted waiter is done with it): did the session end
@@ -112,11 +117,13 @@ class SessionHub:
         for listener in listeners:
             listener(change)
 
-    def _session_lost(self) -> None:
+    def _session_lost(self, affected: Callable[[str | None], bool] | None = None) -> None:
+        """Tell the waiters to enter the queue again: all of them, or those whose entry id
+        ``affected`` names (see :meth:`Waiter.post_session_lost`)."""
         with self._hub_lock:
             waiters = list(self._waiters)
         for waiter in waiters:
-            waiter.post_session_lost()
+            waiter.post_session_lost(affected)
 
 
 class QueueBase:
@@ -212,7 +219,8 @@ class QueueStore(Protocol):
 
     def set_capacity(self, capacity: int) -> None: ...
 
-    def transaction(self, key: str) -> Any: ...
+    def transaction(self, key: str, token: int) -> Any:
+        """A transaction fenced by the entry ``key`` created with ``token`` (the permit's)."""
 
     def register(self, waiter: Waiter) -> None: ...
 

@@ -78,7 +78,7 @@ class Permit:
 
         Its ``commit()`` raises PermitLost when the fence fails (see the backend's docs).
         """
-        return self.semaphore._store.transaction(self.key)
+        return self.semaphore._store.transaction(self.key, self.token)
 
     def release(self) -> None:
         """Give the permits back. Idempotent; never raises: if the service cannot be

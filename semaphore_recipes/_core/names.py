@@ -19,6 +19,7 @@ _ROOT_SEGMENT = re.compile(r"[A-Za-z0-9._-]{1,255}")
 ENTRY_PREFIX = "e-"
 _ZK_ENTRY = re.compile(r"e-([0-9a-f]{32})-w([1-9][0-9]{0,9})-(-?[0-9]{10})")
 _ENTRY_ID = re.compile(r"[0-9a-f]{32}")
+_ETCD_ENTRY = re.compile(r"([1-9a-f][0-9a-f]{0,15})-(0|[1-9][0-9]{0,8})")
 
 
 def validate_name(name: object) -> str:
@@ -94,3 +95,20 @@ def parse_zk_entry(node: str) -> tuple[str, int, int] | None:
     if m is None:
         raise CorruptState(f"unreadable queue entry name {node!r}")
     return m.group(1), int(m.group(2)), int(m.group(3))
+
+
+def etcd_entry_key(lease_id: int, slot: int) -> str:
+    """The key, under a semaphore's ``entries/``, of an etcd entry: ``<lease hex>-<slot>``."""
+    return f"{lease_id:x}-{slot}"
+
+
+def parse_etcd_entry(key: str) -> tuple[int, int]:
+    """``(lease_id, slot)`` of an etcd entry key (the part under ``entries/``).
+
+    Any other key under ``entries/`` is CorruptState, as with ZooKeeper's entry names:
+    the library never writes one, and counting or skipping it could both over-admit.
+    """
+    m = _ETCD_ENTRY.fullmatch(key)
+    if m is None:
+        raise CorruptState(f"unreadable queue entry key {key!r}")
+    return int(m.group(1), 16), int(m.group(2))

@@ -4,6 +4,11 @@ Connection trouble: when keepalives go unacknowledged for 2/3 of the TTL, held p
 are SUSPENDED (the lease may still be alive); they are HELD again when acks return.
 When the server says the lease is gone, held permits are LOST (``permit.lost`` set),
 waiters re-enter the queue on a fresh lease, and later acquires use that lease.
+
+With several threads waiting on one backend when the lease ends, exactly one of them
+grants the new lease; the others wait for it (each within its own deadline) and then
+enqueue on it. The old lease's keeper is stopped, and a report about an old lease
+(from its keeper or from a refused request) never ends the lease that replaced it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from .._core.deadline import Deadline
-from .._core.names import validate_capacity, validate_name
+from .._core.names import etcd_entry_key, parse_etcd_entry, validate_capacity, validate_name
 from .._interrupts import call_with_sigint_held
 from .._store import SessionHub
 from .._url import ServiceURL
@@ -42,6 +47,19 @@ T = TypeVar("T")
 
 DEFAULT_PREFIX = "/semaphore_recipes/"
 DEFAULT_SESSION_TIMEOUT = 10.0
+# the parameters an etcd:// URL may carry (docs/operations.md)
+URL_PARAMETERS = frozenset(
+    {
+        "session_timeout",
+        "connect_timeout",
+        "request_timeout",
+        "user",
+        "password",
+        "ca",
+        "cert",
+        "key",
+    }
+)
 
 
 def validate_prefix(prefix: str) -> str:
@@ -73,6 +91,8 @@ class EtcdBackend(SessionHub):
         self.ttl = max(1, math.ceil(session_timeout))
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
+        self._lease_changed = threading.Condition(self._lock)  # a grant ended (either way)
+        self._granting = False  # one thread is granting a new lease: the others wait
         self._queues: weakref.WeakSet[EtcdQueue] = weakref.WeakSet()
         self._closed = False
         # fire-and-forget writes (held marks, deletes that must be retried)
@@ -84,7 +104,17 @@ class EtcdBackend(SessionHub):
 
     @classmethod
     def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> EtcdBackend:
+        """A backend for an ``etcd://`` URL. Raises ValueError, before any I/O, on a
+        parameter etcd does not take (a ZooKeeper one such as ``root``, or a typo): the
+        key prefix is the URL's path, and a silently ignored setting is a wrong one."""
         params = url.params
+        unknown = sorted(set(params) - URL_PARAMETERS)
+        if unknown:
+            hint = " (etcd uses the URL path as its key prefix)" if "root" in unknown else ""
+            raise ValueError(
+                f"etcd URL parameter(s) {', '.join(unknown)} not understood{hint}; "
+                f"known: {', '.join(sorted(URL_PARAMETERS))}"
+            )
         session_timeout = url.float_param("session_timeout", DEFAULT_SESSION_TIMEOUT)
         connect_timeout = url.float_param("connect_timeout", 15.0)
         prefix = validate_prefix(url.path + "/") if url.path else DEFAULT_PREFIX
@@ -130,30 +160,57 @@ class EtcdBackend(SessionHub):
             ) from exc
         except EtcdError as exc:
             raise BackendUnavailable(f"etcd refused a lease: {exc}") from exc
+        # Every report of this keeper names its lease: a late one about a lease that was
+        # already replaced must not touch the new lease or its permits.
         keeper = LeaseKeeper(
             self.client,
             lease_id,
             ttl,
-            on_expired=self._lease_expired,
-            on_suspended=lambda: self._notify_permits("suspended"),
-            on_restored=lambda: self._notify_permits("restored"),
+            on_expired=lambda: self.lease_gone(lease_id),
+            on_suspended=lambda: self._keeper_reports(lease_id, "suspended"),
+            on_restored=lambda: self._keeper_reports(lease_id, "restored"),
+            start=False,
         )
         with self._lock:
-            self.lease_id, self._keeper = lease_id, keeper
+            closed = self._closed
+            if not closed:
+                old_keeper = self._keeper
+                self.lease_id, self._keeper = lease_id, keeper
+        if closed:  # closed while the grant was on its way: nobody will use this lease
+            self._revoke(lease_id)
+            raise BackendUnavailable("the etcd backend is closed")
+        if old_keeper is not None:  # (cannot happen: an ended lease's keeper is stopped)
+            old_keeper.stop(timeout=0)
+        keeper.start()
         log.info("etcd session: lease %x, TTL %d s", lease_id, ttl)
         return lease_id
 
     def current_lease(self, deadline: Deadline) -> int:
-        """The live lease, granting a new one after an expiry (within ``deadline``)."""
+        """The live lease, granting a new one after an expiry (within ``deadline``).
+
+        Single-flight: when several threads find the lease gone, one grants the new lease
+        and the others wait for it; if that grant fails, the next waiter tries in turn.
+        Raises AcquireTimeout when ``deadline`` passes first, BackendUnavailable when the
+        backend is closed or no member grants a lease.
+        """
         with self._lock:
-            if self._closed:
-                raise BackendUnavailable("the etcd backend is closed")
-            lease_id = self.lease_id
-        if lease_id:
-            return lease_id
-        if deadline.expired():
-            raise AcquireTimeout("timed out waiting for a new etcd lease")
-        return self._new_lease(deadline)
+            while True:
+                if self._closed:
+                    raise BackendUnavailable("the etcd backend is closed")
+                if self.lease_id:
+                    return self.lease_id
+                if deadline.expired():
+                    raise AcquireTimeout("timed out waiting for a new etcd lease")
+                if not self._granting:
+                    self._granting = True
+                    break
+                self._lease_changed.wait(deadline.cap(1.0))
+        try:
+            return self._new_lease(deadline)
+        finally:
+            with self._lock:
+                self._granting = False
+                self._lease_changed.notify_all()
 
     def take_entry_slot(self, lease_id: int) -> str:
         """An entry key (``<lease>-<slot>``) for a new entry on ``lease_id``: the lowest
@@ -165,32 +222,47 @@ class EtcdBackend(SessionHub):
             while (lease_id, slot) in self._slots:
                 slot += 1
             self._slots.add((lease_id, slot))
-        return f"{lease_id:x}-{slot}"
+        return etcd_entry_key(lease_id, slot)
 
     def free_entry_slot(self, uid: str) -> None:
         """The entry ``uid`` is deleted (or was never created): its key may serve again."""
-        lease_hex, _, slot = uid.partition("-")
+        slot = parse_etcd_entry(uid)
         with self._lock:
-            self._slots.discard((int(lease_hex, 16), int(slot)))
+            self._slots.discard(slot)
 
     def lease_gone(self, lease_id: int) -> None:
-        """An operation was refused because ``lease_id`` is gone."""
+        """The server said ``lease_id`` is gone (a refused request, or its keeper): held
+        permits are lost and waiters enter the queue again. A no-op unless ``lease_id``
+        is the current lease (its successor is not touched)."""
         with self._lock:
-            if self.lease_id != lease_id:
+            if self._closed or not lease_id or self.lease_id != lease_id:
                 return
-        self._lease_expired()
-
-    def _lease_expired(self) -> None:
-        with self._lock:
-            if not self.lease_id or self._closed:
-                return
-            old, self.lease_id = self.lease_id, 0
+            self.lease_id = 0
             keeper, self._keeper = self._keeper, None
-        log.warning("etcd lease %x is gone: held permits are lost", old)
+        log.warning("etcd lease %x is gone: held permits are lost", lease_id)
         if keeper is not None:
             keeper.stop(timeout=0)
         self._notify_permits("etcd lease expired")
-        self._session_lost()
+        # Only the waiters whose entry is (or is being created) on that lease: one already
+        # enqueued on a newer lease would otherwise leave its live entry, or be granted
+        # and at once take its permit for lost while its entry stays (and blocks others).
+        self._session_lost(lambda entry_id: _on_lease(entry_id, lease_id))
+
+    def _keeper_reports(self, lease_id: int, change: str) -> None:
+        """``suspended``/``restored`` from the keeper of ``lease_id``: told to the permits
+        only while that lease is the current one."""
+        with self._lock:
+            if self.lease_id != lease_id:
+                return
+        self._notify_permits(change)
+
+    def _revoke(self, lease_id: int) -> None:
+        try:
+            self.client.lease_revoke(lease_id, timeout=2.0)
+        except EtcdLeaseNotFound:
+            pass  # already gone (expired, or revoked from outside): nothing to do
+        except EtcdError as exc:
+            log.warning("could not revoke lease %x (it expires by itself): %s", lease_id, exc)
 
     # ---- registries ----------------------------------------------------------
     def register_queue(self, queue: EtcdQueue) -> None:
@@ -219,18 +291,14 @@ class EtcdBackend(SessionHub):
             self._closed = True
             keeper, lease_id = self._keeper, self.lease_id
             queues = list(self._queues)
+            self._lease_changed.notify_all()  # threads waiting for a new lease: closed
         for queue in queues:
             queue.close()
         self.background.shutdown(wait=True, cancel_futures=False)
         if keeper is not None:
             keeper.stop()
         if lease_id:
-            try:
-                self.client.lease_revoke(lease_id, timeout=2.0)
-            except EtcdLeaseNotFound:
-                pass  # already gone (expired, or revoked from outside): nothing to do
-            except EtcdError as exc:
-                log.warning("could not revoke lease %x (it expires by itself): %s", lease_id, exc)
+            self._revoke(lease_id)
         self.client.close()
 
     def __enter__(self) -> EtcdBackend:
@@ -243,6 +311,10 @@ class EtcdBackend(SessionHub):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _on_lease(entry_id: str | None, lease_id: int) -> bool:
+    return entry_id is not None and parse_etcd_entry(entry_id)[0] == lease_id
 
 
 def _monotonic() -> float:

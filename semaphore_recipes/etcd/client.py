@@ -977,15 +977,18 @@ class LeaseKeeper:
 
     * No acknowledgement for ``suspend_after`` seconds (default ``2/3 * ttl``):
       ``on_suspended()`` is called, once per episode, and the stream is re-opened.
-      The lease may still be alive; treat what it protects as unsafe.
+      The lease may still be alive; treat what it protects as unsafe. A watchdog
+      thread of its own checks this, so it holds however the stream is stuck (a
+      connection reset while the stream waits for the channel to be ready, a black
+      hole, a server that stopped answering).
     * Acknowledgements come back after a suspension: ``on_restored()``.
     * The server answers TTL <= 0 or "lease not found": ``on_expired()`` is called once
       and the thread ends. Connection loss alone never counts as expiry (a new etcd
       leader renews every lease), so a keeper cut off for good stays suspended.
 
     Stream errors are logged and the stream is re-opened with a backoff from 50 ms up
-    to ``ttl / 6``. Callbacks run on the keeper's thread; exceptions they raise are
-    logged. :meth:`stop` ends the thread (it does not revoke the lease).
+    to ``ttl / 6``. Callbacks run on the keeper's threads, one at a time; exceptions
+    they raise are logged. :meth:`stop` ends the threads (it does not revoke the lease).
     """
 
     def __init__(
@@ -1012,14 +1015,19 @@ class LeaseKeeper:
         self._on_suspended = on_suspended
         self._on_restored = on_restored
         self._lock = threading.Lock()
+        self._report_lock = threading.Lock()  # one suspended/restored report at a time
         self._stop = threading.Event()
         self._last_ack = time.monotonic()
         self._suspended = False
         self._expired = False
         self._call: Any = None
-        self._stale = False  # set by the request generator when acks stopped coming
+        self._opened = self._last_ack  # when the current stream was opened
+        self._stale = False  # set by the watchdog when it cancels a silent stream
         self._thread = threading.Thread(
             target=self._run, name=f"etcd-lease-keeper-{lease_id:x}", daemon=True
+        )
+        self._watchdog = threading.Thread(
+            target=self._watch_acks, name=f"etcd-lease-watchdog-{lease_id:x}", daemon=True
         )
         if start:
             self.start()
@@ -1047,19 +1055,21 @@ class LeaseKeeper:
         return self._thread.is_alive()
 
     def start(self) -> None:
-        """Start the thread (done by the constructor unless ``start=False``)."""
-        self._last_ack = time.monotonic()
+        """Start the threads (done by the constructor unless ``start=False``)."""
+        self._last_ack = self._opened = time.monotonic()
         self._thread.start()
+        self._watchdog.start()
 
     def stop(self, timeout: float | None = 5.0) -> None:
-        """Stop sending keepalives and join the thread (the lease is left to expire)."""
+        """Stop sending keepalives and join the threads (the lease is left to expire)."""
         self._stop.set()
         with self._lock:
             call = self._call
         if call is not None:
             call.cancel()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+        for thread in (self._thread, self._watchdog):
+            if thread.is_alive() and threading.current_thread() is not thread:
+                thread.join(timeout)
 
     # -------------------------------------------------------------- internals
 
@@ -1067,7 +1077,9 @@ class LeaseKeeper:
         return time.monotonic() - self._last_ack > self.suspend_after
 
     def _check_suspended(self) -> None:
-        if not self._suspended and self._overdue():
+        with self._report_lock:
+            if self._suspended or not self._overdue() or self._stop.is_set():
+                return
             self._suspended = True
             logger.warning(
                 "etcd: lease %x: no keepalive acknowledged for %.2f s, suspended",
@@ -1076,31 +1088,44 @@ class LeaseKeeper:
             )
             _safe_callback("on_suspended", self._on_suspended)
 
-    def _requests(self, done: threading.Event) -> Iterator[pb.LeaseKeepAliveRequest]:
-        """Runs on gRPC's request thread: one keepalive now, then every interval.
-
-        It also watches the acknowledgements: when they are overdue it cancels the call,
-        so the keeper's own thread wakes up, reports the suspension and re-opens the
-        stream (once suspended, a re-opened stream gets ``suspend_after`` of its own
-        before it is recycled again).
-        """
-        req = pb.LeaseKeepAliveRequest(ID=self.lease_id)
-        opened = time.monotonic()
-        next_send = opened
-        while not done.is_set() and not self._stop.is_set():
-            if time.monotonic() >= next_send:
-                yield req
-                next_send = time.monotonic() + self.interval
-            ref = max(self._last_ack, opened) if self._suspended else self._last_ack
-            stale_at = ref + self.suspend_after
-            if time.monotonic() >= stale_at:
-                self._stale = True
-                with self._lock:
-                    call = self._call
-                if call is not None:
-                    call.cancel()
+    def _acknowledged(self) -> None:
+        self._last_ack = time.monotonic()
+        if not self._suspended:
+            return
+        with self._report_lock:
+            if not self._suspended or self._stop.is_set():
                 return
-            done.wait(max(0.001, min(next_send, stale_at) - time.monotonic()))
+            self._suspended = False
+            logger.info("etcd: lease %x: keepalives acknowledged again", self.lease_id)
+            _safe_callback("on_restored", self._on_restored)
+
+    def _watch_acks(self) -> None:
+        """The watchdog: reports the suspension when acknowledgements are overdue and
+        cancels the silent stream so that ``_run`` opens a fresh one (once suspended, a
+        re-opened stream gets ``suspend_after`` of its own before it is recycled again).
+        It never reads the stream: a stream blocked waiting for a connection cannot
+        hold it up."""
+        cancelled: Any = None
+        while not self._stop.is_set() and not self.client.closed:
+            with self._lock:
+                call, opened = self._call, self._opened
+            ref = max(self._last_ack, opened) if self._suspended else self._last_ack
+            wait = ref + self.suspend_after - time.monotonic()
+            if wait <= 0:
+                self._check_suspended()
+                if call is not None and call is not cancelled:
+                    self._stale = True
+                    call.cancel()
+                    cancelled = call
+                wait = self.interval  # until the re-opened stream has had its chance
+            self._stop.wait(max(0.01, min(wait, self.interval)))
+
+    def _requests(self, done: threading.Event) -> Iterator[pb.LeaseKeepAliveRequest]:
+        """Runs on gRPC's request thread: one keepalive now, then every interval."""
+        req = pb.LeaseKeepAliveRequest(ID=self.lease_id)
+        while not done.is_set() and not self._stop.is_set():
+            yield req
+            done.wait(self.interval)
 
     def _run(self) -> None:
         backoff = _Backoff(0.05, max(0.05, self.ttl / 6.0))
@@ -1110,19 +1135,15 @@ class LeaseKeeper:
             try:
                 call = self.client.open_keepalive_stream(self._requests(done))
                 with self._lock:
-                    self._call = call
+                    self._call, self._opened = call, time.monotonic()
                 if self._stop.is_set():
                     call.cancel()
                 for resp in call:
                     if resp.TTL <= 0:
                         self._expire(f"server answered TTL {resp.TTL}")
                         return
-                    self._last_ack = time.monotonic()
                     backoff.reset()
-                    if self._suspended:
-                        self._suspended = False
-                        logger.info("etcd: lease %x: keepalives acknowledged again", self.lease_id)
-                        _safe_callback("on_restored", self._on_restored)
+                    self._acknowledged()
             except grpc.RpcError as exc:
                 if self._stop.is_set():
                     return
@@ -1160,5 +1181,6 @@ class LeaseKeeper:
 
     def _expire(self, why: str) -> None:
         self._expired = True
+        self._stop.set()  # the watchdog too: a lease that is gone is not "suspended"
         logger.warning("etcd: lease %x expired (%s)", self.lease_id, why)
         _safe_callback("on_expired", self._on_expired)

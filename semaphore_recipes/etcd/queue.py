@@ -10,6 +10,10 @@ The enqueue is one txn: create-if-absent of our key plus a range of all entries 
 the config, so it is one round trip and the listing is atomic with the create (no
 later entry can exist in it). A retried enqueue after a lost reply takes the failure
 branch, which reads the same things: the entry made by the lost attempt is adopted.
+
+When the lease ends, every waiter of the backend enqueues again on the one new lease; an
+enqueue that finds its lease replaced while its txn was on its way deletes the entry it
+created (by its create_revision) before trying again, so no entry outlives its acquire.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
 from .._core.deadline import Deadline
-from .._core.names import validate_capacity
+from .._core.names import parse_etcd_entry, validate_capacity
 from .._core.protocol import (
     Enqueued,
     EntryChanged,
@@ -180,11 +184,13 @@ class EtcdQueue(QueueBase):
 
     # ---- the protocol steps ------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        waiter.new_generation()
         with self._lock:
             stale = self._watchers.pop(waiter, {})
         self._cancel(stale.values())
         while True:
+            # A generation per attempt: the end of the lease an attempt gave up on may
+            # still be reported to it; the next attempt must not take that for its own.
+            waiter.new_generation()
             lease = self.backend.current_lease(deadline)
             uid = self.backend.take_entry_slot(lease)
             waiter.entry_id = uid
@@ -206,14 +212,19 @@ class EtcdQueue(QueueBase):
                 reply = self._create(waiter, create, deadline)
             except EtcdLeaseNotFound:
                 self.backend.lease_gone(lease)
-                continue
+                continue  # refused: nothing was created
             listing = reply.responses[-2].response_range.kvs
             mine = [kv for kv in listing if kv.key == key]
             if not mine:
                 self.backend.free_entry_slot(uid)
                 continue  # created on a lease that has since expired: gone already
             if mine[0].lease != self.backend.lease_id:
-                continue  # our lease was replaced meanwhile (its slots go with it)
+                # The lease ended while the txn was on its way (the backend has moved on,
+                # or is granting a new one). The entry goes with its lease, but not
+                # before the lease's end is applied: delete it now, by its own revision,
+                # so it never sits ahead of the waiters.
+                self._delete(uid, mine[0].create_revision)
+                continue
             config = reply.responses[-1].response_range.kvs
             # (decoded only when newer than the capacity applied: usually it is not)
             if config and config[0].mod_revision > self._capacity_version:
@@ -258,12 +269,20 @@ class EtcdQueue(QueueBase):
         me = Entry(key=uid, order=token, weight=waiter.weight, held=False)
         return Enqueued(me=me, lower=tuple(lower), capacity=self.capacity, later_entries=later)
 
-    def _entry(self, kv: Any) -> Entry:
-        uid = kv.key[len(self.entries_prefix) :].decode()
+    def _decode(self, kv: Any) -> tuple[str, int, EntryData]:
+        """``(key, weight, data)`` of a listed entry; CorruptState unless it is one the
+        library writes (``<lease hex>-<slot>``, readable, weight >= 1). Acquire and status
+        both read entries through here: one decoder, one verdict."""
+        uid = kv.key[len(self.entries_prefix) :].decode(errors="replace")
+        parse_etcd_entry(uid)
         data = decode_entry(uid, kv.value)
         if data.weight is None or data.weight < 1:
-            raise CorruptState(f"entry {kv.key!r} has no weight")
-        return Entry(key=uid, order=kv.create_revision, weight=data.weight, held=data.held)
+            raise CorruptState(f"queue entry {kv.key!r} has no weight >= 1: {kv.value!r}")
+        return uid, data.weight, data
+
+    def _entry(self, kv: Any) -> Entry:
+        uid, weight, data = self._decode(kv)
+        return Entry(key=uid, order=kv.create_revision, weight=weight, held=data.held)
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
@@ -385,9 +404,9 @@ class EtcdQueue(QueueBase):
         self, key: str, token: int, encode: Callable[[], bytes], on_lost: Callable[[str], None]
     ) -> None:
         """Sent without waiting. Guarded by our create_revision, so a mark can never
-        re-create an entry that is gone; the put keeps the session lease. A mark still
+        re-create an entry that is gone; the put keeps the entry's own lease. A mark still
         waiting for a pool thread when the permit is released is not sent at all."""
-        lease = self.backend.lease_id
+        lease, _ = parse_etcd_entry(key)  # the entry's own lease, whatever the current one
         self._forget_mark(key)
         pending = (key, token)  # by token too: a released entry's slot may be reused
         with self._lock:
@@ -493,22 +512,19 @@ class EtcdQueue(QueueBase):
         capacity = decode_capacity(self.name, config[0].value) if config else self.capacity
         rows = []
         for kv in reply.responses[0].response_range.kvs:
-            uid = kv.key[len(self.entries_prefix) :].decode()
-            data = decode_entry(uid, kv.value)
+            uid, weight, data = self._decode(kv)
             rows.append(
                 (
                     kv.create_revision,
-                    EntryStatus(
-                        uid, data.owner, data.weight or 0, kv.create_revision, data.held, data.since
-                    ),
+                    EntryStatus(uid, data.owner, weight, kv.create_revision, data.held, data.since),
                 )
             )
         rows.sort(key=lambda r: r[0])
         return split_queue(self.name, capacity, (r[1] for r in rows))
 
-    def transaction(self, key: str) -> EtcdFencedTransaction:
-        with self._lock:
-            token = self._tokens.get(key, -1)
+    def transaction(self, key: str, token: int) -> EtcdFencedTransaction:
+        """Fenced by the permit's own token: once released, its key may serve a newer
+        entry of this backend, which must not let the old permit's writes through."""
         return EtcdFencedTransaction(self, self._key(key), token)
 
     def close(self) -> None:
@@ -559,5 +575,8 @@ class EtcdFencedTransaction:
         except EtcdUnavailable as exc:
             raise BackendUnavailable(f"etcd unreachable: {exc}") from exc
         if not reply.succeeded:
-            raise PermitLost(f"fence failed: {self.entry_key.decode()} is gone")
+            raise PermitLost(
+                f"fence failed: the permit's entry {self.entry_key.decode()} "
+                f"(token {self.token}) is gone"
+            )
         return list(reply.responses)

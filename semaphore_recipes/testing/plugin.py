@@ -374,6 +374,58 @@ def leftover_etcd_entries(admin: Any, namespace: str) -> list[str]:
     return [kv.key.decode() for kv in reply.kvs if b"/entries/" in kv.key]
 
 
+def alive_etcd_leases(admin: Any) -> set[int]:
+    """The ids of every lease the etcd server holds (its LeaseLeases RPC).
+
+    The library's proto leaves LeaseLeases out (the library never lists leases), so the
+    call is made raw here: an empty request, and the reply's ``leases[].ID`` read off the
+    protobuf wire format (field 2, each a message whose field 1 is the varint ID).
+    """
+    call = admin.channel.unary_unary(
+        "/etcdserverpb.Lease/LeaseLeases",
+        request_serializer=lambda _request: b"",
+        response_deserializer=lambda raw: raw,
+    )
+    raw: bytes = call(None, timeout=5.0, metadata=admin.metadata())
+    return {_first_varint(status) for status in _wire_fields(raw, 2)}
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _wire_fields(data: bytes, wanted: int) -> list[bytes]:
+    """The length-delimited fields numbered ``wanted`` of one protobuf message."""
+    found, pos = [], 0
+    while pos < len(data):
+        tag, pos = _varint(data, pos)
+        number, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            _, pos = _varint(data, pos)
+        elif wire_type == 2:
+            size, pos = _varint(data, pos)
+            if number == wanted:
+                found.append(data[pos : pos + size])
+            pos += size
+        else:
+            raise ValueError(f"unexpected protobuf wire type {wire_type} in LeaseLeases reply")
+    return found
+
+
+def _first_varint(message: bytes) -> int:
+    tag, pos = _varint(message, 0)
+    if tag != (1 << 3):
+        raise ValueError(f"LeaseStatus without an ID first: {message!r}")
+    return _varint(message, pos)[0]
+
+
 @pytest.fixture
 def etcd_backend(etcd_url: str, etcd_admin: Any, sr_namespace: str) -> Iterator[Callable[..., Any]]:
     """Like ``zookeeper_backend``, for etcd."""

@@ -532,7 +532,8 @@ class ZooKeeperQueue(QueueBase):
         rows.sort(key=lambda r: r[0])
         return split_queue(self.name, capacity, (r[1] for r in rows))
 
-    def transaction(self, key: str) -> FencedTransaction:
+    def transaction(self, key: str, token: int) -> FencedTransaction:
+        # An entry's name is never reused (unique id and sequence): its existence is the fence.
         return FencedTransaction(self.client.transaction(), f"{self.path}/{key}")
 
 

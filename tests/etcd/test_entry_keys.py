@@ -6,6 +6,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
+import semaphore_recipes as sr
+from semaphore_recipes._core.codec import EntryData
 from semaphore_recipes._core.deadline import Deadline
 from semaphore_recipes._store import Waiter
 
@@ -61,3 +65,28 @@ def test_a_reused_key_is_not_taken_for_the_entry_it_replaced(ed: Service) -> Non
     t.join(10)
     assert out and out[0][1].key == first.key and out[0][1].token > first.token
     out[0][1].release()
+
+
+@pytest.mark.parametrize(
+    ("uid", "weight"),
+    [("1-0", 0), ("1-0", -5), ("../x", 1), ("zz", 1), ("1-0/x", 1), ("1-00", 1)],
+)
+def test_a_planted_entry_is_corrupt_state_for_status_and_acquire(
+    ed: Service, etcd_admin: Any, sr_namespace: str, uid: str, weight: int
+) -> None:
+    """One decoder, one verdict: an entry the library would never write (weight < 1,
+    a key that is not ``<lease hex>-<slot>``) is CorruptState for ``status()`` and
+    ``acquire()`` alike, and the acquire leaves nothing of its own behind."""
+    sem = ed.connect().semaphore("planted", capacity=2)
+    key = f"{sr_namespace}/planted/entries/{uid}".encode()
+    value = EntryData(owner="planted", held=False, since=0.0, weight=weight).encode()
+    etcd_admin.put(key, value)
+    try:
+        with pytest.raises(sr.CorruptState):
+            sem.status()
+        with pytest.raises(sr.CorruptState):
+            sem.acquire(timeout=5)
+        assert ed.entries() == [key.decode()]
+    finally:
+        etcd_admin.delete_range(key)
+    sem.acquire(timeout=5).release()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,51 @@ def test_a_waiter_whose_lease_is_revoked_enters_the_queue_again(
     out[0][1].release()
 
 
+def test_threads_cycling_on_one_backend_across_repeated_lease_revokes(
+    ed: Service, etcd_admin: Any
+) -> None:
+    """Revokes land at any point of the threads' acquires (during the create txn, the
+    reads, the wait, the held mark): each thread keeps cycling, grants resume after every
+    revoke, and nothing is left behind (no entry, no lease but the backends' own)."""
+    from semaphore_recipes.testing.plugin import alive_etcd_leases
+
+    leases_before = alive_etcd_leases(etcd_admin)
+    backend = ed.connect()
+    sem = backend.semaphore("revokes", capacity=2)
+    stop = threading.Event()
+    grants = [0]
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def cycle(weight: int) -> None:
+        while not stop.is_set():
+            try:
+                with sem.acquire(permits=weight, timeout=30), lock:
+                    grants[0] += 1
+            except BaseException as exc:
+                failures.append(exc)
+                return
+
+    threads = [threading.Thread(target=cycle, args=(w,), daemon=True) for w in (1, 2, 1, 2)]
+    for t in threads:
+        t.start()
+
+    def granted_since(floor: int, count: int) -> Callable[[], bool]:
+        return lambda: grants[0] >= floor + count
+
+    for _ in range(6):
+        wait_until(granted_since(grants[0], 10), timeout=30)
+        etcd_admin.lease_revoke(backend.lease_id)
+    wait_until(granted_since(grants[0], 20), timeout=30)  # and on after the last one
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert not failures, failures
+    assert not any(t.is_alive() for t in threads)
+    assert ed.entries() == []
+    assert alive_etcd_leases(etcd_admin) - leases_before == {backend.lease_id}
+
+
 def test_a_lost_create_reply_leaves_one_entry(
     ed: Service, etcd_server: Any, etcd_admin: Any, sr_namespace: str
 ) -> None:
@@ -101,6 +147,38 @@ def test_a_holder_cut_off_is_suspended_then_held_again(
         wait_until(lambda: permit.state is sr.PermitState.HELD, timeout=8)
         assert not permit.lost.is_set()
         permit.release()
+    finally:
+        backend.close()
+        proxy.close()
+
+
+def test_a_holder_whose_connections_are_reset_is_suspended_before_anyone_else_is_granted(
+    ed: Service, etcd_server: Any, sr_namespace: str
+) -> None:
+    """Connections reset (not black-holed): the channel cannot connect and the keepalive
+    stream waits for it. The holder must still turn SUSPENDED within 2/3 of the TTL and
+    never report HELD once another client holds its permit; LOST once it learns."""
+    ttl = 3.0
+    proxy = FaultProxy(etcd_server.endpoint)
+    proxy.start()
+    backend = ed.connect(url=f"etcd://{proxy.address}{sr_namespace}?session_timeout={ttl:g}")
+    try:
+        permit = backend.semaphore("reset", capacity=1).acquire()
+        other = ed.connect().semaphore("reset", capacity=1)
+        proxy.cut()
+        # the suspension comes 2/3 TTL after the last acknowledged keepalive (sent every
+        # TTL/3), so at most 2/3 TTL after the cut; the margin is for a loaded machine
+        wait_until(lambda: permit.state is not sr.PermitState.HELD, timeout=ttl * 2 / 3 + 1.5)
+        state_after_cut = permit.state
+        assert state_after_cut is sr.PermitState.SUSPENDED
+        with pytest.raises(sr.PermitLost):
+            permit.check()
+        successor = other.acquire(timeout=ttl * 4)  # once the holder's lease has expired
+        assert permit.state is not sr.PermitState.HELD
+        proxy.restore()
+        assert permit.lost.wait(ttl * 3), "the holder never learned that its lease is gone"
+        assert permit.state is sr.PermitState.LOST
+        successor.release()
     finally:
         backend.close()
         proxy.close()

@@ -1,0 +1,118 @@
+"""Several threads of one backend waiting when its session ends; a released permit's
+fence once its entry's key serves a newer permit."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+import semaphore_recipes as sr
+
+from ..conftest import Service, wait_until
+
+WEIGHTS = (1, 2, 1, 2, 1, 2, 1, 2)  # eight threads of one backend, capacity 2
+CAPACITY = 2
+
+
+def end_session(service: Service, request: pytest.FixtureRequest, backend: Any) -> None:
+    """End the backend's session on the server, for real: etcd revokes its lease,
+    ZooKeeper expires its session."""
+    if service.kind == "etcd":
+        request.getfixturevalue("etcd_admin").lease_revoke(backend.lease_id)
+    else:
+        from semaphore_recipes.testing.zookeeper_server import expire_session
+
+        expire_session(backend.client)
+
+
+def test_threads_of_one_backend_waiting_across_a_session_loss_drain_the_queue(
+    service: Service, request: pytest.FixtureRequest
+) -> None:
+    """Every thread waiting on one backend when its session ends enters the queue again
+    on the new session, and each gets its permit in turn once the holder leaves; never
+    above capacity; nothing is left in the store (no entry, no lease) but the live
+    sessions' own."""
+    leases_before: set[int] = set()
+    if service.kind == "etcd":
+        from semaphore_recipes.testing.plugin import alive_etcd_leases
+
+        admin = request.getfixturevalue("etcd_admin")
+        leases_before = alive_etcd_leases(admin)
+    holder_backend = service.connect()
+    holder_sem = holder_backend.semaphore("drain", capacity=CAPACITY)
+    waiters_backend = service.connect()
+    sem = waiters_backend.semaphore("drain", capacity=CAPACITY)
+    held = holder_sem.acquire(permits=CAPACITY)
+
+    lock = threading.Lock()
+    inside = [0, 0]  # weight held by the threads now, and the most ever
+    granted: list[int] = []
+    failures: list[BaseException] = []
+
+    def work(index: int, weight: int) -> None:
+        try:
+            with sem.acquire(permits=weight, timeout=60) as permit:
+                with lock:
+                    inside[0] += weight
+                    inside[1] = max(inside[1], inside[0])
+                    granted.append(index)
+                assert permit.state is sr.PermitState.HELD
+                with lock:
+                    inside[0] -= weight
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [
+        threading.Thread(target=work, args=(i, w), daemon=True) for i, w in enumerate(WEIGHTS)
+    ]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(holder_sem.status().waiters) == len(WEIGHTS), timeout=20)
+    before = {w.token for w in holder_sem.status().waiters}
+
+    end_session(service, request, waiters_backend)
+
+    def all_queued_again() -> bool:
+        waiters = holder_sem.status().waiters
+        return len(waiters) >= len(WEIGHTS) and not before & {w.token for w in waiters}
+
+    wait_until(all_queued_again, timeout=20)
+    assert len(holder_sem.status().waiters) == len(WEIGHTS), "an entry too many in the queue"
+    held.release()
+    for t in threads:
+        t.join(60)
+    assert not failures, failures
+    assert sorted(granted) == list(range(len(WEIGHTS))), "the queue did not drain"
+    assert inside[1] <= CAPACITY
+    # nothing left before any backend closes (closing would revoke what leaked)
+    assert service.entries() == []
+    if service.kind == "etcd":
+        alive = alive_etcd_leases(admin) - leases_before
+        assert alive == {holder_backend.lease_id, waiters_backend.lease_id}, "a stray lease"
+    # and a newcomer is served
+    service.connect().semaphore("drain", capacity=CAPACITY).acquire(timeout=10).release()
+
+
+def test_a_released_permits_transaction_fails_once_its_key_serves_a_newer_permit(
+    service: Service,
+) -> None:
+    """etcd reuses a released entry's key for the backend's next entry; the old permit's
+    fence must still fail (as ZooKeeper's does, whose entry names are never reused)."""
+    sem = service.connect().semaphore("fence-reuse", capacity=1)
+    old = sem.acquire()
+    old.release()
+    new = sem.acquire()
+    if service.kind == "etcd":
+        assert new.key == old.key  # the case at hand: same key, a newer entry
+    target = f"/fence-reuse-{uuid.uuid4().hex}"
+    stale = old.transaction()
+    stale.create(target, b"old")
+    with pytest.raises(sr.PermitLost):
+        stale.commit()
+    fresh = new.transaction()
+    fresh.create(target, b"new")
+    fresh.commit()
+    new.release()
