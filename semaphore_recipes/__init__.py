@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._core.names import MAX_CAPACITY
 from ._core.status import EntryStatus, Status
 from ._url import parse_url
 from .errors import (
@@ -26,6 +27,7 @@ from .errors import (
 from .semaphore import Permit, PermitState, Semaphore
 
 __all__ = [
+    "MAX_CAPACITY",
     "AcquireTimeout",
     "BackendUnavailable",
     "CapacityMismatch",

@@ -21,7 +21,7 @@ from .._core.deadline import Deadline
 from .._core.names import validate_capacity, validate_name
 from .._interrupts import call_with_sigint_held
 from .._store import SessionHub
-from .._url import ServiceURL
+from .._url import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
 from ..semaphore import Semaphore
 from ..zookeeper.backend import default_owner
@@ -55,6 +55,7 @@ class EtcdBackend(SessionHub):
 
     Built by :func:`semaphore_recipes.connect` from an ``etcd://`` URL. ``close()``
     revokes the lease, which removes this backend's entries at once.
+    ``request_timeout`` bounds every call but a waiting acquire (seconds).
     """
 
     def __init__(
@@ -64,9 +65,10 @@ class EtcdBackend(SessionHub):
         prefix: str = DEFAULT_PREFIX,
         owner: str | None = None,
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
-        connect_timeout: float = 15.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
-        super().__init__()
+        super().__init__(request_timeout)
         self.client = client
         self.prefix = validate_prefix(prefix)
         self.owner = owner or default_owner()
@@ -85,12 +87,13 @@ class EtcdBackend(SessionHub):
     @classmethod
     def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> EtcdBackend:
         params = url.params
-        session_timeout = url.float_param("session_timeout", DEFAULT_SESSION_TIMEOUT)
-        connect_timeout = url.float_param("connect_timeout", 15.0)
+        session_timeout = url.seconds_param("session_timeout", DEFAULT_SESSION_TIMEOUT)
+        connect_timeout = url.connect_timeout()
+        request_timeout = url.request_timeout()
         prefix = validate_prefix(url.path + "/") if url.path else DEFAULT_PREFIX
         client = EtcdClient(
             [f"{h}:{p}" for h, p in url.hosts],
-            timeout=url.float_param("request_timeout", 5.0),
+            timeout=request_timeout,
             ca_cert=params.get("ca"),
             cert_cert=params.get("cert"),
             cert_key=params.get("key"),
@@ -104,6 +107,7 @@ class EtcdBackend(SessionHub):
                 owner=owner,
                 session_timeout=session_timeout,
                 connect_timeout=connect_timeout,
+                request_timeout=request_timeout,
             )
         except BaseException:
             client.close()
