@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from ._core.deadline import Deadline, validate_timeout
-from ._core.names import validate_capacity, validate_permits
+from ._core.names import validate_permits
 from ._core.protocol import Arm, AwaitEvent, Enqueue, MarkHeld, Relist, acquire_protocol
 from ._core.queue import Entry
 from ._core.status import Status
@@ -296,5 +296,4 @@ class Semaphore:
         ValueError above ``MAX_CAPACITY`` (before any I/O); BackendUnavailable when the
         write is not confirmed within the request timeout (it may still be applied).
         """
-        validate_capacity(capacity)
         self._store.set_capacity(capacity)

@@ -216,7 +216,11 @@ class EtcdBackend(SessionHub):
         return Semaphore(store, self, self.owner)
 
     def close(self) -> None:
-        """Revoke the lease (this backend's entries go at once) and close the client."""
+        """Revoke the lease (this backend's entries go at once) and close the client.
+
+        Returns within the request timeout: a lease that could not be revoked by then
+        expires by itself after its TTL, and its entries with it."""
+        deadline = Deadline(self.request_timeout, _monotonic)
         with self._lock:
             if self._closed:
                 return
@@ -224,13 +228,15 @@ class EtcdBackend(SessionHub):
             keeper, lease_id = self._keeper, self.lease_id
             queues = list(self._queues)
         for queue in queues:
-            queue.close()
-        self.background.shutdown(wait=True, cancel_futures=False)
+            queue.close(deadline)
+        # Queued marks and delete retries are moot: the revoke removes every entry. A
+        # running one ends after its attempt (its queue is closed).
+        self.background.shutdown(wait=False, cancel_futures=True)
         if keeper is not None:
-            keeper.stop()
+            keeper.stop(timeout=deadline.cap(1.0))
         if lease_id:
             try:
-                self.client.lease_revoke(lease_id, timeout=2.0)
+                self.client.lease_revoke(lease_id, timeout=deadline.cap(2.0) or 0.001)
             except EtcdLeaseNotFound:
                 pass  # already gone (expired, or revoked from outside): nothing to do
             except EtcdError as exc:

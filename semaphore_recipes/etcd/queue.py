@@ -299,11 +299,11 @@ class EtcdQueue(QueueBase):
         token = waiter.token
         assert token is not None
         reply = self._call(
-            functools.partial(
-                self.client.range,
+            lambda timeout: self.client.range(
                 self.entries_prefix,
                 self._entries_end,
                 max_create_revision=token - 1,
+                timeout=timeout,
             ),
             deadline,
         )
@@ -515,16 +515,16 @@ class EtcdQueue(QueueBase):
             token = self._tokens.get(key, -1)
         return EtcdFencedTransaction(self, self._key(key), token)
 
-    def close(self) -> None:
+    def close(self, deadline: Deadline) -> None:
         self._closed = True
-        self._capacity_watch.cancel(timeout=1)
+        watchers = [self._capacity_watch]
         with self._lock:
-            watchers = [w for ws in self._watchers.values() for w in ws.values()]
+            watchers += [w for ws in self._watchers.values() for w in ws.values()]
             watchers += self._holder_watchers.values()
             self._watchers.clear()
             self._holder_watchers.clear()
         for watcher in watchers:
-            watcher.cancel(timeout=1)
+            watcher.cancel(timeout=deadline.cap(1.0))
 
 
 class EtcdFencedTransaction:

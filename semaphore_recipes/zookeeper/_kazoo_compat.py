@@ -7,6 +7,8 @@ moves them here.)
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from typing import Any
 
 
@@ -25,3 +27,17 @@ def connection_loop_died(client: Any) -> bool:
     if connection is None or stopped is None:
         return False
     return bool(connection.connection_stopped.is_set() and not stopped.is_set())
+
+
+def drop_connection(client: Any) -> None:
+    """Shut the client's socket down, so that a ``stop()`` waiting for the reply to its
+    close request gives up. kazoo sends the close once and then waits for its reply,
+    pinging meanwhile; if the request was lost (the network dropped it), the pings
+    that get through after the network heals keep the session alive with no end. After
+    this the connection loop sees the socket broken and ends (``_stopped`` is set);
+    the server expires the session after its timeout."""
+    connection = getattr(client, "_connection", None)
+    sock = getattr(connection, "_socket", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)

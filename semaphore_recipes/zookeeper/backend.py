@@ -149,9 +149,9 @@ class ZooKeeperBackend(SessionHub):
 
     def close(self) -> None:
         """Stop this backend; if it opened the client, close the session (its entries
-        go). Returns within the request timeout: a close that ZooKeeper does not
-        acknowledge in time goes on in the background (the server then expires the
-        session, and its entries go, after the session timeout)."""
+        go). Returns within the request timeout: if ZooKeeper does not acknowledge the
+        close in time, the connection is dropped and the server expires the session
+        (and its entries go) after the session timeout."""
         if self._closed:
             return
         self._closed = True
@@ -162,9 +162,10 @@ class ZooKeeperBackend(SessionHub):
             closing = _stop_in_background(self.client)
             closing.join(self.request_timeout)
             if closing.is_alive():
+                _kazoo_compat.drop_connection(self.client)
                 log.warning(
-                    "ZooKeeper did not acknowledge the close within %g s; closing goes on "
-                    "in the background",
+                    "ZooKeeper did not acknowledge the close within %g s: connection "
+                    "dropped; the server expires the session after its timeout",
                     self.request_timeout,
                 )
 
@@ -190,6 +191,11 @@ class ZooKeeperBackend(SessionHub):
     @property
     def session_timeout(self) -> float:
         return float(self.client._session_timeout) / 1000.0
+
+    @property
+    def failure(self) -> str | None:
+        """Why this backend can no longer reach ZooKeeper at all, or None."""
+        return self._failure
 
     def wait_connected(self, deadline: Deadline) -> None:
         """Block until the client is connected, within the caller's deadline."""

@@ -525,8 +525,8 @@ class ZooKeeperQueue(QueueBase):
             except Exception as exc:
                 log.error("could not delete %s: %r", path, exc)
 
-        if self.backend._failure is not None:
-            log.warning("not deleting %s: %s", path, self.backend._failure)
+        if self.backend.failure is not None:
+            log.warning("not deleting %s: %s", path, self.backend.failure)
             return False
         reply = self.client.delete_async(path)
         try:
@@ -563,7 +563,7 @@ class ZooKeeperQueue(QueueBase):
                     log.info("removing entry %s left by an interrupted acquire", child)
                     self._delete_now_or_later(f"{self.path}/{child}")
 
-        if self.backend._failure is not None:
+        if self.backend.failure is not None:
             return  # the server removes the entry with the session
         reply = self.client.get_children_async(self.path)
         reply.rawlink(listed)
