@@ -23,8 +23,9 @@ MARGIN = 3.0
 
 
 def call_with_a_bound(call: Callable[[], Any], limit: float) -> tuple[float, Any]:
-    """Run ``call`` in a thread; return (seconds taken, its result or exception). Fails
-    the test if it is still running after ``limit`` seconds (it is left to finish)."""
+    """Run ``call`` in a thread; return (seconds taken, its result or exception), or
+    (``limit``, "still running") if it has not returned after ``limit`` seconds (it is
+    left to finish)."""
     outcome: list[Any] = []
 
     def run() -> None:
@@ -37,7 +38,8 @@ def call_with_a_bound(call: Callable[[], Any], limit: float) -> tuple[float, Any
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(limit)
-    assert not thread.is_alive(), f"{call} still running after {limit:g} s"
+    if thread.is_alive():
+        return limit, "still running"
     return time.monotonic() - start, outcome[0]
 
 
@@ -72,23 +74,26 @@ def test_every_call_is_bounded_by_request_timeout_while_cut_off(
         tx.create(f"/sr-fenced-{time.monotonic_ns()}", b"x")
         return tx.commit()
 
+    problems = []
     for name, call in [
         ("semaphore()", lambda: backend.semaphore("opened-while-cut", capacity=1)),
         ("status()", sem.status),
         ("set_capacity()", lambda: sem.set_capacity(3)),
         ("transaction().commit()", commit),
     ]:
-        took, outcome = call_with_a_bound(call, limit=bound + 30)
-        assert isinstance(outcome, sr.BackendUnavailable), f"{name}: {outcome!r}"
-        assert took <= bound, f"{name} took {took:.1f} s (request_timeout {REQUEST_TIMEOUT})"
-    took, outcome = call_with_a_bound(held.release, limit=bound + 30)
-    assert outcome is None and took <= bound, f"release(): {outcome!r} after {took:.1f} s"
-    assert held.state is sr.PermitState.RELEASED
-    took, outcome = call_with_a_bound(backend.close, limit=bound + 30)
-    assert outcome is None and took <= bound, f"close(): {outcome!r} after {took:.1f} s"
+        took, outcome = call_with_a_bound(call, limit=bound + 10)
+        if not isinstance(outcome, sr.BackendUnavailable) or took > bound:
+            problems.append(f"{name}: {outcome!r} after {took:.1f} s")
+    took, outcome = call_with_a_bound(held.release, limit=bound + 10)
+    if outcome is not None or took > bound or held.state is not sr.PermitState.RELEASED:
+        problems.append(f"release(): {outcome!r} after {took:.1f} s, {held.state}")
+    took, outcome = call_with_a_bound(backend.close, limit=bound + 10)
+    if outcome is not None or took > bound:
+        problems.append(f"close(): {outcome!r} after {took:.1f} s")
+    assert not problems, f"request_timeout={REQUEST_TIMEOUT}: {problems}"
     proxy.restore()
-    # closed while cut off: the entries go with the session (ZooKeeper: closed late;
-    # etcd: the lease could not be revoked and expires)
+    # closed while cut off: the entries go with the session (ZooKeeper: its close may
+    # not have arrived; etcd: the lease could not be revoked and expires)
     wait_until(lambda: service.entries() == [], timeout=SESSION_TIMEOUT + MARGIN + 5)
 
 
