@@ -4,6 +4,11 @@ Connection trouble: when keepalives go unacknowledged for 2/3 of the TTL, held p
 are SUSPENDED (the lease may still be alive); they are HELD again when acks return.
 When the server says the lease is gone, held permits are LOST (``permit.lost`` set),
 waiters re-enter the queue on a fresh lease, and later acquires use that lease.
+
+Bounds: opening waits at most ``connect_timeout``; every later call but a waiting
+acquire at most ``request_timeout`` (requests retried on UNAVAILABLE until then), then
+raises BackendUnavailable; ``close()`` leaves a lease it could not revoke in time to
+expire.
 """
 
 from __future__ import annotations
