@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any as _Any
 
+from ._core.names import MAX_CAPACITY
 from ._core.status import EntryStatus, Status
 from .errors import (
     AcquireTimeout,
@@ -25,6 +26,7 @@ from .errors import (
 from .semaphore import Permit, PermitState, Semaphore
 
 __all__ = [
+    "MAX_CAPACITY",
     "AcquireTimeout",
     "BackendUnavailable",
     "CapacityMismatch",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ._core.deadline import Deadline
-from ._core.protocol import CapacityChanged, Enqueued, Event, SessionLost
+from ._core.protocol import BackendFailed, CapacityChanged, Enqueued, Event, SessionLost
 from ._core.queue import Entry, EntryState
 from ._core.status import Status
 
@@ -54,6 +54,9 @@ class Waiter:
         if affected is None or affected(self.entry_id):
             self.post(generation, SessionLost())
 
+    def post_backend_failed(self, reason: str) -> None:
+        self.post(self.generation, BackendFailed(reason))
+
     def session_ended(self) -> bool:
         """Drain the inbox (an admitted waiter is done with it): did the session end
         after the last event the protocol saw?"""
@@ -83,10 +86,15 @@ class SessionHub:
     """A backend's session as waiters and permits see it: who to tell when it changes.
 
     Backends call :meth:`_notify_permits` with "suspended", "restored" or a reason the
-    permits are lost, and :meth:`_session_lost` when waiters must enter the queue again.
+    permits are lost, :meth:`_session_lost` when waiters must enter the queue again, and
+    :meth:`_backend_failed` when the backend can no longer reach the service at all.
+
+    ``request_timeout``: the bound, in seconds, of every call other than a waiting
+    acquire (docs/design.md, "Bounds").
     """
 
-    def __init__(self) -> None:
+    def __init__(self, request_timeout: float) -> None:
+        self.request_timeout = request_timeout
         self._hub_lock = threading.Lock()
         self._waiters: set[Waiter] = set()
         self._permit_listeners: dict[int, Callable[[str], None]] = {}
@@ -125,6 +133,14 @@ class SessionHub:
         for waiter in waiters:
             waiter.post_session_lost(affected)
 
+    def _backend_failed(self, reason: str) -> None:
+        """Permits are lost and waiters end with BackendUnavailable, both with ``reason``."""
+        self._notify_permits(reason)
+        with self._hub_lock:
+            waiters = list(self._waiters)
+        for waiter in waiters:
+            waiter.post_backend_failed(reason)
+
 
 class QueueBase:
     """What every backend's queue shares: its waiters, the cached capacity and its
@@ -133,6 +149,7 @@ class QueueBase:
     def __init__(self, name: str, hub: SessionHub) -> None:
         self.name = name
         self._hub = hub
+        self.request_timeout = hub.request_timeout
         self._lock = threading.Lock()
         self._waiters: set[Waiter] = set()
         self._unmarked: dict[str, Callable[[], None]] = {}  # key -> writes its mark
@@ -184,6 +201,7 @@ class QueueStore(Protocol):
 
     name: str
     capacity: int
+    request_timeout: float  # seconds: the bound of each call that does not wait for permits
 
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued: ...
 

@@ -10,6 +10,13 @@ from .errors import InvalidName
 
 SCHEMES = ("zookeeper", "etcd")
 
+DEFAULT_CONNECT_TIMEOUT = 15.0
+DEFAULT_REQUEST_TIMEOUT = 5.0
+#: The range of every duration parameter unless its backend narrows it. Longer than a
+#: day is a mistake, and waits of much longer overflow the platform's timeouts.
+MIN_SECONDS = 0.01
+MAX_SECONDS = 86400.0
+
 
 @dataclass(frozen=True)
 class ServiceURL:
@@ -22,7 +29,16 @@ class ServiceURL:
     def hosts_string(self) -> str:
         return ",".join(f"{h}:{p}" for h, p in self.hosts)
 
-    def float_param(self, key: str, default: float) -> float:
+    def seconds_param(
+        self,
+        key: str,
+        default: float,
+        *,
+        minimum: float = MIN_SECONDS,
+        maximum: float = MAX_SECONDS,
+    ) -> float:
+        """A duration parameter in seconds, checked against ``[minimum, maximum]``:
+        ValueError naming the parameter and its range, before any I/O."""
         raw = self.params.get(key)
         if raw is None:
             return default
@@ -30,9 +46,20 @@ class ServiceURL:
             value = float(raw)
         except ValueError:
             raise ValueError(f"URL parameter {key}={raw!r} is not a number") from None
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"URL parameter {key}={raw!r} must be > 0")
+        if not (math.isfinite(value) and minimum <= value <= maximum):
+            raise ValueError(
+                f"URL parameter {key}={raw!r} must be between {minimum:g} and {maximum:g} seconds"
+            )
         return value
+
+    def connect_timeout(self) -> float:
+        """``connect_timeout``: how long opening the backend may take."""
+        return self.seconds_param("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+
+    def request_timeout(self) -> float:
+        """``request_timeout``: how long any one call other than a waiting acquire may
+        take before it raises BackendUnavailable."""
+        return self.seconds_param("request_timeout", DEFAULT_REQUEST_TIMEOUT)
 
 
 def parse_url(url: str) -> ServiceURL:

@@ -10,6 +10,12 @@ backend's queue store. What happens on trouble:
   be expiring); back to HELD when the same session reconnects in time.
 * session expired, lease gone, or the entry deleted while holding: ``permit.state`` is
   LOST and ``permit.lost`` is set; ``permit.check()`` raises PermitLost.
+* the backend's client died (ZooKeeper: kazoo's connection loop ended by itself): held
+  permits are LOST, waiters raise BackendUnavailable, later calls raise it at once.
+
+Bounds: every call but a waiting ``acquire`` returns within the backend's request
+timeout (the URL's ``request_timeout``, default 5 s) or raises BackendUnavailable;
+``release()`` never raises (what it cannot finish in time goes on in the background).
 """
 
 from __future__ import annotations
@@ -22,13 +28,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from ._core.deadline import Deadline
+from ._core.deadline import Deadline, validate_timeout
 from ._core.names import validate_permits
 from ._core.protocol import Arm, AwaitEvent, Enqueue, MarkHeld, Relist, acquire_protocol
 from ._core.queue import Entry
 from ._core.status import Status
 from ._store import QueueStore, SessionWatch, Waiter
-from .errors import PermitLost
+from .errors import AcquireTimeout, BackendUnavailable, PermitLost
 
 log = logging.getLogger("semaphore_recipes")
 
@@ -76,14 +82,16 @@ class Permit:
     def transaction(self) -> Any:
         """A transaction of the backend that commits only while this permit is held.
 
-        Its ``commit()`` raises PermitLost when the fence fails (see the backend's docs).
+        Its ``commit()`` raises PermitLost when the fence fails, and BackendUnavailable
+        when no answer came within the request timeout: then the transaction may still
+        have been applied, or be applied later (see the backend's docs).
         """
         return self.semaphore._store.transaction(self.key, self.token)
 
     def release(self) -> None:
-        """Give the permits back. Idempotent; never raises: if the service cannot be
-        reached the delete is retried in the background (the session's end removes the
-        entry anyway)."""
+        """Give the permits back. Idempotent; never raises; returns within the request
+        timeout: if the service cannot be reached the delete is retried in the
+        background (the session's end removes the entry anyway)."""
         with self._lock:
             if self._state in (PermitState.RELEASED, PermitState.LOST):
                 previous = self._state
@@ -185,23 +193,30 @@ class Semaphore:
     ) -> Permit:
         """Wait in FIFO order for ``permits`` permits.
 
-        Raises AcquireTimeout after ``timeout`` seconds, WouldBlock at once when
-        ``blocking`` is False and the permits are not free now, ValueError/TypeError on
-        bad arguments (before any I/O), BackendUnavailable once the backend is closed.
-        On every way out without a permit (timeout, exception, KeyboardInterrupt) the
-        queue entry is removed.
+        Raises AcquireTimeout after ``timeout`` seconds, WouldBlock when ``blocking`` is
+        False and the permits are not free now, ValueError/TypeError on bad arguments
+        (at most ``MAX_CAPACITY`` permits; before any I/O). ``timeout=0`` (or any
+        timeout shorter than a round trip) tries exactly once, like ``blocking=False``
+        but raising AcquireTimeout: the first try's reply is always awaited, for up to
+        the request timeout, after which it raises BackendUnavailable. BackendUnavailable
+        also ends the wait when the backend is closed or its client dies. On every way
+        out without a permit (timeout, exception, KeyboardInterrupt) the queue entry is
+        removed.
 
         While the service cannot be reached, the call keeps waiting (and retrying)
-        until ``timeout``; with no timeout it waits for the service to come back. If the
-        session expires (ZooKeeper) or the lease is gone (etcd) while it waits, it
-        enters the queue again at the back with the new session, logged at WARNING.
+        until ``timeout``; with ``timeout=None`` it waits for the service to come back.
+        If the session expires (ZooKeeper) or the lease is gone (etcd) while it waits,
+        it enters the queue again at the back with the new session, logged at WARNING.
 
         ``watch_entry=True`` also watches the permit's own entry, so that its deletion
         from outside (an operator, a lease revoked by hand) sets ``permit.lost`` at
         once rather than at the next session check; it costs one watch per acquire.
         """
         validate_permits(permits, self._store.capacity)
-        deadline = Deadline(timeout, self._clock)
+        validate_timeout(timeout)
+        # blocking=False: one try, like timeout=0 (it raises WouldBlock rather than
+        # AcquireTimeout, and so does the protocol before it looks at the deadline)
+        deadline = Deadline(timeout if blocking else 0.0, self._clock)
         waiter = Waiter(permits, self.owner)
         protocol = acquire_protocol(self.name, permits, deadline, blocking=blocking)
         store = self._store
@@ -218,7 +233,7 @@ class Semaphore:
                             self.name,
                         )
                         store.abandon(waiter)
-                    answer: object = store.enqueue(waiter, deadline)
+                    answer: object = self._enqueue(waiter, deadline, first=step.first)
                 elif isinstance(step, Arm):
                     answer = store.arm(waiter, step.keys, deadline)
                 elif isinstance(step, Relist):
@@ -250,6 +265,22 @@ class Semaphore:
             store.unregister(waiter)
         return permit
 
+    def _enqueue(self, waiter: Waiter, deadline: Deadline, *, first: bool) -> object:
+        """The enqueue step. The first try of an acquire is given at least the request
+        timeout, whatever the caller's timeout: ``timeout=0`` needs one reply to decide.
+        When that bound, not the caller's, passes: BackendUnavailable."""
+        store = self._store
+        left = deadline.remaining()
+        if not first or left is None or left >= store.request_timeout:
+            return store.enqueue(waiter, deadline)
+        try:
+            return store.enqueue(waiter, Deadline(store.request_timeout, self._clock))
+        except AcquireTimeout as exc:
+            raise BackendUnavailable(
+                f"semaphore {self.name!r}: no answer within the request timeout "
+                f"({store.request_timeout:g} s)"
+            ) from exc
+
     def _new_permit(self, me: Entry, waiter: Waiter) -> Permit:
         assert waiter.token is not None
         permit = Permit(self, me, waiter.token, self.owner)
@@ -263,10 +294,14 @@ class Semaphore:
     def status(self) -> Status:
         """Capacity, holders and waiters in queue order. etcd reads them in one
         transaction; ZooKeeper lists the entries, then reads each one (an entry that
-        leaves meanwhile is left out). Raises BackendUnavailable when the service
-        cannot be reached."""
+        leaves meanwhile is left out). Raises BackendUnavailable when they cannot be
+        read within the request timeout."""
         return self._store.status()
 
     def set_capacity(self, capacity: int) -> None:
-        """Store a new capacity; waiters everywhere are woken. Holders keep what they hold."""
+        """Store a new capacity; waiters everywhere are woken. Holders keep what they hold.
+
+        ValueError above ``MAX_CAPACITY`` (before any I/O); BackendUnavailable when the
+        write is not confirmed within the request timeout (it may still be applied).
+        """
         self._store.set_capacity(capacity)

@@ -49,19 +49,28 @@ def validate_root(root: object) -> str:
     return "/" + "/".join(segments)
 
 
+#: The largest capacity, and so the most permits one acquire may ask, on every backend.
+#: It fits the ZooKeeper entry name's weight field (at most 10 digits, which clients
+#: already deployed parse), a signed 32-bit integer and any JSON decoder's exact range.
+MAX_CAPACITY = 10**9
+
+
 def validate_capacity(capacity: object) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         raise TypeError(f"capacity must be an int, not {capacity!r}")
-    if capacity < 1:
-        raise ValueError(f"capacity must be >= 1, not {capacity}")
+    if not 1 <= capacity <= MAX_CAPACITY:
+        raise ValueError(f"capacity must be at least 1 and at most {MAX_CAPACITY}, not {capacity}")
     return capacity
 
 
 def validate_permits(permits: object, capacity: int) -> int:
     if isinstance(permits, bool) or not isinstance(permits, int):
         raise TypeError(f"permits must be an int, not {permits!r}")
-    if not 1 <= permits <= capacity:
-        raise ValueError(f"permits must be between 1 and the capacity {capacity}, not {permits}")
+    if not 1 <= permits <= min(capacity, MAX_CAPACITY):
+        raise ValueError(
+            f"permits must be at least 1 and at most the capacity {capacity} "
+            f"(and at most {MAX_CAPACITY}), not {permits}"
+        )
     return permits
 
 

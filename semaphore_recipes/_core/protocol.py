@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 
-from ..errors import AcquireTimeout, WouldBlock
+from ..errors import AcquireTimeout, BackendUnavailable, WouldBlock
 from .deadline import Deadline
 from .queue import Admitted, Entry, EntryState, QueuePosition
 
@@ -25,7 +25,13 @@ class Enqueue:
     """Create a fresh entry (new id) and list the lower entries, in one round trip where
     the store allows; the capacity comes with the answer (read again only when it changed).
     A ZooKeeper client cycling alone may skip the listing (docs/design.md section 9).
-    Answer: :class:`Enqueued`."""
+    Answer: :class:`Enqueued`.
+
+    ``first``: the acquire's first try. Its reply is awaited even when the caller's
+    deadline is shorter than a round trip (``timeout=0`` means "only if it can be granted
+    now", which takes one reply to know): the driver bounds it by the request timeout."""
+
+    first: bool
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,23 @@ class SessionLost:
     """The session (ZooKeeper session, etcd lease) ended: our entry is gone."""
 
 
-Event = EntryDeleted | EntryHeld | EntryMarked | EntryChanged | CapacityChanged | SessionLost
+@dataclass(frozen=True)
+class BackendFailed:
+    """The backend can no longer talk to the service at all (its client died): the
+    acquire ends with BackendUnavailable."""
+
+    reason: str
+
+
+Event = (
+    EntryDeleted
+    | EntryHeld
+    | EntryMarked
+    | EntryChanged
+    | CapacityChanged
+    | SessionLost
+    | BackendFailed
+)
 
 
 def apply_event(position: QueuePosition, event: Event) -> None:
@@ -140,11 +162,15 @@ def acquire_protocol(
     """Drive one ``acquire``: returns the admitted entry, once the driver has answered
     its :class:`MarkHeld` step (the driver sends the mark; the generator does not wait).
 
-    Raises WouldBlock (``blocking=False`` and not admitted at once) or AcquireTimeout
-    (deadline passed). Re-enters the queue with a fresh entry after a SessionLost.
+    Raises WouldBlock (``blocking=False`` and not admitted at once), AcquireTimeout
+    (deadline passed; a deadline that passed during the first enqueue still gets that
+    enqueue's answer: one try) or BackendUnavailable (BackendFailed). Re-enters the queue
+    with a fresh entry after a SessionLost.
     """
+    first = True
     while True:
-        answer = yield Enqueue()
+        answer = yield Enqueue(first=first)
+        first = False
         assert isinstance(answer, Enqueued)
         position = QueuePosition(answer.me, answer.lower, answer.capacity)
         # A successor that lists us after our listing sees at most the lower entries we
@@ -164,6 +190,8 @@ def acquire_protocol(
                 return position.me
             if not blocking:
                 raise WouldBlock(f"semaphore {name!r}: {weight} permit(s) not available now")
+            if deadline.expired():  # not before arming: a watch we would never wait on
+                raise AcquireTimeout(f"semaphore {name!r}: no {weight} permit(s) in time")
             mark_now = True
             keys = position.keys_to_arm(decision)
             if keys:
@@ -174,11 +202,11 @@ def acquire_protocol(
                 for key in keys:
                     position.armed(key, states.get(key))
                 continue
-            if deadline.expired():
-                raise AcquireTimeout(f"semaphore {name!r}: no {weight} permit(s) in time")
             event = yield AwaitEvent(deadline.remaining())
             if event is None:
                 continue
             if isinstance(event, SessionLost):
                 break  # our entry died with the session: enqueue again
+            if isinstance(event, BackendFailed):
+                raise BackendUnavailable(f"semaphore {name!r}: {event.reason}")
             apply_event(position, event)  # type: ignore[arg-type]

@@ -9,6 +9,11 @@ With several threads waiting on one backend when the lease ends, exactly one of 
 grants the new lease; the others wait for it (each within its own deadline) and then
 enqueue on it. The old lease's keeper is stopped, and a report about an old lease
 (from its keeper or from a refused request) never ends the lease that replaced it.
+
+Bounds: opening waits at most ``connect_timeout``; every later call but a waiting
+acquire at most ``request_timeout`` (requests retried on UNAVAILABLE until then), then
+raises BackendUnavailable; ``close()`` leaves a lease it could not revoke in time to
+expire.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from .._core.deadline import Deadline
 from .._core.names import etcd_entry_key, parse_etcd_entry, validate_capacity, validate_name
 from .._interrupts import call_with_sigint_held
 from .._store import SessionHub
-from .._url import ServiceURL
+from .._url import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
 from ..semaphore import Semaphore
 from ..zookeeper.backend import default_owner
@@ -73,6 +78,7 @@ class EtcdBackend(SessionHub):
 
     Built by :func:`semaphore_recipes.connect` from an ``etcd://`` URL. ``close()``
     revokes the lease, which removes this backend's entries at once.
+    ``request_timeout`` bounds every call but a waiting acquire (seconds).
     """
 
     def __init__(
@@ -82,9 +88,10 @@ class EtcdBackend(SessionHub):
         prefix: str = DEFAULT_PREFIX,
         owner: str | None = None,
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
-        connect_timeout: float = 15.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
-        super().__init__()
+        super().__init__(request_timeout)
         self.client = client
         self.prefix = validate_prefix(prefix)
         self.owner = owner or default_owner()
@@ -115,12 +122,13 @@ class EtcdBackend(SessionHub):
                 f"etcd URL parameter(s) {', '.join(unknown)} not understood{hint}; "
                 f"known: {', '.join(sorted(URL_PARAMETERS))}"
             )
-        session_timeout = url.float_param("session_timeout", DEFAULT_SESSION_TIMEOUT)
-        connect_timeout = url.float_param("connect_timeout", 15.0)
+        session_timeout = url.seconds_param("session_timeout", DEFAULT_SESSION_TIMEOUT)
+        connect_timeout = url.connect_timeout()
+        request_timeout = url.request_timeout()
         prefix = validate_prefix(url.path + "/") if url.path else DEFAULT_PREFIX
         client = EtcdClient(
             [f"{h}:{p}" for h, p in url.hosts],
-            timeout=url.float_param("request_timeout", 5.0),
+            timeout=request_timeout,
             ca_cert=params.get("ca"),
             cert_cert=params.get("cert"),
             cert_key=params.get("key"),
@@ -134,6 +142,7 @@ class EtcdBackend(SessionHub):
                 owner=owner,
                 session_timeout=session_timeout,
                 connect_timeout=connect_timeout,
+                request_timeout=request_timeout,
             )
         except BaseException:
             client.close()
@@ -256,9 +265,10 @@ class EtcdBackend(SessionHub):
                 return
         self._notify_permits(change)
 
-    def _revoke(self, lease_id: int) -> None:
+    def _revoke(self, lease_id: int, deadline: Deadline | None = None) -> None:
         try:
-            self.client.lease_revoke(lease_id, timeout=2.0)
+            timeout = 2.0 if deadline is None else (deadline.cap(2.0) or 0.001)
+            self.client.lease_revoke(lease_id, timeout=timeout)
         except EtcdLeaseNotFound:
             pass  # already gone (expired, or revoked from outside): nothing to do
         except EtcdError as exc:
@@ -284,7 +294,11 @@ class EtcdBackend(SessionHub):
         return Semaphore(store, self, self.owner)
 
     def close(self) -> None:
-        """Revoke the lease (this backend's entries go at once) and close the client."""
+        """Revoke the lease (this backend's entries go at once) and close the client.
+
+        Returns within the request timeout: a lease that could not be revoked by then
+        expires by itself after its TTL, and its entries with it."""
+        deadline = Deadline(self.request_timeout, _monotonic)
         with self._lock:
             if self._closed:
                 return
@@ -293,12 +307,14 @@ class EtcdBackend(SessionHub):
             queues = list(self._queues)
             self._lease_changed.notify_all()  # threads waiting for a new lease: closed
         for queue in queues:
-            queue.close()
-        self.background.shutdown(wait=True, cancel_futures=False)
+            queue.close(deadline)
+        # Queued marks and delete retries are moot: the revoke removes every entry. A
+        # running one ends after its attempt (its queue is closed).
+        self.background.shutdown(wait=False, cancel_futures=True)
         if keeper is not None:
-            keeper.stop()
+            keeper.stop(timeout=deadline.cap(1.0))
         if lease_id:
-            self._revoke(lease_id)
+            self._revoke(lease_id, deadline)
         self.client.close()
 
     def __enter__(self) -> EtcdBackend:

@@ -95,20 +95,24 @@ class EtcdQueue(QueueBase):
     def _key(self, uid: str) -> bytes:
         return self.entries_prefix + uid.encode()
 
-    def _call(self, fn: Callable[[], Any], deadline: Deadline | None = None) -> Any:
-        """Run a retry-safe request, retrying UNAVAILABLE until the deadline."""
-        limit = Deadline(30.0, time.monotonic) if deadline is None else deadline
+    def _call(self, request: Callable[[float], Any], deadline: Deadline | None = None) -> Any:
+        """Run a retry-safe request, retrying UNAVAILABLE until the deadline: an
+        acquire's (then AcquireTimeout), or by default the request timeout (then
+        BackendUnavailable). ``request`` gets the time one attempt may take."""
+        limit = Deadline(self.request_timeout, time.monotonic) if deadline is None else deadline
         while True:
             try:
-                return self.backend.run(fn)
+                return self.backend.run(lambda: request(limit.cap(_ATTEMPT) or 0.001))
             except EtcdUnavailable as exc:
                 if limit.expired():
                     if deadline is None:
-                        raise BackendUnavailable(f"etcd unreachable: {exc}") from exc
+                        raise BackendUnavailable(
+                            f"etcd unreachable (request timeout {self.request_timeout:g} s): {exc}"
+                        ) from exc
                     raise AcquireTimeout(
                         f"semaphore {self.name!r}: etcd did not answer in time"
                     ) from exc
-                time.sleep(min(0.05, limit.remaining() or 0.05))
+                time.sleep(limit.cap(0.05))
             except EtcdLeaseNotFound:
                 raise  # the caller starts a new session
             except EtcdError as exc:
@@ -117,11 +121,11 @@ class EtcdQueue(QueueBase):
     # ---- capacity --------------------------------------------------------------
     def _agree_capacity(self, capacity: int, adopt: bool) -> int:
         reply = self._call(
-            lambda: self.client.txn(
+            lambda timeout: self.client.txn(
                 [Compare.create_revision(self.config_key, "==", 0)],
                 [Op.put(self.config_key, encode_capacity(capacity)), Op.range(self.config_key)],
                 [Op.range(self.config_key)],
-                timeout=_ATTEMPT,
+                timeout=timeout,
             )
         )
         kv = reply.responses[-1].response_range.kvs[0]
@@ -145,7 +149,7 @@ class EtcdQueue(QueueBase):
 
     def _capacity_watch_failed(self, exc: Exception) -> None:
         if isinstance(exc, EtcdCompacted) and not self._closed:
-            reply = self._call(lambda: self.client.range(self.config_key, timeout=_ATTEMPT))
+            reply = self._call(lambda timeout: self.client.range(self.config_key, timeout=timeout))
             if reply.kvs:
                 self._new_capacity(
                     decode_capacity(self.name, reply.kvs[0].value), reply.kvs[0].mod_revision
@@ -163,7 +167,9 @@ class EtcdQueue(QueueBase):
     def set_capacity(self, capacity: int) -> None:
         validate_capacity(capacity)
         reply = self._call(
-            lambda: self.client.put(self.config_key, encode_capacity(capacity), timeout=_ATTEMPT)
+            lambda timeout: self.client.put(
+                self.config_key, encode_capacity(capacity), timeout=timeout
+            )
         )
         log.info("semaphore %r: capacity set to %d", self.name, capacity)
         self._new_capacity(capacity, reply.header.revision)
@@ -291,11 +297,8 @@ class EtcdQueue(QueueBase):
         token = waiter.token
         assert token is not None
         reply = self._call(
-            lambda: self.client.txn(
-                [],
-                [Op.range(self._key(k)) for k in keys],
-                [],
-                timeout=deadline.cap(_ATTEMPT) or 0.001,
+            lambda timeout: self.client.txn(
+                [], [Op.range(self._key(k)) for k in keys], [], timeout=timeout
             ),
             deadline,
         )
@@ -315,12 +318,11 @@ class EtcdQueue(QueueBase):
         token = waiter.token
         assert token is not None
         reply = self._call(
-            functools.partial(
-                self.client.range,
+            lambda timeout: self.client.range(
                 self.entries_prefix,
                 self._entries_end,
                 max_create_revision=token - 1,
-                timeout=deadline.cap(_ATTEMPT) or 0.001,
+                timeout=timeout,
             ),
             deadline,
         )
@@ -481,13 +483,15 @@ class EtcdQueue(QueueBase):
         key = self._key(uid)
         guard = [] if token is None else [Compare.create_revision(key, "==", token)]
 
-        def attempt() -> None:
-            self.client.txn(guard, [Op.delete(key)], [], timeout=_ATTEMPT)
+        def attempt(timeout: float = _ATTEMPT) -> None:
+            self.client.txn(guard, [Op.delete(key)], [], timeout=timeout)
             # Deleted, or already gone (the guard failed): the slot can serve again.
             self.backend.free_entry_slot(uid)
 
         try:
-            self.backend.run(attempt)  # straight through off the main thread
+            # straight through off the main thread; release() returns within the
+            # request timeout, the background goes on after
+            self.backend.run(lambda: attempt(min(_ATTEMPT, self.request_timeout)))
         except EtcdUnavailable:
             log.warning("delete of %r is pending until etcd is reachable again", uid)
 
@@ -507,7 +511,7 @@ class EtcdQueue(QueueBase):
 
     # ---- reading and fencing --------------------------------------------------------
     def status(self) -> Status:
-        reply = self._call(lambda: self.client.txn([], self._reads, [], timeout=_ATTEMPT))
+        reply = self._call(lambda timeout: self.client.txn([], self._reads, [], timeout=timeout))
         config = reply.responses[1].response_range.kvs
         capacity = decode_capacity(self.name, config[0].value) if config else self.capacity
         rows = []
@@ -527,16 +531,16 @@ class EtcdQueue(QueueBase):
         entry of this backend, which must not let the old permit's writes through."""
         return EtcdFencedTransaction(self, self._key(key), token)
 
-    def close(self) -> None:
+    def close(self, deadline: Deadline) -> None:
         self._closed = True
-        self._capacity_watch.cancel(timeout=1)
+        watchers = [self._capacity_watch]
         with self._lock:
-            watchers = [w for ws in self._watchers.values() for w in ws.values()]
+            watchers += [w for ws in self._watchers.values() for w in ws.values()]
             watchers += self._holder_watchers.values()
             self._watchers.clear()
             self._holder_watchers.clear()
         for watcher in watchers:
-            watcher.cancel(timeout=1)
+            watcher.cancel(timeout=deadline.cap(1.0))
 
 
 class EtcdFencedTransaction:
@@ -568,12 +572,19 @@ class EtcdFencedTransaction:
         self.ops.append(Op.txn([Compare.create_revision(k, "==", 0)], [Op.put(k, value)], []))
 
     def commit(self) -> list[Any]:
+        """One attempt, bounded by the request timeout (a txn of yours is not retried:
+        it need not be idempotent). BackendUnavailable when it fails or times out: the
+        txn may still have been applied then, so read back before committing again."""
+        timeout = self._queue.request_timeout
         try:
             reply = self._queue.backend.run(
-                lambda: self._queue.client.txn(self.compare, self.ops, [], timeout=_ATTEMPT)
+                lambda: self._queue.client.txn(self.compare, self.ops, [], timeout=timeout)
             )
         except EtcdUnavailable as exc:
-            raise BackendUnavailable(f"etcd unreachable: {exc}") from exc
+            raise BackendUnavailable(
+                f"etcd unreachable (request timeout {timeout:g} s): {exc}; the transaction "
+                "may have been applied"
+            ) from exc
         if not reply.succeeded:
             raise PermitLost(
                 f"fence failed: the permit's entry {self.entry_key.decode()} "

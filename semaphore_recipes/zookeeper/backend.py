@@ -1,4 +1,10 @@
-"""One ZooKeeper session shared by every semaphore of a backend object."""
+"""One ZooKeeper session shared by every semaphore of a backend object.
+
+Bounds: opening waits at most ``connect_timeout``; every later call but a waiting
+acquire at most ``request_timeout`` (kazoo's async calls with a bounded wait), then
+raises BackendUnavailable. If kazoo's connection loop dies (it never reconnects then),
+held permits are LOST, waiters raise BackendUnavailable, and so does every later call.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -13,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 from .._core.deadline import Deadline
 from .._core.names import validate_capacity, validate_name, validate_root
 from .._store import SessionHub
-from .._url import ServiceURL
+from .._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..errors import AcquireTimeout, BackendUnavailable
 from ..semaphore import Semaphore
+from . import _kazoo_compat
 
 if TYPE_CHECKING:
     from .queue import ZooKeeperQueue
@@ -24,6 +32,10 @@ log = logging.getLogger("semaphore_recipes.zookeeper")
 
 DEFAULT_ROOT = "/semaphore_recipes"
 DEFAULT_SESSION_TIMEOUT = 10.0
+#: kazoo sends the session timeout as a signed 32-bit number of milliseconds (the server
+#: then clamps it to its minSessionTimeout..maxSessionTimeout).
+MAX_SESSION_TIMEOUT = (2**31 - 1) / 1000
+MIN_SESSION_TIMEOUT = 0.1
 
 
 def default_owner() -> str:
@@ -36,6 +48,7 @@ class ZooKeeperBackend(SessionHub):
     Build it with :func:`semaphore_recipes.connect` (a ``zookeeper://`` URL, or an
     existing ``KazooClient``, which stays the caller's to stop). ``close()`` releases
     nothing by itself: the session's end removes this backend's entries.
+    ``request_timeout`` bounds every call but a waiting acquire (seconds).
     """
 
     def __init__(
@@ -45,11 +58,13 @@ class ZooKeeperBackend(SessionHub):
         root: str = DEFAULT_ROOT,
         owner: str | None = None,
         own_client: bool = False,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
-        super().__init__()
-        from kazoo.protocol.states import KazooState
+        super().__init__(request_timeout)
+        from kazoo.protocol.states import KazooState, KeeperState
 
         self._KazooState = KazooState
+        self._KeeperState = KeeperState
         self.client = client
         self.root = validate_root(root)
         self.owner = owner or default_owner()
@@ -61,6 +76,7 @@ class ZooKeeperBackend(SessionHub):
         self._suspended_session: int | None = None
         self._expiry_timer: threading.Timer | None = None
         self._closed = False
+        self._failure: str | None = None  # why this backend can no longer be used
         if client.state == KazooState.CONNECTED:
             self._connected.set()
         client.add_listener(self._on_state)
@@ -72,8 +88,14 @@ class ZooKeeperBackend(SessionHub):
         from kazoo.handlers.threading import KazooTimeoutError
 
         params = dict(url.params)
-        session_timeout = url.float_param("session_timeout", DEFAULT_SESSION_TIMEOUT)
-        connect_timeout = url.float_param("connect_timeout", 15.0)
+        session_timeout = url.seconds_param(
+            "session_timeout",
+            DEFAULT_SESSION_TIMEOUT,
+            minimum=MIN_SESSION_TIMEOUT,
+            maximum=MAX_SESSION_TIMEOUT,
+        )
+        connect_timeout = url.connect_timeout()
+        request_timeout = url.request_timeout()
         root = validate_root(params.get("root", DEFAULT_ROOT))
         kwargs: dict[str, Any] = {}
         if params.get("username") is not None:
@@ -88,38 +110,48 @@ class ZooKeeperBackend(SessionHub):
             )
         hosts = url.hosts_string
         client = KazooClient(hosts=hosts, timeout=session_timeout, **kwargs)
+        deadline = Deadline(connect_timeout, time.monotonic)
         try:
-            client.start(timeout=connect_timeout)
+            # Not client.start(timeout): when it times out it stops the client and waits
+            # for kazoo's connection attempt in progress, which is bounded by the session
+            # timeout, not by ours.
+            client.start_async().wait(connect_timeout)
+            if not client.connected:
+                raise KazooTimeoutError("no connection")
             if url.path:
                 # kazoo wants the chroot to exist before it is used: make it, then apply it
-                client.ensure_path(url.path)
+                client.ensure_path_async(url.path).get(timeout=deadline.remaining())
                 client.chroot = url.path
         except KazooTimeoutError as exc:
-            client.close()
+            _stop_in_background(client)
             raise BackendUnavailable(
                 f"no ZooKeeper server answered at {url.hosts_string} within {connect_timeout:g} s"
             ) from exc
         except Exception as exc:
-            client.stop()
-            client.close()
+            _stop_in_background(client)
             raise BackendUnavailable(f"cannot use ZooKeeper at {hosts}: {exc}") from exc
-        return cls(client, root=root, owner=owner, own_client=True)
+        return cls(client, root=root, owner=owner, own_client=True, request_timeout=request_timeout)
 
     def semaphore(self, name: str, capacity: int, *, adopt_capacity: bool = False) -> Semaphore:
         """The semaphore ``name``; created with ``capacity`` if it does not exist.
 
         Raises CapacityMismatch if it is stored with another capacity (unless
-        ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O.
+        ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O,
+        BackendUnavailable when ZooKeeper does not answer within the request timeout.
         """
         from .queue import ZooKeeperQueue
 
         validate_name(name)
         validate_capacity(capacity)
+        self.check_usable()
         store = ZooKeeperQueue(self, name, capacity, adopt_capacity=adopt_capacity)
         return Semaphore(store, self, self.owner)
 
     def close(self) -> None:
-        """Stop this backend; if it opened the client, close the session (its entries go)."""
+        """Stop this backend; if it opened the client, close the session (its entries
+        go). Returns within the request timeout: if ZooKeeper does not acknowledge the
+        close in time, the connection is dropped and the server expires the session
+        (and its entries go) after the session timeout."""
         if self._closed:
             return
         self._closed = True
@@ -127,8 +159,15 @@ class ZooKeeperBackend(SessionHub):
             self._expiry_timer.cancel()
         self.client.remove_listener(self._on_state)
         if self._own_client:
-            self.client.stop()
-            self.client.close()
+            closing = _stop_in_background(self.client)
+            closing.join(self.request_timeout)
+            if closing.is_alive():
+                _kazoo_compat.drop_connection(self.client)
+                log.warning(
+                    "ZooKeeper did not acknowledge the close within %g s: connection "
+                    "dropped; the server expires the session after its timeout",
+                    self.request_timeout,
+                )
 
     def __enter__(self) -> ZooKeeperBackend:
         return self
@@ -153,15 +192,46 @@ class ZooKeeperBackend(SessionHub):
     def session_timeout(self) -> float:
         return float(self.client._session_timeout) / 1000.0
 
+    @property
+    def failure(self) -> str | None:
+        """Why this backend can no longer reach ZooKeeper at all, or None."""
+        return self._failure
+
     def wait_connected(self, deadline: Deadline) -> None:
         """Block until the client is connected, within the caller's deadline."""
         while not self._connected.is_set():
-            if self._closed or self.client.state == "CLOSED":
-                raise BackendUnavailable("the ZooKeeper backend is closed")
+            self.check_usable()
             left = deadline.cap(1.0)
             if left <= 0:
                 raise AcquireTimeout("timed out waiting for the ZooKeeper connection")
             self._connected.wait(left)
+
+    def check_usable(self) -> None:
+        """BackendUnavailable if this backend is closed or its client can no longer
+        reach ZooKeeper (stopped by its owner, or its connection loop died)."""
+        if self._closed:
+            raise BackendUnavailable("the ZooKeeper backend is closed")
+        if self._failure is None and _kazoo_compat.connection_loop_died(self.client):
+            self._fail()
+        if self._failure is not None:
+            raise BackendUnavailable(self._failure)
+        if self.client.client_state in (self._KeeperState.CLOSED, self._KeeperState.AUTH_FAILED):
+            raise BackendUnavailable(f"the kazoo client is {self.client.client_state}")
+
+    def _fail(self) -> None:
+        """kazoo's connection loop ended by itself: nothing will reconnect. Permits are
+        lost, waiters end with BackendUnavailable; the server expires the session."""
+        with self._lock:
+            if self._failure is not None:
+                return
+            self._failure = (
+                "kazoo's connection loop ended by itself (kazoo logged why): this ZooKeeper "
+                "client will not reconnect; its session expires on the server"
+            )
+        self._connected.clear()
+        self._cancel_expiry_timer()
+        log.error("%s; held permits are lost, waiters fail", self._failure)
+        self._backend_failed(self._failure)
 
     def register_queue(self, queue: ZooKeeperQueue) -> None:
         with self._lock:
@@ -197,6 +267,8 @@ class ZooKeeperBackend(SessionHub):
                     queue.forget_old_session()
                     queue.arm_capacity_watch()
             self._connected.set()
+        elif state == KazooState.LOST and _kazoo_compat.connection_loop_died(self.client):
+            self._fail()
         elif state == KazooState.LOST:
             self._connected.clear()
             self._cancel_expiry_timer()
@@ -225,3 +297,20 @@ class ZooKeeperBackend(SessionHub):
             self._notify_permits(
                 f"disconnected for the whole session timeout ({self.session_timeout:g} s)"
             )
+
+
+def _stop_in_background(client: Any) -> threading.Thread:
+    """Stop and close a kazoo client on a thread of its own (returned, started): kazoo's
+    stop() waits for its connection thread, which may be in the middle of an attempt
+    bounded only by the session timeout."""
+
+    def stop() -> None:
+        try:
+            client.stop()
+            client.close()
+        except Exception as exc:  # nothing to tell anyone: the client is being dropped
+            log.debug("stopping the kazoo client: %r", exc)
+
+    thread = threading.Thread(target=stop, name="sr-zk-stop", daemon=True)
+    thread.start()
+    return thread

@@ -7,6 +7,11 @@ the listing's parent stat shows that it changed.
 
 A client that cycles alone skips the listing (one request per acquire, like a raw
 create): see ``_alone_since`` below and docs/design.md section 9.
+
+Bounds: the protocol steps wait within the acquire's deadline; every other call
+(opening, status, set_capacity, a fenced commit, release) waits at most the backend's
+request timeout for kazoo's replies, then raises BackendUnavailable (release logs and
+goes on in the background instead).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kazoo.exceptions import (
     ConnectionClosedError,
@@ -49,7 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("semaphore_recipes.zookeeper")
 
-_UNREACHABLE = (ConnectionLoss, KazooTimeoutError)
+T = TypeVar("T")
 
 
 class ZooKeeperQueue(QueueBase):
@@ -73,22 +78,63 @@ class ZooKeeperQueue(QueueBase):
 
     # ---- capacity -------------------------------------------------------------
     def _agree_capacity(self, capacity: int, adopt: bool) -> int:
-        try:
+        def agree(deadline: Deadline) -> tuple[bool, bytes, Any]:
+            create = self.client.create_async(self.path, encode_capacity(capacity), makepath=True)
             try:
-                self.client.create(self.path, encode_capacity(capacity), makepath=True)
-                log.info("created semaphore %r with capacity %d", self.name, capacity)
+                self._answer(create, deadline)
+                created = True
             except NodeExistsError:
-                pass
-            # one watch per process on the capacity: a change wakes our waiters
-            raw, stat = self.client.get(self.path, watch=self._capacity_event)
-            stored = decode_capacity(self.name, raw)
-            self._capacity_version = stat.version
-            self._capacity_settled = True
-        except (*_UNREACHABLE, SessionExpiredError, ConnectionClosedError) as exc:
-            raise BackendUnavailable(f"ZooKeeper unreachable reading {self.path}: {exc!r}") from exc
+                created = False
+            # one watch per process on the capacity: a change wakes our waiters (read
+            # after the create: a create with makepath may first create the parents)
+            raw, stat = self._answer(
+                self.client.get_async(self.path, watch=self._capacity_event), deadline
+            )
+            return created, raw, stat
+
+        created, raw, stat = self._bounded(agree, f"opening {self.path}")
+        if created:
+            log.info("created semaphore %r with capacity %d", self.name, capacity)
+        stored = decode_capacity(self.name, raw)
+        self._capacity_version = stat.version
+        self._capacity_settled = True
         if stored != capacity and not adopt:
             raise CapacityMismatch(self.name, capacity, stored)
         return stored
+
+    def _bounded(self, attempt: Callable[[Deadline], T], what: str) -> T:
+        """Run ``attempt`` (retry-safe) within the request timeout, again after a
+        connection loss or a session change (kazoo queues requests made while
+        disconnected and sends them on reconnect). BackendUnavailable when the time
+        runs out, or when the client cannot be used any more."""
+        deadline = Deadline(self.request_timeout, time.monotonic)
+        while True:
+            self.backend.check_usable()
+            try:
+                return attempt(deadline)
+            except (ConnectionLoss, SessionExpiredError) as exc:
+                if deadline.expired():
+                    raise BackendUnavailable(
+                        f"ZooKeeper unreachable {what} (request timeout "
+                        f"{self.request_timeout:g} s): {exc!r}"
+                    ) from exc
+                time.sleep(deadline.cap(0.05))
+
+    def _answer(self, reply: Any, deadline: Deadline) -> Any:
+        """The value of one kazoo reply for a call bounded by the request timeout."""
+        try:
+            return reply.get(block=True, timeout=deadline.remaining())
+        except KazooTimeoutError as exc:
+            raise BackendUnavailable(
+                f"semaphore {self.name!r}: no answer from ZooKeeper within the request "
+                f"timeout ({self.request_timeout:g} s)"
+            ) from exc
+        except ConnectionClosedError as exc:
+            raise BackendUnavailable("the ZooKeeper client was closed") from exc
+        except (KazooException, BackendUnavailable):
+            raise
+        except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
+            raise BackendUnavailable(f"the ZooKeeper client failed: {exc!r}") from exc
 
     def _capacity_event(self, event: Any) -> None:
         if event.type == EventType.NONE or self.backend._closed:
@@ -132,14 +178,23 @@ class ZooKeeperQueue(QueueBase):
 
     def set_capacity(self, capacity: int) -> None:
         validate_capacity(capacity)
-        try:
+
+        def write(deadline: Deadline) -> Any:
             try:
-                stat = self.client.set(self.path, encode_capacity(capacity))
+                return self._answer(
+                    self.client.set_async(self.path, encode_capacity(capacity)), deadline
+                )
             except NoNodeError:
-                self.client.create(self.path, encode_capacity(capacity), makepath=True)
-                stat = self.client.exists(self.path)
-        except (*_UNREACHABLE, SessionExpiredError, ConnectionClosedError) as exc:
-            raise BackendUnavailable(f"ZooKeeper unreachable writing {self.path}: {exc!r}") from exc
+                with contextlib.suppress(NodeExistsError):
+                    self._answer(
+                        self.client.create_async(
+                            self.path, encode_capacity(capacity), makepath=True
+                        ),
+                        deadline,
+                    )
+                return self._answer(self.client.exists_async(self.path), deadline)
+
+        stat = self._bounded(write, f"writing {self.path}")
         log.info("semaphore %r: capacity set to %d", self.name, capacity)
         self._new_capacity(capacity, stat.version)
 
@@ -161,6 +216,10 @@ class ZooKeeperQueue(QueueBase):
                 # then finds any entry by its id.
                 raise KeyboardInterrupt("interrupted while kazoo was sending a request") from exc
             raise BackendUnavailable("the ZooKeeper client was closed") from exc
+        except (KazooException, AcquireTimeout):
+            raise
+        except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
+            raise BackendUnavailable(f"the ZooKeeper client failed: {exc!r}") from exc
 
     # ---- the protocol steps ---------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
@@ -189,7 +248,7 @@ class ZooKeeperQueue(QueueBase):
                 children, parent = self._result(listing, deadline)
             except NoNodeError:
                 log.warning("semaphore node %s vanished; creating it again", self.path)
-                self._recreate_node()
+                self._recreate_node(deadline)
                 continue
             except ConnectionLoss:
                 # The create may or may not have happened: look for our id before
@@ -290,9 +349,12 @@ class ZooKeeperQueue(QueueBase):
             except (SessionExpiredError, NoNodeError):
                 return None
 
-    def _recreate_node(self) -> None:
+    def _recreate_node(self, deadline: Deadline) -> None:
         with contextlib.suppress(NodeExistsError):
-            self.client.create(self.path, encode_capacity(self.capacity), makepath=True)
+            self._result(
+                self.client.create_async(self.path, encode_capacity(self.capacity), makepath=True),
+                deadline,
+            )
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
@@ -448,10 +510,10 @@ class ZooKeeperQueue(QueueBase):
             self._delete_by_id(waiter.entry_id)
 
     def _delete_now_or_later(self, path: str) -> bool:
-        """Delete exactly ``path`` (unique id + sequence: it can only be ours). Waits a
-        little for the reply; if the connection is down, kazoo sends it on reconnect and
-        a ConnectionLoss sends it again until it lands or the session is gone. True when
-        the delete's reply says it is done."""
+        """Delete exactly ``path`` (unique id + sequence: it can only be ours). Waits for
+        the reply at most the request timeout; if the connection is down, kazoo sends it
+        on reconnect and a ConnectionLoss sends it again until it lands or the session
+        is gone. Never raises but an interrupt. True when the reply says it is done."""
 
         def done(result: Any) -> None:
             try:
@@ -461,17 +523,22 @@ class ZooKeeperQueue(QueueBase):
                     self.client.delete_async(path).rawlink(done)
             except (NoNodeError, SessionExpiredError, ConnectionClosedError):
                 pass
-            except KazooException as exc:
+            except Exception as exc:
                 log.error("could not delete %s: %r", path, exc)
 
+        if self.backend.failure is not None:
+            log.warning("not deleting %s: %s", path, self.backend.failure)
+            return False
         reply = self.client.delete_async(path)
         try:
-            reply.get(block=True, timeout=max(2.0, self.backend.session_timeout))
+            reply.get(block=True, timeout=self.request_timeout)
             return True
         except KazooTimeoutError:
             log.warning("delete of %s is pending until ZooKeeper is reachable again", path)
         except KazooException:
             pass  # done() below sorts it out
+        except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
+            log.warning("delete of %s failed: %r", path, exc)
         except BaseException:
             reply.rawlink(done)  # interrupted: the delete is on its way, keep it going
             raise
@@ -497,19 +564,23 @@ class ZooKeeperQueue(QueueBase):
                     log.info("removing entry %s left by an interrupted acquire", child)
                     self._delete_now_or_later(f"{self.path}/{child}")
 
+        if self.backend.failure is not None:
+            return  # the server removes the entry with the session
         reply = self.client.get_children_async(self.path)
         reply.rawlink(listed)
-        with contextlib.suppress(KazooException):
-            reply.get(block=True, timeout=max(2.0, self.backend.session_timeout))
+        with contextlib.suppress(Exception):
+            reply.get(block=True, timeout=self.request_timeout)
 
     # ---- reading and fencing -------------------------------------------------------
     def status(self) -> Status:
-        try:
+        def read(deadline: Deadline) -> tuple[int, list[tuple[int, EntryStatus]]] | None:
             listing = self.client.get_children_async(self.path)
             capacity_reply = self.client.get_async(self.path)
-            wait = max(2.0, self.backend.session_timeout)  # no hanging while disconnected
-            children = listing.get(timeout=wait)
-            capacity = decode_capacity(self.name, capacity_reply.get(timeout=wait)[0])
+            try:
+                children = self._answer(listing, deadline)
+                capacity = decode_capacity(self.name, self._answer(capacity_reply, deadline)[0])
+            except NoNodeError:
+                return None
             entries = []
             for child in children:
                 p = parse_zk_entry(child)
@@ -518,23 +589,27 @@ class ZooKeeperQueue(QueueBase):
             rows = []
             for (_, weight, seq), child, reply in entries:
                 try:
-                    raw, stat = reply.get(timeout=wait)
+                    raw, stat = self._answer(reply, deadline)
                 except NoNodeError:
                     continue  # left while we listed
                 data = decode_entry(child, raw)
                 rows.append(
                     (seq, EntryStatus(child, data.owner, weight, stat.czxid, data.held, data.since))
                 )
-        except NoNodeError:
+            return capacity, rows
+
+        found = self._bounded(read, f"reading {self.path}")
+        if found is None:
             return Status(self.name, self.capacity, (), ())
-        except (*_UNREACHABLE, SessionExpiredError, ConnectionClosedError) as exc:
-            raise BackendUnavailable(f"ZooKeeper unreachable reading {self.path}: {exc!r}") from exc
+        capacity, rows = found
         rows.sort(key=lambda r: r[0])
         return split_queue(self.name, capacity, (r[1] for r in rows))
 
     def transaction(self, key: str, token: int) -> FencedTransaction:
         # An entry's name is never reused (unique id and sequence): its existence is the fence.
-        return FencedTransaction(self.client.transaction(), f"{self.path}/{key}")
+        return FencedTransaction(
+            self.client.transaction(), f"{self.path}/{key}", self.request_timeout
+        )
 
 
 class FencedTransaction:
@@ -543,12 +618,16 @@ class FencedTransaction:
     The entry is ephemeral and its name unique, so the transaction commits only while the
     permit's session is alive and the permit not released. ``commit()`` returns the
     results of your operations; it raises PermitLost when the fence fails and re-raises
-    the first failing operation's kazoo error otherwise.
+    the first failing operation's kazoo error otherwise. It waits for the reply at most
+    ``request_timeout`` seconds, then raises BackendUnavailable: the transaction may
+    still be applied after that (kazoo sends it when the connection comes back, and the
+    fence holds only while the session lives), so read back before committing again.
     """
 
-    def __init__(self, transaction: Any, entry_path: str) -> None:
+    def __init__(self, transaction: Any, entry_path: str, request_timeout: float) -> None:
         self._tx = transaction
         self.entry_path = entry_path
+        self.request_timeout = request_timeout
         self._tx.check(entry_path, -1)  # version -1: any version, the node must exist
 
     def create(self, path: str, value: bytes = b"", **kwargs: Any) -> None:
@@ -565,11 +644,18 @@ class FencedTransaction:
 
     def commit(self) -> list[Any]:
         try:
-            results = self._tx.commit()
+            results = self._tx.commit_async().get(block=True, timeout=self.request_timeout)
         except SessionExpiredError as exc:
             raise PermitLost(f"session expired: {self.entry_path} is gone") from exc
-        except (*_UNREACHABLE, ConnectionClosedError) as exc:
-            raise BackendUnavailable(f"ZooKeeper unreachable: {exc!r}") from exc
+        except KazooTimeoutError as exc:
+            raise BackendUnavailable(
+                f"no answer from ZooKeeper within the request timeout ({self.request_timeout:g}"
+                " s): the transaction may still be applied"
+            ) from exc
+        except (ConnectionLoss, ConnectionClosedError) as exc:
+            raise BackendUnavailable(
+                f"ZooKeeper unreachable: {exc!r}; the transaction may have been applied"
+            ) from exc
         fence = results[0]
         if isinstance(fence, Exception) and not isinstance(fence, RolledBackError):
             raise PermitLost(f"fence failed: {self.entry_path} is gone") from fence

@@ -56,7 +56,7 @@ class OneShotStore(QueueBase):
 
 
 def test_a_session_that_ends_as_the_permit_is_granted_leaves_it_lost() -> None:
-    hub = SessionHub()
+    hub = SessionHub(request_timeout=5.0)
     sem = Semaphore(OneShotStore(hub), hub, "owner", clock=time.monotonic)
     permit = sem.acquire()
     assert permit.state is PermitState.LOST and permit.lost.is_set()
@@ -90,7 +90,7 @@ class InterruptedAfterAdmission(OneShotStore):
 
 @pytest.mark.parametrize("where", ["mark", "watch"])
 def test_an_interrupt_after_the_admission_removes_the_entry(where: str) -> None:
-    hub = SessionHub()
+    hub = SessionHub(request_timeout=5.0)
     store = InterruptedAfterAdmission(hub, where)
     sem = Semaphore(store, hub, "owner", clock=time.monotonic)
     with pytest.raises(KeyboardInterrupt):

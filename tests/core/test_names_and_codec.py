@@ -58,6 +58,22 @@ def test_bad_permits(bad: object) -> None:
         names.validate_permits(bad, 3)
 
 
+def test_one_maximum_for_capacity_and_permits() -> None:
+    top = names.MAX_CAPACITY
+    assert names.validate_capacity(top) == top
+    assert names.validate_permits(top, top) == top
+    for too_big in (top + 1, 10**10, 2**70):
+        with pytest.raises(ValueError, match=f"at most {top}"):
+            names.validate_capacity(too_big)
+        # a capacity stored above the maximum (by hand) does not lift it
+        with pytest.raises(ValueError, match=f"at most {top}"):
+            names.validate_permits(too_big, too_big)
+    # every weight up to the maximum fits the ZooKeeper entry name and parses back
+    node = names.zk_entry_prefix(names.new_entry_id(), top) + "0000000001"
+    assert names.parse_zk_entry(node) is not None
+    assert names.parse_zk_entry(node)[1] == top  # type: ignore[index]
+
+
 @given(st.integers(1, 10**9), st.integers(0, 9_999_999_999))
 def test_entry_names_round_trip(weight: int, seq: int) -> None:
     uid = names.new_entry_id()

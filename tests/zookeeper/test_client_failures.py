@@ -1,0 +1,151 @@
+"""ZooKeeper URL parameters checked before any I/O, a bounded connect to something that
+is not ZooKeeper, and a kazoo client whose connection loop died."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import semaphore_recipes as sr
+
+from ..conftest import Service, wait_until
+
+MARGIN = 3.0  # a loaded machine may start things late
+
+
+@pytest.mark.parametrize(
+    "param",
+    [
+        "session_timeout=1e9",  # kazoo packs it as a 32-bit number of milliseconds
+        "session_timeout=0",
+        "session_timeout=0.0001",
+        "session_timeout=nan",
+        "connect_timeout=0",
+        "connect_timeout=-1",
+        "connect_timeout=1e12",
+        "connect_timeout=inf",
+        "request_timeout=0",
+        "request_timeout=x",
+        "request_timeout=1e12",
+    ],
+)
+def test_out_of_range_parameters_fail_before_any_io(param: str) -> None:
+    # nothing listens on port 9: a connection attempt would be BackendUnavailable
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=param.split("=")[0]):
+        sr.connect(f"zookeeper://127.0.0.1:9/x?{param}")
+    assert time.monotonic() - start < 1  # refused before any connection attempt
+
+
+class _NotZooKeeper:
+    """A TCP listener that is not ZooKeeper: it either says nothing, or answers with
+    garbage and closes."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        self.reply = reply
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.conns: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            if self.reply is not None:
+                try:
+                    conn.recv(4096)
+                    conn.sendall(self.reply)
+                finally:
+                    conn.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.conns:
+            conn.close()
+
+
+@pytest.fixture(params=["silent", "garbage", "etcd"])
+def not_zookeeper(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The address of something that is not ZooKeeper."""
+    if request.param == "etcd":
+        yield request.getfixturevalue("etcd_server").endpoint
+        return
+    reply = None if request.param == "silent" else b"HTTP/1.1 400 Bad Request\r\n\r\n" * 4
+    server = _NotZooKeeper(reply)
+    yield server.address
+    server.close()
+
+
+def test_connect_timeout_holds_against_a_port_that_is_not_zookeeper(not_zookeeper: str) -> None:
+    start = time.monotonic()
+    with pytest.raises(sr.BackendUnavailable):
+        sr.connect(f"zookeeper://{not_zookeeper}/x?connect_timeout=3&session_timeout=10")
+    took = time.monotonic() - start
+    assert took <= 3 + MARGIN, f"connect_timeout=3 took {took:.1f} s"
+
+
+def _kill_the_connection_loop_at_the_next_reply(client: Any) -> None:
+    """Make kazoo's connection loop die for real, the way a reply with an unexpected
+    xid kills it: kazoo's own _read_response sets the RuntimeError on the request and
+    raises it out of the loop. Only this one reply is touched."""
+    connection = client._connection
+    original = connection._read_response
+
+    def read_response(header: Any, buffer: Any, offset: Any) -> Any:
+        connection._read_response = original
+        header = type(header)(header.xid + 1, header.zxid, header.err)
+        return original(header, buffer, offset)
+
+    connection._read_response = read_response
+
+
+# kazoo's connection thread ends with the injected RuntimeError: that is the point
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_kazoo_connection_loop_fails_waiters_and_loses_permits(zk: Service) -> None:
+    backend = zk.connect(session_timeout=4)
+    other = zk.connect()
+    busy = other.semaphore("busy", capacity=1).acquire()
+    held = backend.semaphore("held", capacity=1).acquire()
+    to_release = backend.semaphore("released", capacity=1).acquire()
+    sem = backend.semaphore("busy", capacity=1)
+    waiter_outcome: list[BaseException | sr.Permit] = []
+
+    def wait() -> None:
+        try:
+            waiter_outcome.append(sem.acquire(timeout=60))
+        except BaseException as exc:  # handed to the test
+            waiter_outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    wait_until(lambda: len(other.semaphore("busy", capacity=1).status().waiters) == 1)
+
+    _kill_the_connection_loop_at_the_next_reply(backend.client)
+    to_release.release()  # its reply is the one that kills the loop: must not raise
+    assert to_release.state is sr.PermitState.RELEASED
+
+    waiter.join(10)
+    assert not waiter.is_alive(), "the waiter still waits on a dead client"
+    assert isinstance(waiter_outcome[0], sr.BackendUnavailable), waiter_outcome
+    assert held.lost.wait(5), "a permit of the dead client was not set lost"
+    assert held.state is sr.PermitState.LOST
+    start = time.monotonic()
+    with pytest.raises(sr.BackendUnavailable):
+        backend.semaphore("held", capacity=1).acquire(timeout=30)
+    with pytest.raises(sr.BackendUnavailable):
+        sem.status()
+    assert time.monotonic() - start < 1 + MARGIN  # at once, not after a timeout
+    held.release()  # a no-op on a lost permit, and no error
+    busy.release()
+    # the server expires the dead client's session: its entries go
+    wait_until(lambda: zk.entries() == [], timeout=4 + 10)
