@@ -15,28 +15,34 @@ from ._core.status import EntryStatus, Status
 from ._url import parse_url
 from .errors import (
     AcquireTimeout,
+    AuthenticationFailed,
     BackendUnavailable,
     CapacityMismatch,
     CorruptState,
     InvalidName,
+    PermissionDenied,
     PermitLost,
     SemaphoreError,
+    SemaphoreNotFound,
     WouldBlock,
 )
 from .semaphore import Permit, PermitState, Semaphore
 
 __all__ = [
     "AcquireTimeout",
+    "AuthenticationFailed",
     "BackendUnavailable",
     "CapacityMismatch",
     "CorruptState",
     "EntryStatus",
     "InvalidName",
+    "PermissionDenied",
     "Permit",
     "PermitLost",
     "PermitState",
     "Semaphore",
     "SemaphoreError",
+    "SemaphoreNotFound",
     "Status",
     "WouldBlock",
     "connect",

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 __all__ = [
     "AcquireTimeout",
+    "AuthenticationFailed",
     "BackendUnavailable",
     "CapacityMismatch",
     "CorruptState",
     "InvalidName",
+    "PermissionDenied",
     "PermitLost",
     "SemaphoreError",
+    "SemaphoreNotFound",
     "WouldBlock",
 ]
 
@@ -59,3 +62,36 @@ class BackendUnavailable(SemaphoreError, ConnectionError):
 
 class CorruptState(SemaphoreError):
     """Data stored under the semaphore's root is not what this library writes."""
+
+
+class SemaphoreNotFound(SemaphoreError, LookupError):
+    """``backend.semaphore(name, create=False)``: no semaphore ``name`` is stored.
+
+    Raised before anything is written (a read-only open never creates).
+    """
+
+    def __init__(self, name: str, where: str) -> None:
+        super().__init__(f"no semaphore {name!r} at {where}")
+        self.name = name
+        self.where = where
+
+
+class PermissionDenied(SemaphoreError, PermissionError):
+    """The server refused an operation: a ZooKeeper ACL (``NoAuth``) or an etcd role
+    without the permission. ``user`` is the URL's user (None: anonymous), ``target``
+    the ZooKeeper path or etcd key (or key prefix) that was refused. Raised ``from``
+    the client library's error. Retrying does not help: the credentials or the
+    server's ACLs/roles must change."""
+
+    def __init__(self, service: str, user: str | None, target: str, detail: str = "") -> None:
+        who = f"user {user!r}" if user is not None else "anonymous user"
+        message = f"{service} refused {who} access to {target}"
+        super().__init__(f"{message}: {detail}" if detail else message)
+        self.service = service
+        self.user = user
+        self.target = target
+
+
+class AuthenticationFailed(PermissionDenied):
+    """The server refused the URL's credentials (bad user or password) when connecting;
+    raised by :func:`semaphore_recipes.connect`, at once, without retries."""
