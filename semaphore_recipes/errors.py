@@ -78,20 +78,28 @@ class SemaphoreNotFound(SemaphoreError, LookupError):
 
 class PermissionDenied(SemaphoreError, PermissionError):
     """The server refused an operation: a ZooKeeper ACL (``NoAuth``) or an etcd role
-    without the permission. ``user`` is the URL's user (None: anonymous), ``target``
-    the ZooKeeper path or etcd key (or key prefix) that was refused. Raised ``from``
-    the client library's error. Retrying does not help: the credentials or the
-    server's ACLs/roles must change."""
+    without the permission. ``user`` is the URL's user (None: anonymous), ``target`` the
+    ZooKeeper path or etcd key (or key prefix) refused. Raised ``from`` the client
+    library's error. Retrying does not help: the credentials, the ACLs or the roles must
+    change. (The CLI exits 77.)"""
 
     def __init__(self, service: str, user: str | None, target: str, detail: str = "") -> None:
-        who = f"user {user!r}" if user is not None else "anonymous user"
-        message = f"{service} refused {who} access to {target}"
+        message = self._describe(service, f"user {user!r}" if user else "anonymous user", target)
         super().__init__(f"{message}: {detail}" if detail else message)
         self.service = service
         self.user = user
         self.target = target
 
+    @staticmethod
+    def _describe(service: str, who: str, target: str) -> str:
+        return f"{service} refused {who} access to {target}"
+
 
 class AuthenticationFailed(PermissionDenied):
-    """The server refused the URL's credentials (bad user or password) when connecting;
-    raised by :func:`semaphore_recipes.connect`, at once, without retries."""
+    """The server refused the URL's credentials (unknown user, wrong password) when
+    connecting: raised by :func:`semaphore_recipes.connect` at once, without retries.
+    ``target`` names the servers."""
+
+    @staticmethod
+    def _describe(service: str, who: str, target: str) -> str:
+        return f"{service} at {target} refused the credentials of {who}"

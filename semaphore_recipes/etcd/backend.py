@@ -18,14 +18,21 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from .._core.deadline import Deadline
-from .._core.names import validate_capacity, validate_name
+from .._core.names import validate_name, validate_open_capacity
 from .._interrupts import call_with_sigint_held
 from .._store import SessionHub
 from .._url import ServiceURL
-from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
+from ..errors import (
+    AcquireTimeout,
+    AuthenticationFailed,
+    BackendUnavailable,
+    InvalidName,
+    PermissionDenied,
+)
 from ..semaphore import Semaphore
 from ..zookeeper.backend import default_owner
 from .client import (
+    EtcdAuthError,
     EtcdClient,
     EtcdError,
     EtcdLeaseNotFound,
@@ -128,6 +135,11 @@ class EtcdBackend(SessionHub):
             raise BackendUnavailable(
                 f"no etcd member answered at {', '.join(self.client.endpoints)}"
             ) from exc
+        except EtcdAuthError as exc:
+            # a lease grant needs no key permission: what was refused is the login
+            raise AuthenticationFailed(
+                "etcd", self.client.user, ", ".join(self.client.endpoints), str(exc)
+            ) from exc
         except EtcdError as exc:
             raise BackendUnavailable(f"etcd refused a lease: {exc}") from exc
         keeper = LeaseKeeper(
@@ -198,18 +210,37 @@ class EtcdBackend(SessionHub):
             self._queues.add(queue)
 
     # ---- public --------------------------------------------------------------
-    def semaphore(self, name: str, capacity: int, *, adopt_capacity: bool = False) -> Semaphore:
+    def semaphore(
+        self,
+        name: str,
+        capacity: int | None = None,
+        *,
+        adopt_capacity: bool = False,
+        create: bool = True,
+    ) -> Semaphore:
         """The semaphore ``name``; created with ``capacity`` if it does not exist.
 
         Raises CapacityMismatch if it is stored with another capacity (unless
         ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O.
+        With ``create=False`` nothing is written: an existing semaphore is opened
+        (``capacity`` None: the stored one) and SemaphoreNotFound is raised when there
+        is none; read permission on the prefix is enough (``status()``, monitoring).
+        PermissionDenied when the user's roles refuse it; BackendUnavailable when no
+        member answers within the request retries.
         """
         from .queue import EtcdQueue
 
         validate_name(name)
-        validate_capacity(capacity)
-        store = EtcdQueue(self, name, capacity, adopt_capacity=adopt_capacity)
+        checked = validate_open_capacity(capacity, create)
+        store = EtcdQueue(self, name, checked, adopt_capacity=adopt_capacity, create=create)
         return Semaphore(store, self, self.owner)
+
+    def permission_denied(self, target: bytes | str, exc: BaseException) -> PermissionDenied:
+        """The library's error for the etcd layer's ``EtcdAuthError`` on ``target``
+        (a key, or a key prefix ending in ``/``)."""
+        key = target.decode(errors="replace") if isinstance(target, bytes) else target
+        where = f"keys under {key}" if key.endswith("/") else f"key {key}"
+        return PermissionDenied("etcd", self.client.user, where, str(exc))
 
     def close(self) -> None:
         """Revoke the lease (this backend's entries go at once) and close the client."""

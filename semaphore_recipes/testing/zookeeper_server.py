@@ -230,6 +230,7 @@ class ZooKeeperServer:
         init_limit: int = 20,
         sync_limit: int = 10,
         classpath: str | None = None,
+        extra_config: Mapping[str, str] | None = None,
     ) -> None:
         if min_session_timeout_ms > max_session_timeout_ms:
             raise ValueError("min_session_timeout_ms must not exceed max_session_timeout_ms")
@@ -245,6 +246,7 @@ class ZooKeeperServer:
             dict(quorum) if quorum is not None else None
         )
         self._classpath = classpath
+        self.extra_config = dict(extra_config or {})  # more zoo.cfg lines
         self._auto_port = port is None
         self._port = port if port is not None else _free_port()
         self._owns_workdir = workdir is None
@@ -315,6 +317,8 @@ class ZooKeeperServer:
             # could lose acknowledged writes. Never use this in production.
             "forceSync=no",
         ]
+        # unknown zoo.cfg keys become system properties "zookeeper.<key>"
+        lines += [f"{key}={value}" for key, value in self.extra_config.items()]
         if self.quorum is not None:
             lines.append("reconfigEnabled=false")
             for sid in sorted(self.quorum):

@@ -20,6 +20,7 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
@@ -41,7 +42,13 @@ from .._core.protocol import Enqueued, EntryDeleted, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
 from .._store import QueueBase, Waiter
-from ..errors import AcquireTimeout, BackendUnavailable, CapacityMismatch, PermitLost
+from ..errors import (
+    AcquireTimeout,
+    BackendUnavailable,
+    CapacityMismatch,
+    PermitLost,
+    SemaphoreNotFound,
+)
 
 if TYPE_CHECKING:
     from .backend import ZooKeeperBackend
@@ -53,7 +60,13 @@ _UNREACHABLE = (ConnectionLoss, KazooTimeoutError)
 
 class ZooKeeperQueue(QueueBase):
     def __init__(
-        self, backend: ZooKeeperBackend, name: str, capacity: int, *, adopt_capacity: bool
+        self,
+        backend: ZooKeeperBackend,
+        name: str,
+        capacity: int | None,
+        *,
+        adopt_capacity: bool,
+        create: bool = True,
     ) -> None:
         super().__init__(name, backend)
         self.backend = backend
@@ -67,25 +80,37 @@ class ZooKeeperQueue(QueueBase):
         self._alone_since: int | None = None
         self._alone: dict[str, int] = {}  # our live entries known alone -> their sequence
         self._marks_pending: set[str] = set()  # held marks handed to kazoo's callback thread
-        self.capacity = self._agree_capacity(capacity, adopt_capacity)
+        self.capacity = self._agree_capacity(capacity, adopt_capacity, create)
         backend.register_queue(self)
 
     # ---- capacity -------------------------------------------------------------
-    def _agree_capacity(self, capacity: int, adopt: bool) -> int:
+    def _agree_capacity(self, capacity: int | None, adopt: bool, create: bool) -> int:
+        """Create the node if ``create`` and it is missing, then read (and watch) the
+        stored capacity; without ``create`` nothing is written."""
         try:
-            try:
-                self.client.create(self.path, encode_capacity(capacity), makepath=True)
-                log.info("created semaphore %r with capacity %d", self.name, capacity)
-            except NodeExistsError:
-                pass
+            if create:
+                assert capacity is not None
+                try:
+                    self.client.create(self.path, encode_capacity(capacity), makepath=True)
+                    log.info("created semaphore %r with capacity %d", self.name, capacity)
+                except NodeExistsError:
+                    pass
             # one watch per process on the capacity: a change wakes our waiters
-            raw, stat = self.client.get(self.path, watch=self._capacity_event)
+            try:
+                raw, stat = self.client.get(self.path, watch=self._capacity_event)
+            except NoNodeError:
+                if create:
+                    raise
+                where = f"ZooKeeper node {(self.client.chroot or '') + self.path}"
+                raise SemaphoreNotFound(self.name, where) from None
             stored = decode_capacity(self.name, raw)
             self._capacity_version = stat.version
             self._capacity_settled = True
         except (*_UNREACHABLE, SessionExpiredError, ConnectionClosedError) as exc:
             raise BackendUnavailable(f"ZooKeeper unreachable reading {self.path}: {exc!r}") from exc
-        if stored != capacity and not adopt:
+        except NoAuthError as exc:
+            raise self.backend.permission_denied(self.path, exc) from exc
+        if capacity is not None and stored != capacity and not adopt:
             raise CapacityMismatch(self.name, capacity, stored)
         return stored
 
@@ -139,6 +164,8 @@ class ZooKeeperQueue(QueueBase):
                 stat = self.client.exists(self.path)
         except (*_UNREACHABLE, SessionExpiredError, ConnectionClosedError) as exc:
             raise BackendUnavailable(f"ZooKeeper unreachable writing {self.path}: {exc!r}") from exc
+        except NoAuthError as exc:
+            raise self.backend.permission_denied(self.path, exc) from exc
         log.info("semaphore %r: capacity set to %d", self.name, capacity)
         self._new_capacity(capacity, stat.version)
 
@@ -160,6 +187,9 @@ class ZooKeeperQueue(QueueBase):
                 # then finds any entry by its id.
                 raise KeyboardInterrupt("interrupted while kazoo was sending a request") from exc
             raise BackendUnavailable("the ZooKeeper client was closed") from exc
+        except NoAuthError as exc:
+            # every request of a step is on the semaphore's node or its entries
+            raise self.backend.permission_denied(self.path, exc) from exc
 
     # ---- the protocol steps ---------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
@@ -528,11 +558,15 @@ class ZooKeeperQueue(QueueBase):
             return Status(self.name, self.capacity, (), ())
         except (*_UNREACHABLE, SessionExpiredError, ConnectionClosedError) as exc:
             raise BackendUnavailable(f"ZooKeeper unreachable reading {self.path}: {exc!r}") from exc
+        except NoAuthError as exc:
+            raise self.backend.permission_denied(self.path, exc) from exc
         rows.sort(key=lambda r: r[0])
         return split_queue(self.name, capacity, (r[1] for r in rows))
 
     def transaction(self, key: str) -> FencedTransaction:
-        return FencedTransaction(self.client.transaction(), f"{self.path}/{key}")
+        return FencedTransaction(
+            self.client.transaction(), f"{self.path}/{key}", self.backend.permission_denied
+        )
 
 
 class FencedTransaction:
@@ -540,26 +574,38 @@ class FencedTransaction:
 
     The entry is ephemeral and its name unique, so the transaction commits only while the
     permit's session is alive and the permit not released. ``commit()`` returns the
-    results of your operations; it raises PermitLost when the fence fails and re-raises
-    the first failing operation's kazoo error otherwise.
+    results of your operations; it raises PermitLost when the fence fails,
+    PermissionDenied when an ACL refuses an operation, and re-raises the first failing
+    operation's kazoo error otherwise.
     """
 
-    def __init__(self, transaction: Any, entry_path: str) -> None:
+    def __init__(
+        self,
+        transaction: Any,
+        entry_path: str,
+        denied: Callable[[str, BaseException], Exception],
+    ) -> None:
         self._tx = transaction
         self.entry_path = entry_path
+        self._denied = denied
+        self._paths = [entry_path]  # the path of each operation, in order
         self._tx.check(entry_path, -1)  # version -1: any version, the node must exist
 
     def create(self, path: str, value: bytes = b"", **kwargs: Any) -> None:
         self._tx.create(path, value, **kwargs)
+        self._paths.append(path)
 
     def delete(self, path: str, version: int = -1) -> None:
         self._tx.delete(path, version)
+        self._paths.append(path)
 
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
         self._tx.set_data(path, value, version)
+        self._paths.append(path)
 
     def check(self, path: str, version: int) -> None:
         self._tx.check(path, version)
+        self._paths.append(path)
 
     def commit(self) -> list[Any]:
         try:
@@ -568,6 +614,9 @@ class FencedTransaction:
             raise PermitLost(f"session expired: {self.entry_path} is gone") from exc
         except (*_UNREACHABLE, ConnectionClosedError) as exc:
             raise BackendUnavailable(f"ZooKeeper unreachable: {exc!r}") from exc
+        for path, result in zip(self._paths, results, strict=False):
+            if isinstance(result, NoAuthError):
+                raise self._denied(path, result) from result
         fence = results[0]
         if isinstance(fence, Exception) and not isinstance(fence, RolledBackError):
             raise PermitLost(f"fence failed: {self.entry_path} is gone") from fence
