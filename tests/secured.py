@@ -31,6 +31,7 @@ class SecuredStore:
     stored: Callable[[str], bool]  #: is the semaphore stored (read with full rights)
     entries: Callable[[str], int]  #: how many queue entries it has
     where: Callable[[str], str]  #: the path/key the errors name for a semaphore
+    forbidden: str  #: a path/key (as a fenced transaction takes it) the writer may not create
     _backends: list[Any] = field(default_factory=list)
 
     @property
@@ -85,6 +86,7 @@ def _etcd_store(server: Any) -> Iterator[SecuredStore]:
         lambda name: bool(root.range(f"{prefix}/{name}/config").kvs),
         entries,
         lambda name: f"{prefix}/{name}/",
+        f"/outside/{uuid.uuid4().hex[:10]}",  # the roles cover ETCD_PREFIX only
     )
     try:
         yield store
@@ -100,7 +102,10 @@ def _zookeeper_store(server: Any, namespace: str) -> Iterator[SecuredStore]:
     acl = [make_digest_acl(*WRITER, all=True), make_digest_acl(*READER, read=True)]
     admin = KazooClient(hosts=server.host_port, auth_data=[("digest", ":".join(WRITER))])
     admin.start(timeout=15)
-    admin.ensure_path(namespace, acl=acl)
+    # the ACL on the namespace only: its parents are shared with other tests
+    admin.ensure_path(namespace.rsplit("/", 1)[0])
+    admin.create(namespace, acl=acl)
+    admin.create(f"{namespace}/locked", acl=[make_digest_acl(*WRITER, read=True)])
 
     def connect_writer() -> Any:
         client = KazooClient(
@@ -130,6 +135,7 @@ def _zookeeper_store(server: Any, namespace: str) -> Iterator[SecuredStore]:
         lambda name: admin.exists(path(name)) is not None,
         entries,
         path,
+        "/locked/child",  # the writer's client is chrooted at the namespace
     )
     try:
         yield store

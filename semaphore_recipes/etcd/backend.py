@@ -235,12 +235,10 @@ class EtcdBackend(SessionHub):
         store = EtcdQueue(self, name, checked, adopt_capacity=adopt_capacity, create=create)
         return Semaphore(store, self, self.owner)
 
-    def permission_denied(self, target: bytes | str, exc: BaseException) -> PermissionDenied:
-        """The library's error for the etcd layer's ``EtcdAuthError`` on ``target``
-        (a key, or a key prefix ending in ``/``)."""
-        key = target.decode(errors="replace") if isinstance(target, bytes) else target
-        where = f"keys under {key}" if key.endswith("/") else f"key {key}"
-        return PermissionDenied("etcd", self.client.user, where, str(exc))
+    def permission_denied(self, target: str, exc: BaseException) -> PermissionDenied:
+        """The library's error for the etcd layer's ``EtcdAuthError``; ``target`` says
+        which keys were refused (``"keys under /prefix/name/"``)."""
+        return PermissionDenied("etcd", self.client.user, target, str(exc))
 
     def close(self) -> None:
         """Revoke the lease (this backend's entries go at once) and close the client."""

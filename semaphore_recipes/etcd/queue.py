@@ -123,7 +123,7 @@ class EtcdQueue(QueueBase):
             except EtcdLeaseNotFound:
                 raise  # the caller starts a new session
             except EtcdAuthError as exc:
-                raise self.backend.permission_denied(self.base, exc) from exc
+                raise self.backend.permission_denied(f"keys under {self.base}", exc) from exc
             except EtcdError as exc:
                 raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
 
@@ -269,7 +269,7 @@ class EtcdQueue(QueueBase):
             except EtcdLeaseNotFound:
                 raise
             except EtcdAuthError as exc:
-                raise self.backend.permission_denied(self.base, exc) from exc
+                raise self.backend.permission_denied(f"keys under {self.base}", exc) from exc
             except EtcdError as exc:
                 raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
             return reply
@@ -591,7 +591,18 @@ class EtcdFencedTransaction:
         except EtcdUnavailable as exc:
             raise BackendUnavailable(f"etcd unreachable: {exc}") from exc
         except EtcdAuthError as exc:
-            raise self._queue.backend.permission_denied(self._queue.base, exc) from exc
+            keys = [self.entry_key, *(k for op in self.ops for k in _op_keys(op))]
+            target = "keys " + ", ".join(k.decode(errors="replace") for k in keys)
+            raise self._queue.backend.permission_denied(target, exc) from exc
         if not reply.succeeded:
             raise PermitLost(f"fence failed: {self.entry_key.decode()} is gone")
         return list(reply.responses)
+
+
+def _op_keys(op: Any) -> list[bytes]:
+    """The keys a txn operation touches (nested txns included)."""
+    kind = op.WhichOneof("request")
+    if kind == "request_txn":
+        txn = op.request_txn
+        return [k for sub in (*txn.success, *txn.failure) for k in _op_keys(sub)]
+    return [getattr(op, kind).key] if kind else []

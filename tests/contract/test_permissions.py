@@ -14,7 +14,7 @@ import semaphore_recipes as sr
 from semaphore_recipes.testing.zookeeper_server import ZooKeeperServer
 
 from ..conftest import wait_until
-from ..secured import READER, SecuredStore
+from ..secured import READER, WRITER, SecuredStore
 
 
 def _assert_names_reader(err: sr.PermissionDenied, secured: SecuredStore, name: str) -> None:
@@ -46,6 +46,22 @@ def test_a_reader_sees_the_status_and_cannot_acquire(secured: SecuredStore) -> N
         assert writer.semaphore("pool", 2).status().capacity == 2
     finally:
         held.release()
+
+
+def test_a_fenced_write_the_user_may_not_make_is_refused(secured: SecuredStore) -> None:
+    with secured.writer().semaphore("pool", 1).acquire() as permit:
+        tx = permit.transaction()
+        if secured.kind == "etcd":
+            # a plain put: etcd 3.4.23 does not check the operations of nested txns, which
+            # the etcd tx.create() is (GHSA-rfx7-8w68-q57q; docs/operations.md)
+            tx.put(secured.forbidden, b"v")
+        else:
+            tx.create(secured.forbidden, b"v")
+        with pytest.raises(sr.PermissionDenied) as err:
+            tx.commit()
+        assert err.value.user == WRITER[0]
+        assert secured.forbidden in str(err.value)
+        permit.check()  # refused, not lost: still held
 
 
 def test_creating_as_a_reader_is_refused(secured: SecuredStore) -> None:
