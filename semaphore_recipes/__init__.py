@@ -9,10 +9,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any as _Any
 
 from ._core.status import EntryStatus, Status
-from ._url import parse_url
 from .errors import (
     AcquireTimeout,
     AuthenticationFailed,
@@ -51,7 +50,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def connect(target: Any, *, owner: str | None = None, root: str | None = None) -> Any:
+def connect(target: _Any, *, owner: str | None = None, root: str | None = None) -> _Any:
     """Connect to a coordination service and return a backend.
 
     ``target`` is a URL (``zookeeper://h1:2181,h2:2181/chroot?session_timeout=10`` or
@@ -60,6 +59,8 @@ def connect(target: Any, *, owner: str | None = None, root: str | None = None) -
     malformed URL before any I/O and BackendUnavailable when no server answers.
     """
     if isinstance(target, str):
+        from ._url import parse_url
+
         url = parse_url(target)
         if url.scheme == "zookeeper":
             from .zookeeper import ZooKeeperBackend
@@ -73,7 +74,7 @@ def connect(target: Any, *, owner: str | None = None, root: str | None = None) -
     if type(target).__name__ == "KazooClient":
         from .zookeeper import ZooKeeperBackend
 
-        kwargs: dict[str, Any] = {"owner": owner}
+        kwargs: dict[str, _Any] = {"owner": owner}
         if root is not None:
             kwargs["root"] = root
         return ZooKeeperBackend(target, **kwargs)

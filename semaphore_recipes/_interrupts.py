@@ -2,11 +2,12 @@
 
 grpc's Python code is not safe against a KeyboardInterrupt raised inside it: one landing
 there can leave a channel lock held and hang every later call on that channel. Handing
-each call to a worker thread avoids that but costs two thread switches per call (about
-0.2-0.3 ms of every uncontended acquire, measured). Instead, a main-thread call runs
-with SIGINT recorded rather than raised, and the interrupt is delivered the moment the
-call returns, so it lands in our code, where the usual cleanup runs. Only use it around
-calls bounded by a timeout of a few seconds: that is the longest Ctrl-C can be held.
+each call to a worker thread avoids that but costs two thread switches per call, a
+sizeable part of an uncontended acquire (docs/design.md section 7). Instead, a
+main-thread call runs with SIGINT recorded rather than raised, and the interrupt is
+delivered the moment the call returns, so it lands in our code, where the usual cleanup
+runs. Only use it around calls bounded by a timeout of a few seconds: that is the
+longest Ctrl-C can be held.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 _signal: Any
-try:  # signal's C functions, without the enum wrapping of each call (~30 us a cycle here)
+try:  # signal's C functions: the signal module wraps every call's result in an enum
     import _signal  # type: ignore[import-not-found,no-redef]
 except ImportError:  # not CPython
     _signal = signal

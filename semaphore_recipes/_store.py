@@ -202,7 +202,8 @@ class QueueStore(Protocol):
         lost create reply); never raises; retried in the background if unreachable."""
 
     def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
-        """Call ``on_lost`` when the holder's entry is deleted (a one-shot watch)."""
+        """Call ``on_lost`` when the holder's entry is deleted, until ``remove(key)``
+        (the holder's own held mark does not end the watch)."""
 
     def remove(self, key: str) -> None:
         """Delete the holder's own entry now; never raises (background retry)."""
@@ -222,5 +223,6 @@ class SessionWatch(Protocol):
     """The backend's session, as the permits see it."""
 
     def add_permit_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
-        """Call ``listener("suspended" | "restored" | "lost")`` on session changes;
-        returns the function that removes the listener."""
+        """Call ``listener("suspended")``, ``listener("restored")``, or ``listener(why)``
+        with why the permits are lost, on session changes; returns the function that
+        removes the listener."""

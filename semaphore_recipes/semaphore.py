@@ -64,6 +64,7 @@ class Permit:
 
     @property
     def state(self) -> PermitState:
+        """HELD, SUSPENDED (connection lost, session maybe alive), LOST or RELEASED."""
         return self._state
 
     def check(self) -> None:
@@ -163,6 +164,7 @@ class Semaphore:
 
     @property
     def name(self) -> str:
+        """The semaphore's name, as given to ``backend.semaphore()``."""
         return self._store.name
 
     @property
@@ -185,8 +187,14 @@ class Semaphore:
 
         Raises AcquireTimeout after ``timeout`` seconds, WouldBlock at once when
         ``blocking`` is False and the permits are not free now, ValueError/TypeError on
-        bad arguments (before any I/O). On every way out without a permit (timeout,
-        exception, KeyboardInterrupt) the queue entry is removed.
+        bad arguments (before any I/O), BackendUnavailable once the backend is closed.
+        On every way out without a permit (timeout, exception, KeyboardInterrupt) the
+        queue entry is removed.
+
+        While the service cannot be reached, the call keeps waiting (and retrying)
+        until ``timeout``; with no timeout it waits for the service to come back. If the
+        session expires (ZooKeeper) or the lease is gone (etcd) while it waits, it
+        enters the queue again at the back with the new session, logged at WARNING.
 
         ``watch_entry=True`` also watches the permit's own entry, so that its deletion
         from outside (an operator, a lease revoked by hand) sets ``permit.lost`` at
@@ -253,7 +261,10 @@ class Semaphore:
         return permit
 
     def status(self) -> Status:
-        """Capacity, holders and waiters in queue order (one consistent listing)."""
+        """Capacity, holders and waiters in queue order. etcd reads them in one
+        transaction; ZooKeeper lists the entries, then reads each one (an entry that
+        leaves meanwhile is left out). Raises BackendUnavailable when the service
+        cannot be reached."""
         return self._store.status()
 
     def set_capacity(self, capacity: int) -> None:

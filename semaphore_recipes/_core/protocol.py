@@ -1,9 +1,10 @@
 """The acquire protocol as a sans-I/O generator.
 
 :func:`acquire_protocol` yields *steps* (what to ask the store, or to wait for an
-event) and receives their answers. A sync driver answers with blocking calls, an async
-driver with awaits; the logic (admission, whom to watch, one deadline, re-entering the
-queue after a session loss) exists only here. The driver owns cleanup: on any exception
+event) and receives their answers. The sync driver (``semaphore.py``) answers with
+blocking calls; a planned async driver would answer with awaits. The logic (admission,
+whom to watch, one deadline, re-entering the queue after a session loss) exists only
+here. The driver owns cleanup: on any exception
 out of the generator it removes the entry of the last :class:`Enqueue` it answered.
 """
 
@@ -21,8 +22,10 @@ from .queue import Admitted, Entry, EntryState, QueuePosition
 
 @dataclass(frozen=True)
 class Enqueue:
-    """Create a fresh entry (new id) and list the lower entries and the capacity, in one
-    round trip. Answer: :class:`Enqueued`."""
+    """Create a fresh entry (new id) and list the lower entries, in one round trip where
+    the store allows; the capacity comes with the answer (read again only when it changed).
+    A ZooKeeper client cycling alone may skip the listing (docs/design.md section 9).
+    Answer: :class:`Enqueued`."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,8 @@ class Enqueued:
 
 @dataclass(frozen=True)
 class Arm:
-    """Read each key with a one-shot watch. Answer: ``{key: EntryState, or None if
+    """Read each key and watch it (ZooKeeper: a one-shot watch; etcd: a watch from the
+    read's revision + 1, kept across held marks). Answer: ``{key: EntryState, or None if
     gone}``, or SessionLost when the session ended meanwhile."""
 
     keys: tuple[str, ...]
@@ -133,7 +137,8 @@ def apply_event(position: QueuePosition, event: Event) -> None:
 def acquire_protocol(
     name: str, weight: int, deadline: Deadline, *, blocking: bool = True
 ) -> Generator[Step, object, Entry]:
-    """Drive one ``acquire``: returns the admitted entry (after its held mark was sent).
+    """Drive one ``acquire``: returns the admitted entry, once the driver has answered
+    its :class:`MarkHeld` step (the driver sends the mark; the generator does not wait).
 
     Raises WouldBlock (``blocking=False`` and not admitted at once) or AcquireTimeout
     (deadline passed). Re-enters the queue with a fresh entry after a SessionLost.

@@ -8,6 +8,14 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class EntryStatus:
+    """One queue entry as ``status()`` shows it.
+
+    ``key``: the entry's node name (ZooKeeper) or ``<lease>-<slot>`` id (etcd);
+    ``owner``: its backend's owner string; ``permits``: its weight; ``token``: its
+    fencing token; ``held``: its held mark was written; ``since``: Unix time of that
+    mark, or of the enqueue while it is not marked (the writer's clock).
+    """
+
     key: str
     owner: str
     permits: int
@@ -27,6 +35,7 @@ class Status:
 
     @property
     def used(self) -> int:
+        """Permits taken by the holders."""
         return sum(e.permits for e in self.holders)
 
 

@@ -1,8 +1,8 @@
 """The ``semaphore-recipes`` command line.
 
-    semaphore-recipes run NAME --capacity N [--permits K] [--timeout S] -- CMD [ARGS...]
+    semaphore-recipes run NAME --capacity N [--permits K] [--timeout S] [--on-lost MODE] -- CMD...
     semaphore-recipes status NAME [--json]
-    semaphore-recipes watch NAME
+    semaphore-recipes watch NAME [--interval S] [--json]
     semaphore-recipes set-capacity NAME N
     semaphore-recipes dev-server [--backend etcd|zookeeper] [--port P]
     semaphore-recipes demo [--url URL]
@@ -15,9 +15,9 @@ defaults to ``$SEMAPHORE_RECIPES_URL``. One subcommand per module: :mod:`.run`,
 What happens on connection loss: ``run`` keeps waiting while disconnected; while CMD
 runs, a lost connection only suspends the permit (a warning), and a *lost* permit
 (session expired, lease gone, entry deleted) stops CMD with SIGTERM/SIGKILL and exits
-76. ``status`` and ``set-capacity`` exit 69 when the server cannot be reached; ``watch``
-shows the error and retries. Expected failures print one line on stderr, never a
-traceback.
+76 (``--on-lost`` chooses: terminate, kill or ignore). ``status`` and ``set-capacity``
+exit 69 when the server cannot be reached; ``watch`` shows the error and retries.
+Expected failures print one line on stderr, never a traceback.
 """
 
 from __future__ import annotations

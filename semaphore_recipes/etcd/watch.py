@@ -5,8 +5,8 @@ assigns in its ``created`` reply. The server answers create requests in the orde
 got them (etcd's Go client relies on the same), so creates can be pipelined and matched
 first-in first-out, which works with every etcd 3.x. One stream and one reader thread
 per client, however many watches: a waiter that arms ten holders opens no stream, it
-sends ten small requests on the open one (a stream and a thread per watch cost about
-1 ms each to set up, on the path of every new head of the queue).
+sends ten small requests on the open one (a stream and a thread per watch are slow to
+set up, on the path of every new head of the queue: docs/design.md section 7).
 
 Connection loss (or a member losing its leader, or any stream error): the stream is
 opened again with a backoff from 50 ms to 1 s and every live watch is created again

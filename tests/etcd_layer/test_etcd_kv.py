@@ -83,7 +83,7 @@ def test_range_options(client: EtcdClient, ns: str) -> None:
     )
     assert keys(pred) == ["e"]
     assert pred.more
-    # count ignores the create-revision filters (as servers.md says)
+    # count ignores the create-revision filters (see EtcdClient.range)
     assert pred.count == 5
     first = client.range(
         ns,
