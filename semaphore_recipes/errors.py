@@ -9,12 +9,15 @@ from __future__ import annotations
 
 __all__ = [
     "AcquireTimeout",
+    "AuthenticationFailed",
     "BackendUnavailable",
     "CapacityMismatch",
     "CorruptState",
     "InvalidName",
+    "PermissionDenied",
     "PermitLost",
     "SemaphoreError",
+    "SemaphoreNotFound",
     "WouldBlock",
 ]
 
@@ -59,3 +62,44 @@ class BackendUnavailable(SemaphoreError, ConnectionError):
 
 class CorruptState(SemaphoreError):
     """Data stored under the semaphore's root is not what this library writes."""
+
+
+class SemaphoreNotFound(SemaphoreError, LookupError):
+    """``backend.semaphore(name, create=False)``: no semaphore ``name`` is stored.
+
+    Raised before anything is written (a read-only open never creates).
+    """
+
+    def __init__(self, name: str, where: str) -> None:
+        super().__init__(f"no semaphore {name!r} at {where}")
+        self.name = name
+        self.where = where
+
+
+class PermissionDenied(SemaphoreError, PermissionError):
+    """The server refused an operation: a ZooKeeper ACL (``NoAuth``) or an etcd role
+    without the permission. ``user`` is the URL's user (None: anonymous), ``target`` the
+    ZooKeeper path or etcd key (or key prefix) refused. Raised ``from`` the client
+    library's error. Retrying does not help: the credentials, the ACLs or the roles must
+    change. (The CLI exits 77.)"""
+
+    def __init__(self, service: str, user: str | None, target: str, detail: str = "") -> None:
+        message = self._describe(service, f"user {user!r}" if user else "anonymous user", target)
+        super().__init__(f"{message}: {detail}" if detail else message)
+        self.service = service
+        self.user = user
+        self.target = target
+
+    @staticmethod
+    def _describe(service: str, who: str, target: str) -> str:
+        return f"{service} refused {who} access to {target}"
+
+
+class AuthenticationFailed(PermissionDenied):
+    """The server refused the URL's credentials (unknown user, wrong password) when
+    connecting: raised by :func:`semaphore_recipes.connect` at once, without retries.
+    ``target`` names the servers."""
+
+    @staticmethod
+    def _describe(service: str, who: str, target: str) -> str:
+        return f"{service} at {target} refused the credentials of {who}"

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from .secured import _secured_etcd, secured  # noqa: F401  (fixtures of the permission tests)
+
 WORKER = str(Path(__file__).with_name("worker.py"))
 
 

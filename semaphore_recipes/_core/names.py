@@ -63,6 +63,19 @@ def validate_capacity(capacity: object) -> int:
     return capacity
 
 
+def validate_open_capacity(capacity: object, create: bool) -> int | None:
+    """The ``capacity`` of ``backend.semaphore()``: needed to create; optional (None: the
+    stored one) when only opening an existing semaphore (``create=False``)."""
+    if capacity is None:
+        if create:
+            raise TypeError(
+                "capacity is needed to create a semaphore; "
+                "pass create=False to open an existing one with its stored capacity"
+            )
+        return None
+    return validate_capacity(capacity)
+
+
 def validate_permits(permits: object, capacity: int) -> int:
     if isinstance(permits, bool) or not isinstance(permits, int):
         raise TypeError(f"permits must be an int, not {permits!r}")

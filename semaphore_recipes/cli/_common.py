@@ -24,7 +24,9 @@ from ..errors import (
     CapacityMismatch,
     CorruptState,
     InvalidName,
+    PermissionDenied,
     PermitLost,
+    SemaphoreNotFound,
     WouldBlock,
 )
 
@@ -75,6 +77,14 @@ def error_for(exc: BaseException) -> CliError | None:
         )
     if isinstance(exc, CorruptState):
         return CliError(ExitCode.CONFLICT, str(exc))
+    if isinstance(exc, SemaphoreNotFound):
+        return CliError(
+            ExitCode.NO_SUCH_SEMAPHORE,
+            f"no such semaphore {exc.name!r} ({exc.where}; "
+            f"`{PROG} run {exc.name} --capacity N -- CMD` creates it)",
+        )
+    if isinstance(exc, PermissionDenied):
+        return CliError(ExitCode.NO_PERMISSION, str(exc))
     if isinstance(exc, (AcquireTimeout, WouldBlock)):
         return CliError(ExitCode.TIMEOUT, str(exc) or "timed out waiting for the permit")
     if isinstance(exc, PermitLost):
@@ -152,47 +162,6 @@ def connect(url: str, *, owner: str | None = None) -> Any:
     from .. import connect as sr_connect
 
     return sr_connect(url, owner=owner)
-
-
-def semaphore_exists(backend: Any, parsed: ServiceURL, name: str) -> bool:
-    """Whether ``name`` is stored, read without creating anything.
-
-    ZooKeeper: ``exists`` of ``<root>/<name>``; etcd: a range of ``<prefix><name>/config``.
-    """
-    if parsed.scheme == "zookeeper":
-        from kazoo.exceptions import KazooException
-        from kazoo.handlers.threading import KazooTimeoutError
-
-        from .._core.names import join_path
-
-        try:
-            return backend.client.exists(join_path(backend.root, name)) is not None
-        except (KazooException, KazooTimeoutError) as exc:
-            raise BackendUnavailable(f"ZooKeeper: cannot read {name!r}: {exc!r}") from exc
-    from ..etcd.client import EtcdError
-
-    key = f"{backend.prefix}{name}/config".encode()
-    try:
-        reply = backend.run(lambda: backend.client.range(key, keys_only=True, timeout=10.0))
-    except EtcdError as exc:
-        raise BackendUnavailable(f"etcd: cannot read {name!r}: {exc}") from exc
-    return bool(reply.kvs)
-
-
-def open_existing(backend: Any, parsed: ServiceURL, name: str) -> Any:
-    """The stored semaphore ``name`` with its stored capacity; CliError if there is none.
-
-    Never creates a semaphore (``status`` of a typo must not leave one behind). A
-    semaphore deleted between the check and the open would be created again with
-    capacity 1; only an operator deleting it by hand at that moment can cause that.
-    """
-    if not semaphore_exists(backend, parsed, name):
-        raise CliError(
-            ExitCode.NO_SUCH_SEMAPHORE,
-            f"no such semaphore {name!r} at {describe_url(parsed)} "
-            f"(`{PROG} run {name} --capacity N -- CMD` creates it)",
-        )
-    return backend.semaphore(name, capacity=1, adopt_capacity=True)
 
 
 def describe_url(parsed: ServiceURL) -> str:

@@ -15,7 +15,6 @@ stops, like any server going down (their permits are suspended, then lost).
 from __future__ import annotations
 
 import argparse
-import shutil
 import signal
 import socket
 import sys
@@ -31,6 +30,7 @@ from ..testing.etcd_server import (
     etcd_version,
     find_etcd_binary,
 )
+from ..testing.programs import find_optional_program
 from ._common import ENV_URL, PROG, CliError, ExitCode
 
 DEFAULT_PORTS = {"etcd": 2379, "zookeeper": 2181}
@@ -65,7 +65,7 @@ class _DevEtcd(EtcdServer):
 
     def command(self) -> list[str]:
         cmd = super().command()
-        setpriv = shutil.which("setpriv")
+        setpriv = find_optional_program("setpriv")
         return [setpriv, "--pdeathsig", "KILL", *cmd] if setpriv else cmd
 
 

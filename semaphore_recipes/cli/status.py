@@ -1,9 +1,9 @@
 """``status``, ``watch`` and ``set-capacity``: look at a semaphore, change its capacity.
 
-None of them creates a semaphore: a name that is not stored gives "no such semaphore"
-(exit 66; ``watch`` waits for it to appear). They read the store with the backend's own
-client first (ZooKeeper ``exists``, etcd range of the config key), then open the
-semaphore with its stored capacity.
+None of them creates a semaphore: they open it with ``backend.semaphore(name,
+create=False)``, which writes nothing and uses the stored capacity, so ``status`` and
+``watch`` need only read permission. A name that is not stored gives "no such
+semaphore" (exit 66; ``watch`` waits for it to appear); a refused read exits 77.
 
 Connection loss: ``status`` and ``set-capacity`` fail with exit 69 when the server cannot
 be reached (etcd requests are retried for up to 30 s first). ``watch`` shows the error
@@ -22,15 +22,13 @@ from types import FrameType
 from typing import Any
 
 from .._url import ServiceURL
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, SemaphoreNotFound
 from ._common import (
     check_name,
     connect,
     describe_url,
     dumps,
-    open_existing,
     resolve_url,
-    semaphore_exists,
     status_json,
     status_table,
 )
@@ -92,9 +90,9 @@ def _backend(url: str) -> Iterator[Any]:
 
 def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     name = check_name(args.name)
-    url, parsed = resolve_url(args.url)
+    url, _ = resolve_url(args.url)
     with _backend(url) as backend:
-        st = open_existing(backend, parsed, name).status()
+        st = backend.semaphore(name, create=False).status()
     now = time.time()
     if args.json:
         print(dumps(status_json(st, now)), flush=True)
@@ -105,9 +103,9 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
 
 def cmd_set_capacity(args: argparse.Namespace, command: list[str]) -> int:
     name = check_name(args.name)
-    url, parsed = resolve_url(args.url)
+    url, _ = resolve_url(args.url)
     with _backend(url) as backend:
-        sem = open_existing(backend, parsed, name)
+        sem = backend.semaphore(name, create=False)
         old = sem.capacity
         sem.set_capacity(args.capacity)
         used = sem.status().used
@@ -148,8 +146,9 @@ def _watch_loop(
         now = time.time()
         key: object
         try:
-            if sem is None and semaphore_exists(backend, parsed, name):
-                sem = open_existing(backend, parsed, name)
+            if sem is None:
+                with contextlib.suppress(SemaphoreNotFound):
+                    sem = backend.semaphore(name, create=False)
             if sem is None:
                 doc: dict[str, Any] = {"name": name, "exists": False, "time": now}
                 lines = [f"{name}: no such semaphore at {describe_url(parsed)} (yet); waiting"]

@@ -28,14 +28,26 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from .._core.deadline import Deadline
-from .._core.names import etcd_entry_key, parse_etcd_entry, validate_capacity, validate_name
+from .._core.names import (
+    etcd_entry_key,
+    parse_etcd_entry,
+    validate_name,
+    validate_open_capacity,
+)
 from .._interrupts import call_with_sigint_held
 from .._store import SessionHub
 from .._url import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, ServiceURL
-from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
+from ..errors import (
+    AcquireTimeout,
+    AuthenticationFailed,
+    BackendUnavailable,
+    InvalidName,
+    PermissionDenied,
+)
 from ..semaphore import Semaphore
 from ..zookeeper.backend import default_owner
 from .client import (
+    EtcdAuthError,
     EtcdClient,
     EtcdError,
     EtcdLeaseNotFound,
@@ -167,6 +179,11 @@ class EtcdBackend(SessionHub):
             raise BackendUnavailable(
                 f"no etcd member answered at {', '.join(self.client.endpoints)}"
             ) from exc
+        except EtcdAuthError as exc:
+            # a lease grant needs no key permission: what was refused is the login
+            raise AuthenticationFailed(
+                "etcd", self.client.user, ", ".join(self.client.endpoints), str(exc)
+            ) from exc
         except EtcdError as exc:
             raise BackendUnavailable(f"etcd refused a lease: {exc}") from exc
         # Every report of this keeper names its lease: a late one about a lease that was
@@ -280,18 +297,35 @@ class EtcdBackend(SessionHub):
             self._queues.add(queue)
 
     # ---- public --------------------------------------------------------------
-    def semaphore(self, name: str, capacity: int, *, adopt_capacity: bool = False) -> Semaphore:
+    def semaphore(
+        self,
+        name: str,
+        capacity: int | None = None,
+        *,
+        adopt_capacity: bool = False,
+        create: bool = True,
+    ) -> Semaphore:
         """The semaphore ``name``; created with ``capacity`` if it does not exist.
 
         Raises CapacityMismatch if it is stored with another capacity (unless
         ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O.
+        With ``create=False`` nothing is written: an existing semaphore is opened
+        (``capacity`` None: the stored one) and SemaphoreNotFound is raised when there
+        is none; read permission on the prefix is enough (``status()``, monitoring).
+        PermissionDenied when the user's roles refuse it; BackendUnavailable when no
+        member answers within the request timeout.
         """
         from .queue import EtcdQueue
 
         validate_name(name)
-        validate_capacity(capacity)
-        store = EtcdQueue(self, name, capacity, adopt_capacity=adopt_capacity)
+        checked = validate_open_capacity(capacity, create)
+        store = EtcdQueue(self, name, checked, adopt_capacity=adopt_capacity, create=create)
         return Semaphore(store, self, self.owner)
+
+    def permission_denied(self, target: str, exc: BaseException) -> PermissionDenied:
+        """The library's error for the etcd layer's ``EtcdAuthError``; ``target`` says
+        which keys were refused (``"keys under /prefix/name/"``)."""
+        return PermissionDenied("etcd", self.client.user, target, str(exc))
 
     def close(self) -> None:
         """Revoke the lease (this backend's entries go at once) and close the client.

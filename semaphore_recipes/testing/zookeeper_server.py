@@ -30,6 +30,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .programs import ProgramNotFound, find_optional_program, find_program
+
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
@@ -48,7 +50,6 @@ INSTALL_HINT = (
     "e.g. `apt-get install -y openjdk-17-jre-headless`), or point the ZOOKEEPER_CLASSPATH "
     "environment variable at the ZooKeeper jars"
 )
-ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_SIMPLE_JAR = "/usr/share/java/slf4j-simple.jar"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
@@ -79,35 +80,34 @@ class ZooKeeperNotFound(RuntimeError):
 
 
 def _find_java() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home) / "bin" / "java"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    java = shutil.which("java")
-    if java is None:
-        raise ZooKeeperNotFound(f"no `java` executable found (PATH or JAVA_HOME); {INSTALL_HINT}")
-    return java
+    try:
+        return find_program("java")
+    except ProgramNotFound as exc:
+        raise ZooKeeperNotFound(
+            f"no `java` executable found (JAVA_HOME or PATH); {INSTALL_HINT}"
+        ) from exc
 
 
 def find_zookeeper_classpath() -> str:
     """Return the Java classpath for the ZooKeeper server.
 
     ``$ZOOKEEPER_CLASSPATH`` wins when set; otherwise the Debian jar
-    ``/usr/share/java/zookeeper.jar`` (its manifest pulls in the dependencies), plus
-    ``/usr/share/java/slf4j-simple.jar`` when present so that server logs appear.
-    Raises :class:`ZooKeeperNotFound` when the jar or ``java`` is missing.
+    ``/usr/share/java/zookeeper.jar`` (``zookeeper.jar`` in :mod:`.programs`; its
+    manifest pulls in the dependencies), plus ``/usr/share/java/slf4j-simple.jar`` when
+    present so that server logs appear. Raises :class:`ZooKeeperNotFound` when the jar
+    or ``java`` is missing.
     """
     env = os.environ.get("ZOOKEEPER_CLASSPATH")
     if env:
         classpath = env
-    elif Path(ZOOKEEPER_JAR).is_file():
-        parts = [ZOOKEEPER_JAR]
+    else:
+        try:
+            parts = [find_program("zookeeper.jar")]
+        except ProgramNotFound as exc:
+            raise ZooKeeperNotFound(f"ZooKeeper not found ({exc}); {INSTALL_HINT}") from exc
         if Path(SLF4J_SIMPLE_JAR).is_file():
             parts.append(SLF4J_SIMPLE_JAR)
         classpath = os.pathsep.join(parts)
-    else:
-        raise ZooKeeperNotFound(f"ZooKeeper not found ({ZOOKEEPER_JAR} is missing); {INSTALL_HINT}")
     _find_java()
     return classpath
 
@@ -231,6 +231,7 @@ class ZooKeeperServer:
         init_limit: int = 20,
         sync_limit: int = 10,
         classpath: str | None = None,
+        extra_config: Mapping[str, str] | None = None,
     ) -> None:
         if min_session_timeout_ms > max_session_timeout_ms:
             raise ValueError("min_session_timeout_ms must not exceed max_session_timeout_ms")
@@ -246,6 +247,7 @@ class ZooKeeperServer:
             dict(quorum) if quorum is not None else None
         )
         self._classpath = classpath
+        self.extra_config = dict(extra_config or {})  # more zoo.cfg lines
         self._auto_port = port is None
         self._port = port if port is not None else _free_port()
         self._owns_workdir = workdir is None
@@ -316,6 +318,8 @@ class ZooKeeperServer:
             # could lose acknowledged writes. Never use this in production.
             "forceSync=no",
         ]
+        # unknown zoo.cfg keys become system properties "zookeeper.<key>"
+        lines += [f"{key}={value}" for key, value in self.extra_config.items()]
         if self.quorum is not None:
             lines.append("reconfigEnabled=false")
             for sid in sorted(self.quorum):
@@ -342,7 +346,7 @@ class ZooKeeperServer:
         java = _find_java()
         self._write_config()
         cmd = [java, *JVM_FLAGS, "-cp", classpath, MAIN_CLASS, str(self.config_path)]
-        setpriv = shutil.which("setpriv")
+        setpriv = find_optional_program("setpriv")
         if setpriv is not None and threading.current_thread() is threading.main_thread():
             # Kill the JVM if this process dies without running atexit handlers. The
             # parent-death signal follows the *thread* that forked, hence main only.

@@ -18,10 +18,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .._core.deadline import Deadline
-from .._core.names import validate_capacity, validate_name, validate_root
+from .._core.names import validate_name, validate_open_capacity, validate_root
 from .._store import SessionHub
 from .._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
-from ..errors import AcquireTimeout, BackendUnavailable
+from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
 from ..semaphore import Semaphore
 from . import _kazoo_compat
 
@@ -85,7 +85,9 @@ class ZooKeeperBackend(SessionHub):
     @classmethod
     def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> ZooKeeperBackend:
         from kazoo.client import KazooClient
+        from kazoo.exceptions import AuthFailedError, NoAuthError
         from kazoo.handlers.threading import KazooTimeoutError
+        from kazoo.protocol.states import KeeperState
 
         params = dict(url.params)
         session_timeout = url.seconds_param(
@@ -98,8 +100,9 @@ class ZooKeeperBackend(SessionHub):
         request_timeout = url.request_timeout()
         root = validate_root(params.get("root", DEFAULT_ROOT))
         kwargs: dict[str, Any] = {}
-        if params.get("username") is not None:
-            kwargs["auth_data"] = [("digest", f"{params['username']}:{params.get('password', '')}")]
+        user = params.get("username")
+        if user is not None:
+            kwargs["auth_data"] = [("digest", f"{user}:{params.get('password', '')}")]
         if params.get("tls", "").lower() in ("1", "true", "yes") or "ca" in params:
             kwargs.update(
                 use_ssl=True,
@@ -122,30 +125,65 @@ class ZooKeeperBackend(SessionHub):
                 # kazoo wants the chroot to exist before it is used: make it, then apply it
                 client.ensure_path_async(url.path).get(timeout=deadline.remaining())
                 client.chroot = url.path
-        except KazooTimeoutError as exc:
+            elif user is not None:
+                # The server answers the credentials before any later request: this read
+                # fails with AuthFailedError when they were refused (no retries follow).
+                client.exists_async("/").get(timeout=deadline.remaining())
+        except NoAuthError as exc:
             _stop_in_background(client)
-            raise BackendUnavailable(
-                f"no ZooKeeper server answered at {url.hosts_string} within {connect_timeout:g} s"
-            ) from exc
+            raise PermissionDenied("ZooKeeper", user, url.path, "cannot create the chroot") from exc
         except Exception as exc:
+            refused = isinstance(exc, AuthFailedError) or (
+                client.client_state == KeeperState.AUTH_FAILED
+            )
             _stop_in_background(client)
+            if refused:
+                raise AuthenticationFailed("ZooKeeper", user, hosts, f"{exc!r}") from exc
+            if isinstance(exc, KazooTimeoutError):
+                raise BackendUnavailable(
+                    f"no ZooKeeper server answered at {hosts} within {connect_timeout:g} s"
+                ) from exc
             raise BackendUnavailable(f"cannot use ZooKeeper at {hosts}: {exc}") from exc
         return cls(client, root=root, owner=owner, own_client=True, request_timeout=request_timeout)
 
-    def semaphore(self, name: str, capacity: int, *, adopt_capacity: bool = False) -> Semaphore:
+    def semaphore(
+        self,
+        name: str,
+        capacity: int | None = None,
+        *,
+        adopt_capacity: bool = False,
+        create: bool = True,
+    ) -> Semaphore:
         """The semaphore ``name``; created with ``capacity`` if it does not exist.
 
         Raises CapacityMismatch if it is stored with another capacity (unless
-        ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O,
-        BackendUnavailable when ZooKeeper does not answer within the request timeout.
+        ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O.
+        With ``create=False`` nothing is written: an existing semaphore is opened
+        (``capacity`` None: the stored one) and SemaphoreNotFound is raised when there
+        is none; read permission on its node is enough (``status()``, monitoring).
+        PermissionDenied when an ACL refuses the session; BackendUnavailable when
+        ZooKeeper does not answer within the request timeout.
         """
         from .queue import ZooKeeperQueue
 
         validate_name(name)
-        validate_capacity(capacity)
+        checked = validate_open_capacity(capacity, create)
         self.check_usable()
-        store = ZooKeeperQueue(self, name, capacity, adopt_capacity=adopt_capacity)
+        store = ZooKeeperQueue(self, name, checked, adopt_capacity=adopt_capacity, create=create)
         return Semaphore(store, self, self.owner)
+
+    @property
+    def user(self) -> str | None:
+        """The digest user the session authenticated as; None: anonymous."""
+        for scheme, credential in self.client.auth_data:
+            if scheme == "digest":
+                return str(credential).partition(":")[0]
+        return None
+
+    def permission_denied(self, path: str, exc: BaseException) -> PermissionDenied:
+        """The library's error for kazoo's ``NoAuthError`` on ``path`` (chroot-relative)."""
+        full = (self.client.chroot or "") + path
+        return PermissionDenied("ZooKeeper", self.user, full, f"refused by its ACL ({exc!r})")
 
     def close(self) -> None:
         """Stop this backend; if it opened the client, close the session (its entries

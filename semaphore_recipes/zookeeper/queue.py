@@ -26,6 +26,7 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
@@ -47,7 +48,13 @@ from .._core.protocol import Enqueued, EntryDeleted, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
 from .._store import QueueBase, Waiter
-from ..errors import AcquireTimeout, BackendUnavailable, CapacityMismatch, PermitLost
+from ..errors import (
+    AcquireTimeout,
+    BackendUnavailable,
+    CapacityMismatch,
+    PermitLost,
+    SemaphoreNotFound,
+)
 
 if TYPE_CHECKING:
     from .backend import ZooKeeperBackend
@@ -59,7 +66,13 @@ T = TypeVar("T")
 
 class ZooKeeperQueue(QueueBase):
     def __init__(
-        self, backend: ZooKeeperBackend, name: str, capacity: int, *, adopt_capacity: bool
+        self,
+        backend: ZooKeeperBackend,
+        name: str,
+        capacity: int | None,
+        *,
+        adopt_capacity: bool,
+        create: bool = True,
     ) -> None:
         super().__init__(name, backend)
         self.backend = backend
@@ -73,23 +86,37 @@ class ZooKeeperQueue(QueueBase):
         self._alone_since: int | None = None
         self._alone: dict[str, int] = {}  # our live entries known alone -> their sequence
         self._marks_pending: set[str] = set()  # held marks handed to kazoo's callback thread
-        self.capacity = self._agree_capacity(capacity, adopt_capacity)
+        self.capacity = self._agree_capacity(capacity, adopt_capacity, create)
         backend.register_queue(self)
 
     # ---- capacity -------------------------------------------------------------
-    def _agree_capacity(self, capacity: int, adopt: bool) -> int:
+    def _agree_capacity(self, capacity: int | None, adopt: bool, create: bool) -> int:
+        """Create the node if ``create`` and it is missing, then read (and watch) the
+        stored capacity; without ``create`` nothing is written."""
+
         def agree(deadline: Deadline) -> tuple[bool, bytes, Any]:
-            create = self.client.create_async(self.path, encode_capacity(capacity), makepath=True)
-            try:
-                self._answer(create, deadline)
-                created = True
-            except NodeExistsError:
-                created = False
+            created = False
+            if create:
+                assert capacity is not None
+                with contextlib.suppress(NodeExistsError):
+                    self._answer(
+                        self.client.create_async(
+                            self.path, encode_capacity(capacity), makepath=True
+                        ),
+                        deadline,
+                    )
+                    created = True
             # one watch per process on the capacity: a change wakes our waiters (read
             # after the create: a create with makepath may first create the parents)
-            raw, stat = self._answer(
-                self.client.get_async(self.path, watch=self._capacity_event), deadline
-            )
+            try:
+                raw, stat = self._answer(
+                    self.client.get_async(self.path, watch=self._capacity_event), deadline
+                )
+            except NoNodeError:
+                if create:
+                    raise
+                where = f"ZooKeeper node {(self.client.chroot or '') + self.path}"
+                raise SemaphoreNotFound(self.name, where) from None
             return created, raw, stat
 
         created, raw, stat = self._bounded(agree, f"opening {self.path}")
@@ -98,7 +125,7 @@ class ZooKeeperQueue(QueueBase):
         stored = decode_capacity(self.name, raw)
         self._capacity_version = stat.version
         self._capacity_settled = True
-        if stored != capacity and not adopt:
+        if capacity is not None and stored != capacity and not adopt:
             raise CapacityMismatch(self.name, capacity, stored)
         return stored
 
@@ -112,6 +139,8 @@ class ZooKeeperQueue(QueueBase):
             self.backend.check_usable()
             try:
                 return attempt(deadline)
+            except NoAuthError as exc:
+                raise self.backend.permission_denied(self.path, exc) from exc
             except (ConnectionLoss, SessionExpiredError) as exc:
                 if deadline.expired():
                     raise BackendUnavailable(
@@ -216,6 +245,9 @@ class ZooKeeperQueue(QueueBase):
                 # then finds any entry by its id.
                 raise KeyboardInterrupt("interrupted while kazoo was sending a request") from exc
             raise BackendUnavailable("the ZooKeeper client was closed") from exc
+        except NoAuthError as exc:
+            # every request of a step is on the semaphore's node or its entries
+            raise self.backend.permission_denied(self.path, exc) from exc
         except (KazooException, AcquireTimeout):
             raise
         except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
@@ -608,7 +640,10 @@ class ZooKeeperQueue(QueueBase):
     def transaction(self, key: str, token: int) -> FencedTransaction:
         # An entry's name is never reused (unique id and sequence): its existence is the fence.
         return FencedTransaction(
-            self.client.transaction(), f"{self.path}/{key}", self.request_timeout
+            self.client.transaction(),
+            f"{self.path}/{key}",
+            self.request_timeout,
+            self.backend.permission_denied,
         )
 
 
@@ -617,30 +652,43 @@ class FencedTransaction:
 
     The entry is ephemeral and its name unique, so the transaction commits only while the
     permit's session is alive and the permit not released. ``commit()`` returns the
-    results of your operations; it raises PermitLost when the fence fails and re-raises
-    the first failing operation's kazoo error otherwise. It waits for the reply at most
+    results of your operations; it raises PermitLost when the fence fails,
+    PermissionDenied when an ACL refuses an operation, and re-raises the first failing
+    operation's kazoo error otherwise. It waits for the reply at most
     ``request_timeout`` seconds, then raises BackendUnavailable: the transaction may
     still be applied after that (kazoo sends it when the connection comes back, and the
     fence holds only while the session lives), so read back before committing again.
     """
 
-    def __init__(self, transaction: Any, entry_path: str, request_timeout: float) -> None:
+    def __init__(
+        self,
+        transaction: Any,
+        entry_path: str,
+        request_timeout: float,
+        denied: Callable[[str, BaseException], Exception],
+    ) -> None:
         self._tx = transaction
         self.entry_path = entry_path
         self.request_timeout = request_timeout
+        self._denied = denied
+        self._paths = [entry_path]  # the path of each operation, in order
         self._tx.check(entry_path, -1)  # version -1: any version, the node must exist
 
     def create(self, path: str, value: bytes = b"", **kwargs: Any) -> None:
         self._tx.create(path, value, **kwargs)
+        self._paths.append(path)
 
     def delete(self, path: str, version: int = -1) -> None:
         self._tx.delete(path, version)
+        self._paths.append(path)
 
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
         self._tx.set_data(path, value, version)
+        self._paths.append(path)
 
     def check(self, path: str, version: int) -> None:
         self._tx.check(path, version)
+        self._paths.append(path)
 
     def commit(self) -> list[Any]:
         try:
@@ -656,6 +704,9 @@ class FencedTransaction:
             raise BackendUnavailable(
                 f"ZooKeeper unreachable: {exc!r}; the transaction may have been applied"
             ) from exc
+        for path, result in zip(self._paths, results, strict=False):
+            if isinstance(result, NoAuthError):
+                raise self._denied(path, result) from result
         fence = results[0]
         if isinstance(fence, Exception) and not isinstance(fence, RolledBackError):
             raise PermitLost(f"fence failed: {self.entry_path} is gone") from fence

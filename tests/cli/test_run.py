@@ -223,16 +223,14 @@ def test_usage_errors_exit_64_before_any_io(args: list[str], needle: str) -> Non
 
 
 def test_console_script_is_installed_and_runs_main() -> None:
-    import shutil
     import subprocess
-    import sys
     from importlib.metadata import entry_points
+
+    from semaphore_recipes.testing.programs import find_program
 
     [script] = entry_points(group="console_scripts", name="semaphore-recipes")
     assert script.value == "semaphore_recipes.cli:main"
-    beside = Path(sys.executable).with_name("semaphore-recipes")
-    path = str(beside) if beside.exists() else shutil.which("semaphore-recipes")
-    assert path, "the semaphore-recipes script is not installed: pip install -e ."
+    path = find_program("semaphore-recipes")  # beside sys.executable, else on PATH
     result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("semaphore-recipes ")

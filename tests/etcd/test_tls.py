@@ -12,10 +12,13 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.etcd_server import _free_port, find_etcd_binary
+from semaphore_recipes.testing.programs import find_program
 
 
 def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+    subprocess.run(
+        [find_program("openssl"), *args], cwd=cwd, check=True, capture_output=True, timeout=60
+    )
 
 
 def _make_certs(d: Path) -> None:

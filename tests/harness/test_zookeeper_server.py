@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from semaphore_recipes.testing import zookeeper_server as zs
+from semaphore_recipes.testing.programs import PROGRAMS
 from semaphore_recipes.testing.zookeeper_server import (
     ZooKeeperEnsemble,
     ZooKeeperNotFound,
@@ -100,7 +101,10 @@ def test_classpath_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_not_found_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ZOOKEEPER_CLASSPATH", raising=False)
-    monkeypatch.setattr(zs, "ZOOKEEPER_JAR", "/nonexistent/zookeeper.jar")
+    no_jar = dataclasses.replace(
+        PROGRAMS["zookeeper.jar"], fallbacks=("/nonexistent/zookeeper.jar",)
+    )
+    monkeypatch.setitem(PROGRAMS, "zookeeper.jar", no_jar)
     with pytest.raises(ZooKeeperNotFound, match=r"apt-get install -y zookeeper"):
         find_zookeeper_classpath()
 

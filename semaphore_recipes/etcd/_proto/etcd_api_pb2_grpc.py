@@ -611,12 +611,80 @@ class AuthStub:
                 request_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthenticateRequest.SerializeToString,
                 response_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthenticateResponse.FromString,
                 _registered_method=True)
+        self.AuthEnable = channel.unary_unary(
+                '/etcdserverpb.Auth/AuthEnable',
+                request_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthEnableRequest.SerializeToString,
+                response_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthEnableResponse.FromString,
+                _registered_method=True)
+        self.AuthDisable = channel.unary_unary(
+                '/etcdserverpb.Auth/AuthDisable',
+                request_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthDisableRequest.SerializeToString,
+                response_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthDisableResponse.FromString,
+                _registered_method=True)
+        self.UserAdd = channel.unary_unary(
+                '/etcdserverpb.Auth/UserAdd',
+                request_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserAddRequest.SerializeToString,
+                response_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserAddResponse.FromString,
+                _registered_method=True)
+        self.UserGrantRole = channel.unary_unary(
+                '/etcdserverpb.Auth/UserGrantRole',
+                request_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserGrantRoleRequest.SerializeToString,
+                response_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserGrantRoleResponse.FromString,
+                _registered_method=True)
+        self.RoleAdd = channel.unary_unary(
+                '/etcdserverpb.Auth/RoleAdd',
+                request_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleAddRequest.SerializeToString,
+                response_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleAddResponse.FromString,
+                _registered_method=True)
+        self.RoleGrantPermission = channel.unary_unary(
+                '/etcdserverpb.Auth/RoleGrantPermission',
+                request_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleGrantPermissionRequest.SerializeToString,
+                response_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleGrantPermissionResponse.FromString,
+                _registered_method=True)
 
 
 class AuthServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Authenticate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AuthEnable(self, request, context):
+        """Administration: used by the test harness (semaphore_recipes/testing/etcd_auth.py)
+        to set up users and roles, never by the library itself.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AuthDisable(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UserAdd(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UserGrantRole(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RoleAdd(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RoleGrantPermission(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -629,6 +697,36 @@ def add_AuthServicer_to_server(servicer, server):
                     servicer.Authenticate,
                     request_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthenticateRequest.FromString,
                     response_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthenticateResponse.SerializeToString,
+            ),
+            'AuthEnable': grpc.unary_unary_rpc_method_handler(
+                    servicer.AuthEnable,
+                    request_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthEnableRequest.FromString,
+                    response_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthEnableResponse.SerializeToString,
+            ),
+            'AuthDisable': grpc.unary_unary_rpc_method_handler(
+                    servicer.AuthDisable,
+                    request_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthDisableRequest.FromString,
+                    response_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthDisableResponse.SerializeToString,
+            ),
+            'UserAdd': grpc.unary_unary_rpc_method_handler(
+                    servicer.UserAdd,
+                    request_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserAddRequest.FromString,
+                    response_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserAddResponse.SerializeToString,
+            ),
+            'UserGrantRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.UserGrantRole,
+                    request_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserGrantRoleRequest.FromString,
+                    response_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserGrantRoleResponse.SerializeToString,
+            ),
+            'RoleAdd': grpc.unary_unary_rpc_method_handler(
+                    servicer.RoleAdd,
+                    request_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleAddRequest.FromString,
+                    response_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleAddResponse.SerializeToString,
+            ),
+            'RoleGrantPermission': grpc.unary_unary_rpc_method_handler(
+                    servicer.RoleGrantPermission,
+                    request_deserializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleGrantPermissionRequest.FromString,
+                    response_serializer=semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleGrantPermissionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -658,6 +756,168 @@ class Auth:
             '/etcdserverpb.Auth/Authenticate',
             semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthenticateRequest.SerializeToString,
             semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthenticateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AuthEnable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/AuthEnable',
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthEnableRequest.SerializeToString,
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthEnableResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AuthDisable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/AuthDisable',
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthDisableRequest.SerializeToString,
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthDisableResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UserAdd(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/UserAdd',
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserAddRequest.SerializeToString,
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserAddResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UserGrantRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/UserGrantRole',
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserGrantRoleRequest.SerializeToString,
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthUserGrantRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RoleAdd(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/RoleAdd',
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleAddRequest.SerializeToString,
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleAddResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RoleGrantPermission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Auth/RoleGrantPermission',
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleGrantPermissionRequest.SerializeToString,
+            semaphore__recipes_dot_etcd_dot___proto_dot_etcd__api__pb2.AuthRoleGrantPermissionResponse.FromString,
             options,
             channel_credentials,
             insecure,

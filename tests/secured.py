@@ -1,0 +1,158 @@
+"""A store with restricted users, per backend, for the permission tests (library, CLI).
+
+``writer`` has every right on the test's semaphores, ``reader`` may only read them:
+on etcd, roles on the key prefix of a server with auth enabled (set up over the Auth
+gRPC service); on ZooKeeper, the digest ACL every node gets from the writer's client
+(writer: all, reader: read), as docs/operations.md describes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import semaphore_recipes as sr
+
+WRITER = ("worker", "w-secret")
+READER = ("reader", "r-secret")
+ETCD_ROOT_PASSWORD = "root-secret"
+ETCD_PREFIX = "/secured/"  # what the etcd roles are granted on
+
+
+@dataclass
+class SecuredStore:
+    kind: str
+    url_for: Callable[[str, str], str]  #: (user, password) -> URL of the test's namespace
+    connect_writer: Callable[[], Any]  #: a backend creating with the restricted rights
+    stored: Callable[[str], bool]  #: is the semaphore stored (read with full rights)
+    entries: Callable[[str], int]  #: how many queue entries it has
+    where: Callable[[str], str]  #: the path/key the errors name for a semaphore
+    forbidden: str  #: a path/key (as a fenced transaction takes it) the writer may not create
+    _backends: list[Any] = field(default_factory=list)
+
+    @property
+    def reader_url(self) -> str:
+        return self.url_for(*READER)
+
+    def writer(self) -> Any:
+        backend = self.connect_writer()
+        self._backends.append(backend)
+        return backend
+
+    def reader(self, password: str = READER[1]) -> Any:
+        backend = sr.connect(self.url_for(READER[0], password))
+        self._backends.append(backend)
+        return backend
+
+    def close(self) -> None:
+        for backend in self._backends:
+            backend.close()
+
+
+@pytest.fixture(scope="session")
+def _secured_etcd() -> Iterator[Any]:
+    from semaphore_recipes.testing.etcd_auth import Access, EtcdAuthAdmin
+    from semaphore_recipes.testing.etcd_server import EtcdServer
+
+    with EtcdServer(name="secured") as server:
+        with EtcdAuthAdmin(server.endpoint) as admin:
+            admin.enable_auth(root_password=ETCD_ROOT_PASSWORD)
+            admin.add_user(*WRITER, prefix=ETCD_PREFIX, access=Access.READWRITE)
+            admin.add_user(*READER, prefix=ETCD_PREFIX, access=Access.READ)
+        yield server
+
+
+def _etcd_store(server: Any) -> Iterator[SecuredStore]:
+    from semaphore_recipes.etcd.client import EtcdClient, prefix_range_end
+
+    prefix = f"{ETCD_PREFIX}{uuid.uuid4().hex[:10]}"
+    root = EtcdClient([server.endpoint], user="root", password=ETCD_ROOT_PASSWORD)
+
+    def url_for(user: str, password: str) -> str:
+        return f"etcd://{server.endpoint}{prefix}?user={user}&password={password}"
+
+    def entries(name: str) -> int:
+        start = f"{prefix}/{name}/entries/".encode()
+        return len(root.range(start, prefix_range_end(start)).kvs)
+
+    store = SecuredStore(
+        "etcd",
+        url_for,
+        lambda: sr.connect(url_for(*WRITER)),
+        lambda name: bool(root.range(f"{prefix}/{name}/config").kvs),
+        entries,
+        lambda name: f"{prefix}/{name}/",
+        f"/outside/{uuid.uuid4().hex[:10]}",  # the roles cover ETCD_PREFIX only
+    )
+    try:
+        yield store
+    finally:
+        store.close()
+        root.close()
+
+
+def _zookeeper_store(server: Any, namespace: str) -> Iterator[SecuredStore]:
+    from kazoo.client import KazooClient
+    from kazoo.security import make_digest_acl
+
+    acl = [make_digest_acl(*WRITER, all=True), make_digest_acl(*READER, read=True)]
+    admin = KazooClient(hosts=server.host_port, auth_data=[("digest", ":".join(WRITER))])
+    admin.start(timeout=15)
+    # the ACL on the namespace only: its parents are shared with other tests
+    admin.ensure_path(namespace.rsplit("/", 1)[0])
+    admin.create(namespace, acl=acl)
+    admin.create(f"{namespace}/locked", acl=[make_digest_acl(*WRITER, read=True)])
+
+    def connect_writer() -> Any:
+        client = KazooClient(
+            hosts=server.host_port + namespace,
+            auth_data=[("digest", ":".join(WRITER))],
+            default_acl=acl,
+            timeout=4.0,
+        )
+        client.start(timeout=15)
+        clients.append(client)
+        return sr.connect(client)
+
+    def path(name: str) -> str:
+        return f"{namespace}/semaphore_recipes/{name}"
+
+    def entries(name: str) -> int:
+        return len(admin.get_children(path(name))) if admin.exists(path(name)) else 0
+
+    clients: list[Any] = []
+    store = SecuredStore(
+        "zookeeper",
+        lambda user, password: (
+            f"zookeeper://{server.host_port}{namespace}"
+            f"?username={user}&password={password}&session_timeout=4"
+        ),
+        connect_writer,
+        lambda name: admin.exists(path(name)) is not None,
+        entries,
+        path,
+        "/locked/child",  # the writer's client is chrooted at the namespace
+    )
+    try:
+        yield store
+    finally:
+        store.close()
+        for client in (*clients, admin):
+            client.stop()
+            client.close()
+
+
+@pytest.fixture(params=["zookeeper", "etcd"])
+def secured(request: pytest.FixtureRequest) -> Iterator[SecuredStore]:
+    """A namespace of the test's own on a server with restricted users."""
+    if request.param == "etcd":
+        yield from _etcd_store(request.getfixturevalue("_secured_etcd"))
+    else:
+        yield from _zookeeper_store(
+            request.getfixturevalue("zookeeper_server"),
+            request.getfixturevalue("sr_namespace"),
+        )
