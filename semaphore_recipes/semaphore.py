@@ -61,6 +61,7 @@ class Permit:
         self._state = PermitState.HELD
         self._lock = threading.Lock()
         self._unlisten: Callable[[], None] | None = None
+        self._removed = False  # release() has asked the store to delete the entry
 
     def __repr__(self) -> str:
         return (
@@ -91,15 +92,19 @@ class Permit:
     def release(self) -> None:
         """Give the permits back. Idempotent; never raises; returns within the request
         timeout: if the service cannot be reached the delete is retried in the
-        background (the session's end removes the entry anyway)."""
+        background (the session's end removes the entry anyway). A LOST permit's entry
+        is deleted as well, in case its session outlived the client's verdict; the state
+        stays LOST."""
         with self._lock:
-            if self._state in (PermitState.RELEASED, PermitState.LOST):
-                previous = self._state
-                self._state = PermitState.RELEASED if previous is PermitState.RELEASED else previous
-                self._stop_listening()
-                return
-            self._state = PermitState.RELEASED
             self._stop_listening()
+            if self._removed:
+                return
+            self._removed = True
+            if self._state is not PermitState.LOST:
+                self._state = PermitState.RELEASED
+        # A LOST permit's entry is deleted too: the verdict may be the client's own (a
+        # whole session timeout disconnected) on a session the server kept alive, and
+        # its entry would then hold the permits until the session ends.
         self.semaphore._store.remove(self.key)
         log.debug("released %s of %r (token %d)", self.permits, self.semaphore.name, self.token)
 
@@ -258,6 +263,7 @@ class Semaphore:
         except BaseException:
             if permit is not None:  # interrupted between admission and return
                 permit._state = PermitState.RELEASED
+                permit._removed = True  # abandon() below deletes the entry
                 permit._stop_listening()
             store.abandon(waiter)
             raise

@@ -229,13 +229,16 @@ class ZooKeeperQueue(QueueBase):
 
     def _result(self, async_result: Any, deadline: Deadline) -> Any:
         try:
-            return async_result.get(block=True, timeout=deadline.remaining())
-        except KazooTimeoutError:
-            if deadline.expired():
-                raise AcquireTimeout(
-                    f"semaphore {self.name!r}: no answer from ZooKeeper in time"
-                ) from None
-            raise
+            while True:
+                try:
+                    return async_result.get(block=True, timeout=deadline.remaining())
+                except KazooTimeoutError:
+                    # kazoo gives up when its one wait returns without a value, which
+                    # may be a moment before our clock says the deadline passed
+                    if deadline.expired():
+                        raise AcquireTimeout(
+                            f"semaphore {self.name!r}: no answer from ZooKeeper in time"
+                        ) from None
         except ConnectionClosedError as exc:
             if self.client.client_state != KeeperState.CLOSED:
                 # kazoo quirk: KazooClient._call wakes its connection thread inside a

@@ -97,3 +97,33 @@ def test_an_interrupt_after_the_admission_removes_the_entry(where: str) -> None:
         sem.acquire(watch_entry=True)
     assert store.abandoned == ["k"]  # the driver's cleanup ran: no entry is left held
     assert not hub._permit_listeners  # and no half-made permit listens to the session
+
+
+class CountingRemoves(InterruptedAfterAdmission):
+    """Admits at once and counts the deletes the face asks for."""
+
+    def __init__(self, hub: SessionHub) -> None:
+        super().__init__(hub, where="nowhere")
+        self.removed: list[str] = []
+
+    def remove(self, key: str) -> None:
+        self.removed.append(key)
+
+
+@pytest.mark.parametrize("lost_first", [True, False])
+def test_release_deletes_the_entry_once_even_when_the_permit_is_lost(lost_first: bool) -> None:
+    # The client's own verdict (a whole session timeout disconnected) may be wrong: the
+    # server can keep the session, and with it the entry, which must not outlive release.
+    hub = SessionHub(request_timeout=5.0)
+    store = CountingRemoves(hub)
+    permit = Semaphore(store, hub, "owner", clock=time.monotonic).acquire()
+    if lost_first:
+        hub._notify_permits("disconnected for the whole session timeout")
+    permit.release()
+    permit.release()
+    if not lost_first:
+        hub._notify_permits("session expired")  # after release: changes nothing
+    assert store.removed == ["k"]
+    expected = PermitState.LOST if lost_first else PermitState.RELEASED
+    assert permit.state is expected
+    assert permit.lost.is_set() is lost_first

@@ -197,3 +197,45 @@ def test_a_malformed_entry_is_corrupt_state_not_a_guess(
         sem.acquire(timeout=2)
     zookeeper_admin.delete(f"{path}/e-garbage")
     wait_until(lambda: zk.entries() == [])
+
+
+def test_a_permit_lost_by_the_clients_own_verdict_is_deleted_when_the_session_lived(
+    zk: Service, zookeeper_server: Any, zookeeper_admin: Any, sr_namespace: str
+) -> None:
+    """After a whole session timeout disconnected, the backend takes its permits for
+    LOST: the server may have expired the session unseen. When the session in fact
+    lived (here a second connection kept it alive, as a new leader that re-arms the
+    sessions does), releasing the LOST permit must still delete its entry, which would
+    otherwise hold its permits until the session ends (found by the chaos campaign)."""
+    from kazoo.client import KazooClient
+
+    proxy, backend = _proxied(zk, zookeeper_server, sr_namespace)
+    keeper_proxy = FaultProxy(zookeeper_server.host_port)
+    keeper_proxy.start()
+    keeper = None
+    try:
+        sem = backend.semaphore("lost-verdict", capacity=1)
+        permit = sem.acquire()
+        session = backend.client.client_id
+        proxy.blackhole()
+        keeper = KazooClient(hosts=keeper_proxy.address, client_id=session, timeout=6)
+        keeper.start(timeout=10)  # the same session, kept alive on the server meanwhile
+        assert permit.lost.wait(15), "the backend's own verdict never came"
+        keeper_proxy.cut()  # the keeper goes quiet without closing the session
+        proxy.cut()
+        time.sleep(0.2)
+        proxy.restore()  # the backend reconnects to the session that lived
+        wait_until(lambda: backend.client.connected and backend.client.client_id == session)
+        assert [e.rsplit("/", 1)[1] for e in zk.entries()] == [permit.key]
+        permit.release()
+        assert permit.state is sr.PermitState.LOST
+        wait_until(lambda: zk.entries() == [], timeout=5.0)
+        with sem.acquire(timeout=5):  # the semaphore is free again
+            pass
+    finally:
+        if keeper is not None:
+            keeper.stop()
+            keeper.close()
+        backend.close()
+        proxy.close()
+        keeper_proxy.close()
