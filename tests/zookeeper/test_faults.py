@@ -239,3 +239,32 @@ def test_a_permit_lost_by_the_clients_own_verdict_is_deleted_when_the_session_li
         backend.close()
         proxy.close()
         keeper_proxy.close()
+
+
+def test_a_kazoo_wait_that_gives_up_before_the_deadline_is_waited_again() -> None:
+    """kazoo raises its own timeout when its one wait returns without a value, which can
+    be a moment before the acquire's deadline: that must never leave the library (the
+    campaign saw acquire raise KazooTimeoutError); only AcquireTimeout may, at the end."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from semaphore_recipes._core.deadline import Deadline
+    from semaphore_recipes.zookeeper.queue import ZooKeeperQueue
+
+    class GivesUpOnce:
+        calls = 0
+
+        def get(self, block: bool, timeout: float | None) -> str:
+            self.calls += 1
+            if self.calls == 1:
+                raise KazooTimeoutError("the wait returned without a value")
+            return "the reply"
+
+    queue = cast(Any, SimpleNamespace(name="early"))
+    reply = GivesUpOnce()
+    assert ZooKeeperQueue._result(queue, reply, Deadline(5.0, time.monotonic)) == "the reply"
+    assert reply.calls == 2
+    with pytest.raises(sr.AcquireTimeout):
+        ZooKeeperQueue._result(queue, GivesUpOnce(), Deadline(0.0, time.monotonic))
