@@ -16,6 +16,7 @@ nemesis log to violations by kind. Definitions (docs/reliability.md says why):
   + ``release_margin`` after the kill, when no server fault overlaps.
 * stall: more than 2 session timeouts without a grant while an acquire waits and no
   fault is active (fault windows extended by ``recovery``).
+* lost_write: a fenced write acknowledged to its client is missing from the history.
 * unbounded_call: a call that took longer than its bound, or never returned though its
   process was not killed (calls overlapping a SIGSTOP of their process are exempt).
 """
@@ -23,6 +24,7 @@ nemesis log to violations by kind. Definitions (docs/reliability.md says why):
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -102,7 +104,9 @@ def check(
     live_leases: Iterable[str] = (),
 ) -> CheckResult:
     result = CheckResult()
-    granted = {(op.key, op.token) for op in ops if op.kind is OpKind.ACQUIRE and op.outcome is Outcome.OK}
+    granted = {
+        (op.key, op.token) for op in ops if op.kind is OpKind.ACQUIRE and op.outcome is Outcome.OK
+    }
     result.grants = sum(1 for op in ops if op.kind is OpKind.ACQUIRE and op.outcome is Outcome.OK)
     windows = _fault_windows(faults, params.fault_recovery)
     _replay(history, granted, windows, params, result)
@@ -111,7 +115,27 @@ def check(
     _crash_release(history, faults, params, result)
     _stalls(ops, windows, params, result)
     _call_bounds(ops, faults, result)
+    _acknowledged_writes(history, ops, result)
     return result
+
+
+def _acknowledged_writes(
+    history: Sequence[HistoryEvent], ops: Sequence[ClientOp], result: CheckResult
+) -> None:
+    """Every fenced write a client saw succeed is in the store's history (this also
+    checks the history reader: a write it missed would show here)."""
+    landed = Counter((e.key, e.token) for e in history if isinstance(e, FencedWrite))
+    for op in ops:
+        if op.kind is OpKind.COMMIT and op.outcome is Outcome.OK:
+            ident = (op.key or "", op.token or 0)
+            if landed[ident] > 0:
+                landed[ident] -= 1
+            else:
+                result.add(
+                    ViolationKind.LOST_WRITE,
+                    f"{op.client}/t{op.thread} commit at {op.start:.3f} for {op.key} "
+                    f"(token {op.token}) succeeded but is not in the history",
+                )
 
 
 def _fault_windows(faults: Sequence[Fault], recovery: float) -> list[tuple[float, float]]:
@@ -144,12 +168,13 @@ def _replay(
                 result.add(ViolationKind.BAD_HISTORY, f"entry {event.key} before any capacity")
             live[event.key] = _Live(event, capacity or 0, (event.key, event.token) in granted)
         elif isinstance(event, EntryDeleted):
-            entry = live.pop(event.key, None)
-            if entry is None or entry.created.token != event.token:
+            gone = live.pop(event.key, None)
+            if gone is None or gone.created.token != event.token:
                 result.add(ViolationKind.BAD_HISTORY, f"delete of unknown entry {event.key}")
                 continue
-            _settle_pending(pending.pop((event.key, event.token), None), entry, event, windows,
-                            params, result)
+            _settle_pending(
+                pending.pop((event.key, event.token), None), gone, event, windows, params, result
+            )
         elif isinstance(event, FencedWrite):
             result.fenced_writes += 1
             _fenced_write(event, live, pending, result)
@@ -278,8 +303,12 @@ def _stalls(
     grants = sorted(op.end for op in acquires if op.outcome is Outcome.OK and op.end is not None)
     limit = 2 * params.session_timeout
     for start, end in _subtract(waiting, _union(windows)):
-        cuts = [start, *grants[bisect.bisect_right(grants, start) : bisect.bisect_left(grants, end)], end]
-        for a, b in zip(cuts, cuts[1:]):
+        cuts = [
+            start,
+            *grants[bisect.bisect_right(grants, start) : bisect.bisect_left(grants, end)],
+            end,
+        ]
+        for a, b in itertools.pairwise(cuts):
             if b - a > limit:
                 result.add(
                     ViolationKind.STALL,

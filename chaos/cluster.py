@@ -31,7 +31,7 @@ class ZkCluster:
         return [str(s.myid) for s in self.ensemble.servers]
 
     def endpoint(self, member: str) -> str:
-        return self._server(member).host_port
+        return str(self._server(member).host_port)
 
     def _server(self, member: str) -> Any:
         return next(s for s in self.ensemble.servers if str(s.myid) == member)
@@ -120,8 +120,7 @@ class EtcdTestCluster:
 
     def url(self, hosts: list[str]) -> str:
         return (
-            f"etcd://{','.join(hosts)}?session_timeout={self.session_timeout:g}"
-            "&request_timeout=2"
+            f"etcd://{','.join(hosts)}?session_timeout={self.session_timeout:g}&request_timeout=2"
         )
 
     def start(self) -> None:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from semaphore_recipes.testing.proxy import FaultProxy
@@ -18,9 +19,7 @@ from .model import ClientOp, OpKind, Outcome
 
 
 class ClientSlot:
-    def __init__(
-        self, index: int, rundir: Path, upstreams: list[str], command: list[str]
-    ) -> None:
+    def __init__(self, index: int, rundir: Path, upstreams: list[str], command: list[str]) -> None:
         self.index = index
         self.rundir = rundir
         self.proxies = [FaultProxy(u).start() for u in upstreams]
@@ -126,10 +125,10 @@ def read_ops(path: Path, owner: str) -> list[ClientOp]:
     return ops
 
 
-def wait_until(predicate: object, timeout: float, step: float = 0.1) -> bool:
+def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return True
         time.sleep(step)
     return False

@@ -88,7 +88,9 @@ def read_history(
     )  # fmt: skip
     try:
         if not done.wait(timeout):
-            raise TimeoutError(f"etcd history: revision {until_revision} not reached in {timeout} s")
+            raise TimeoutError(
+                f"etcd history: revision {until_revision} not reached in {timeout} s"
+            )
     finally:
         watcher.cancel(timeout=5)
     if failed:
@@ -99,7 +101,9 @@ def read_history(
 def normalize(raw: Iterable[RawEvent], layout: EtcdLayout) -> list[HistoryEvent]:
     raw = list(raw)
     lease_deletes = Counter(
-        (e.mod_revision, e.lease) for e in raw if e.deleted and e.key.startswith(layout.entries_prefix)
+        (e.mod_revision, e.lease)
+        for e in raw
+        if e.deleted and e.key.startswith(layout.entries_prefix)
     )
     events: list[HistoryEvent] = []
     now: float | None = None
@@ -142,5 +146,3 @@ def live_leases(client: EtcdClient, leases: Iterable[int]) -> list[str]:
         if lease and client.lease_time_to_live(lease, timeout=5.0).TTL > 0:
             alive.append(f"{lease:x}")
     return alive
-
-

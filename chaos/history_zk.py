@@ -187,7 +187,9 @@ def normalize(txns: Iterable[Txn], layout: ZkLayout) -> list[HistoryEvent]:
             elif op.type == SET_DATA and op.path == layout.data_path and checked:
                 value = json.loads(op.data)
                 key = checked[0][len(prefix) :]
-                events.append(FencedWrite(txn.zxid, when, key, int(value["token"]), value["writer"]))
+                events.append(
+                    FencedWrite(txn.zxid, when, key, int(value["token"]), value["writer"])
+                )
             elif op.type == SET_DATA and op.path == layout.marker_path:
                 events.append(Marker(txn.zxid, when, op.data.decode()))
     return events

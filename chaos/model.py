@@ -126,6 +126,7 @@ class ViolationKind(enum.Enum):
     STALL = "stall"
     UNBOUNDED_CALL = "unbounded_call"
     UNEXPECTED_ERROR = "unexpected_error"
+    LOST_WRITE = "lost_write"
     BAD_HISTORY = "bad_history"
 
 
