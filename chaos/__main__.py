@@ -49,9 +49,11 @@ def table(backend: str, reports: list[RunReport], elapsed: float) -> str:
             _percentile(latencies, q) for q in (0.5, 0.9, 0.99, 1.0))),
     ]  # fmt: skip
     width = max(len(r[0]) for r in rows)
-    lines = [f"| {name:<{width}} | {value:>10} |" for name, value in rows]
-    header = f"| {'what':<{width}} | {'value':>10} |\n|{'-' * (width + 2)}|{'-' * 12}|"
-    return header + "\n" + "\n".join(lines)
+    vwidth = max(len(r[1]) for r in rows)
+    header = (
+        f"| {'what':<{width}} | {'value':>{vwidth}} |\n|{'-' * (width + 2)}|{'-' * (vwidth + 2)}|"
+    )
+    return header + "\n" + "\n".join(f"| {n:<{width}} | {v:>{vwidth}} |" for n, v in rows)
 
 
 def main(argv: list[str] | None = None) -> int:

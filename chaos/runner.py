@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import random
 import shutil
@@ -171,6 +172,9 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
         time.sleep(config.session_timeout + 2.0)
         cluster.mark(END)
         history, problems, leases = cluster.history()
+        with (rundir / "history.jsonl").open("w") as out:  # for a post-mortem
+            for event in history:
+                out.write(json.dumps({"type": type(event).__name__, **_plain(event)}) + "\n")
         ops = read_ops(rundir / "ops-admin.jsonl", "admin")
         for slot in slots:
             for owner in slot.owners:
@@ -207,6 +211,10 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
             cluster.close()
         if not (failed or config.keep):
             shutil.rmtree(rundir, ignore_errors=True)
+
+
+def _plain(event: Any) -> dict[str, Any]:
+    return {k: getattr(v, "value", v) for k, v in dataclasses.asdict(event).items()}
 
 
 def fault_kinds() -> list[str]:
