@@ -103,6 +103,7 @@ class FaultKind(enum.Enum):
     CUT = "cut"
     BLACKHOLE = "blackhole"
     DROP_REPLIES = "drop_replies"
+    DELAY = "delay"  # bytes held both ways, delivered late
 
     @property
     def server_side(self) -> bool:

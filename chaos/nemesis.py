@@ -2,9 +2,9 @@
 
 Client faults act on one client slot: kill -9 (a new incarnation starts at once),
 SIGSTOP past the session then SIGCONT, or its proxies cut / black-holed / dropping
-replies for a while. Server faults: kill -9 of the leader or of a member (restarted a
-little later), or of every member at once (a restart of the whole cluster). Every fault
-is logged with its start and the moment it was healed.
+replies / holding bytes (a delay) for a while. Server faults: kill -9 of the leader or
+of a member (restarted a little later), or of every member at once (a restart of the
+whole cluster). Every fault is logged with its start and the moment it was healed.
 """
 
 from __future__ import annotations
@@ -17,10 +17,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from semaphore_recipes.testing.proxy import FaultProxy
+
 from .cluster import TestCluster
 from .fleet import ClientSlot
 from .model import Fault, FaultKind
 
+# how each network fault starts on a proxy (restore() ends it)
+NETWORK_FAULTS: dict[FaultKind, Callable[[FaultProxy], None]] = {
+    FaultKind.CUT: FaultProxy.cut,
+    FaultKind.BLACKHOLE: FaultProxy.blackhole,
+    FaultKind.DROP_REPLIES: FaultProxy.drop_replies,
+    FaultKind.DELAY: FaultProxy.hold,
+}
 # Now and then a quiet stretch: liveness is only checked while no fault is active.
 QUIET_CHANCE = 0.15
 QUIET = (10.0, 16.0)
@@ -33,6 +42,7 @@ WEIGHTS = {
     FaultKind.CUT: 1.5,
     FaultKind.BLACKHOLE: 1.5,
     FaultKind.DROP_REPLIES: 1.5,
+    FaultKind.DELAY: 1.5,
 }
 
 
@@ -105,11 +115,10 @@ class Nemesis:
             time.sleep(self.session + rng.uniform(0.5, 1.5))  # past the session, always
             slot.signal(signal.SIGCONT)
             self._record(kind, slot.owner, start)
-        elif kind in (FaultKind.CUT, FaultKind.BLACKHOLE, FaultKind.DROP_REPLIES):
+        elif kind in NETWORK_FAULTS:
             slot = rng.choice(self.slots)
             for proxy in slot.proxies:
-                {"cut": proxy.cut, "blackhole": proxy.blackhole,
-                 "drop_replies": proxy.drop_replies}[kind.value]()  # fmt: skip
+                NETWORK_FAULTS[kind](proxy)
             self._pause(rng.uniform(0.3, 2.5 * self.session))
             slot.restore_network()
             self._record(kind, slot.owner, start)
