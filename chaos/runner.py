@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import random
 import shutil
 import signal
@@ -127,6 +128,10 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
     nemesis: Nemesis | None = None
     notes: list[str] = []
     failed = True
+    # the admin's client libraries log every fault they see: into the run directory
+    log_handler = logging.FileHandler(rundir / "runner.log")
+    log_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.getLogger().addHandler(log_handler)
     try:
         cluster.start()
         admin = _Admin(cluster, rundir, config.seed)
@@ -209,6 +214,8 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
                 slot.close()
         with contextlib.suppress(Exception):
             cluster.close()
+        logging.getLogger().removeHandler(log_handler)
+        log_handler.close()
         if not (failed or config.keep):
             shutil.rmtree(rundir, ignore_errors=True)
 
