@@ -269,12 +269,12 @@ def _crash_release(
             gone = deleted.get(ident)
             if gone is not None and gone.time is not None and gone.time < kill.start:
                 continue
-            if gone is None or gone.time is None:
-                unknown = gone is not None
-                if gone is None:
-                    latest = float("inf")
-                continue
-            latest = max(latest or 0.0, gone.time - kill.start)
+            if gone is None:
+                latest = float("inf")  # never released (also a leak)
+            elif gone.time is None:
+                unknown = True  # no clock for that stretch of history
+            else:
+                latest = max(latest or 0.0, gone.time - kill.start)
         if latest is None or unknown:
             continue
         if _overlaps(server_faults, kill.start, kill.start + bound):

@@ -6,15 +6,17 @@ say why a key went, so a revision deleting several keys of one lease is taken fo
 session end and a lone delete for a delete (the checker only needs the cause for
 overtaking, and lease ends happen inside fault windows). etcd keeps no wall-clock time:
 the runner puts the time into a clock key a few times a second, and each event gets the
-time of the last tick at or before its revision (a lower bound, late by < one tick).
+time of the last tick at or before its revision (a lower bound, late by < one tick), or
+no time where the ticks were more than a second apart.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,11 +108,11 @@ def normalize(raw: Iterable[RawEvent], layout: EtcdLayout) -> list[HistoryEvent]
         if e.deleted and e.key.startswith(layout.entries_prefix)
     )
     events: list[HistoryEvent] = []
-    now: float | None = None
+    clock = _clock(raw, layout.clock_key)
     for e in raw:
-        if e.key == layout.clock_key and not e.deleted:
-            now = float(e.value)
+        if e.key == layout.clock_key:
             continue
+        now = clock(e.mod_revision)
         if e.key.startswith(layout.entries_prefix):
             key = e.key[len(layout.entries_prefix) :].decode()
             if e.deleted:
@@ -137,6 +139,24 @@ def normalize(raw: Iterable[RawEvent], layout: EtcdLayout) -> list[HistoryEvent]
         elif e.key == layout.marker_key:
             events.append(Marker(e.mod_revision, now, e.value.decode()))
     return events
+
+
+MAX_TICK_GAP = 1.0  # seconds between clock ticks beyond which times are not trusted
+
+
+def _clock(raw: list[RawEvent], clock_key: bytes) -> Callable[[int], float | None]:
+    """The time of a revision: the last tick at or before it, or None when the next
+    tick came more than MAX_TICK_GAP later (the ticker was held up: no bound)."""
+    ticks = [(e.mod_revision, float(e.value)) for e in raw if e.key == clock_key and not e.deleted]
+    revisions = [r for r, _ in ticks]
+
+    def at(revision: int) -> float | None:
+        i = bisect.bisect_right(revisions, revision) - 1
+        if i < 0 or i + 1 >= len(ticks) or ticks[i + 1][1] - ticks[i][1] > MAX_TICK_GAP:
+            return None
+        return ticks[i][1]
+
+    return at
 
 
 def live_leases(client: EtcdClient, leases: Iterable[int]) -> list[str]:

@@ -115,6 +115,9 @@ def test_etcd_events_are_normalized() -> None:
         ev(False, b"/chaos-clock", b"101.5", 1, 8),
         ev(True, b"/s/chaos/entries/1-0", entry, 4, 9, lease=1),  # the lease ended:
         ev(True, b"/s/chaos/entries/1-1", entry, 5, 9, lease=1),  # both keys, one revision
+        ev(False, b"/chaos-clock", b"101.7", 1, 10),
+        ev(False, b"/chaos-marker", b"quiesced", 11, 11),  # the ticks stopped: no time
+        ev(False, b"/chaos-clock", b"103.7", 1, 12),
     ]
     assert history_etcd.normalize(raw, ETCD) == [
         CapacitySet(3, 100.5, 3),
@@ -123,4 +126,5 @@ def test_etcd_events_are_normalized() -> None:
         FencedWrite(7, 100.5, "1-0", 4, "c0.0/t1"),
         EntryDeleted(9, 101.5, "1-0", 4, DeleteCause.SESSION_END),
         EntryDeleted(9, 101.5, "1-1", 5, DeleteCause.SESSION_END),
+        Marker(11, None, "quiesced"),
     ]
