@@ -18,6 +18,7 @@ import random
 import signal
 import threading
 import time
+import traceback
 from typing import Any
 
 import semaphore_recipes as sr
@@ -79,7 +80,10 @@ class Worker:
             try:
                 permit = self.sem.acquire(weight, timeout=timeout)
             except Exception as exc:
-                self.log.end(op, classify(exc), detail=repr(exc)[:300], w=weight)
+                outcome = classify(exc)
+                if outcome is Outcome.ERROR:
+                    traceback.print_exc()  # into the client's log file, for the post-mortem
+                self.log.end(op, outcome, detail=repr(exc)[:300], w=weight)
                 continue
             self.log.end(op, Outcome.OK, key=permit.key, token=permit.token, w=weight)
             try:

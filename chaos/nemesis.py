@@ -120,6 +120,11 @@ class Nemesis:
             for proxy in slot.proxies:
                 NETWORK_FAULTS[kind](proxy)
             self._pause(rng.uniform(0.3, 2.5 * self.session))
+            if kind in (FaultKind.BLACKHOLE, FaultKind.DROP_REPLIES):
+                # Bytes were thrown away mid-stream: TCP never does that to a live
+                # connection, so the connections die (reset) before traffic resumes.
+                for proxy in slot.proxies:
+                    proxy.cut()
             slot.restore_network()
             self._record(kind, slot.owner, start)
         elif kind in (FaultKind.KILL_LEADER, FaultKind.KILL_MEMBER):
