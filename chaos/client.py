@@ -110,6 +110,8 @@ class Worker:
                 tx.put(DATA_NODE, value.encode())
             tx.commit()
         except Exception as exc:
+            if classify(exc) is Outcome.ERROR:
+                traceback.print_exc()
             detail = f"{exc!r}"[:300] + f" lost={permit.lost.is_set()} state={permit.state.value}"
             self.log.end(op, classify(exc), detail=detail, key=permit.key, token=permit.token)
             return

@@ -17,6 +17,9 @@ from . import history_etcd, history_zk
 from .layout import CLOCK_KEY, DATA_NODE, ETCD_PREFIX, MARKER_NODE, ZK_SEMAPHORE_PATH
 from .model import HistoryEvent
 
+# what clients ask of each request (URL parameter); their op logs' bounds build on it
+REQUEST_TIMEOUT = 2.0
+
 
 class ZkCluster:
     backend = "zookeeper"
@@ -37,7 +40,10 @@ class ZkCluster:
         return next(s for s in self.ensemble.servers if str(s.myid) == member)
 
     def url(self, hosts: list[str]) -> str:
-        return f"zookeeper://{','.join(hosts)}?session_timeout={self.session_timeout:g}"
+        return (
+            f"zookeeper://{','.join(hosts)}?session_timeout={self.session_timeout:g}"
+            f"&request_timeout={REQUEST_TIMEOUT:g}"
+        )
 
     def start(self) -> None:
         from kazoo.client import KazooClient
@@ -120,7 +126,8 @@ class EtcdTestCluster:
 
     def url(self, hosts: list[str]) -> str:
         return (
-            f"etcd://{','.join(hosts)}?session_timeout={self.session_timeout:g}&request_timeout=2"
+            f"etcd://{','.join(hosts)}?session_timeout={self.session_timeout:g}"
+            f"&request_timeout={REQUEST_TIMEOUT:g}"
         )
 
     def start(self) -> None:

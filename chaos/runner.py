@@ -21,7 +21,7 @@ import semaphore_recipes as sr
 
 from .checker import END, QUIESCED, CheckParams, CheckResult, check
 from .client import CALL_MARGIN, OpLog, classify
-from .cluster import TestCluster, make_cluster
+from .cluster import REQUEST_TIMEOUT, TestCluster, make_cluster
 from .fleet import ClientSlot, read_ops, wait_until
 from .layout import SEMAPHORE
 from .model import ClientOp, Fault, FaultKind, OpKind, Outcome, Violation, ViolationKind
@@ -135,7 +135,7 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
     try:
         cluster.start()
         admin = _Admin(cluster, rundir, config.seed)
-        request_bound = max(2.0, config.session_timeout)
+        request_bound = max(REQUEST_TIMEOUT, config.session_timeout)
         command = ["--backend", config.backend, "--threads", str(config.threads),
                    "--seed", config.seed, "--request-bound", str(request_bound)]  # fmt: skip
         upstreams = [cluster.endpoint(m) for m in cluster.members]
