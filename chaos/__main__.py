@@ -1,4 +1,5 @@
 """``python -m chaos [--backend zookeeper|etcd|both] [--minutes M] [--seed S]``
+(``--recheck RUNDIR`` checks a kept run directory again).
 
 Runs chaos runs of ``--run-seconds`` each until ``--minutes`` have passed (at least one
 run per backend), then prints the soak table. Exit status 1 if any run found a
@@ -15,7 +16,8 @@ from collections import Counter
 from pathlib import Path
 from types import FrameType
 
-from .runner import RunConfig, RunReport, fault_kinds, run_once
+from .checker import CheckParams, check
+from .runner import RunConfig, RunReport, fault_kinds, load_run, run_once
 
 
 def _percentile(values: list[float], q: float) -> str:
@@ -67,7 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--session-timeout", type=float, default=2.0)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep run directories")
+    parser.add_argument(
+        "--recheck", type=Path, metavar="RUNDIR", help="check a kept run directory again"
+    )
     args = parser.parse_args(argv)
+    if args.recheck is not None:
+        history, ops, faults = load_run(args.recheck)
+        result = check(history, ops, faults, CheckParams(session_timeout=args.session_timeout))
+        for violation in result.violations:
+            print(f"{violation.kind.value}: {violation.detail}")
+        print(f"{result.fenced_writes} fenced writes, {result.grants} grants, "
+              f"violations {dict(result.by_kind()) or 'none'}")  # fmt: skip
+        return 1 if result.violations else 0
 
     def terminated(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

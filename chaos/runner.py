@@ -24,7 +24,22 @@ from .client import CALL_MARGIN, OpLog, classify
 from .cluster import REQUEST_TIMEOUT, TestCluster, make_cluster
 from .fleet import ClientSlot, read_ops, wait_until
 from .layout import SEMAPHORE
-from .model import ClientOp, Fault, FaultKind, OpKind, Outcome, Violation, ViolationKind
+from .model import (
+    CapacitySet,
+    ClientOp,
+    DeleteCause,
+    EntryCreated,
+    EntryDeleted,
+    Fault,
+    FaultKind,
+    FencedWrite,
+    HistoryEvent,
+    Marker,
+    OpKind,
+    Outcome,
+    Violation,
+    ViolationKind,
+)
 from .nemesis import Nemesis
 
 CAPACITIES = (3, 4, 5, 6)  # never below the largest weight (3)
@@ -218,6 +233,30 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
         log_handler.close()
         if not (failed or config.keep):
             shutil.rmtree(rundir, ignore_errors=True)
+
+
+_EVENT_TYPES = {
+    cls.__name__: cls for cls in (EntryCreated, EntryDeleted, CapacitySet, FencedWrite, Marker)
+}
+
+
+def load_run(rundir: Path) -> tuple[list[HistoryEvent], list[ClientOp], list[Fault]]:
+    """A kept run directory's history, op logs and faults (for ``--recheck``)."""
+    history: list[HistoryEvent] = []
+    for line in (rundir / "history.jsonl").read_text().splitlines():
+        doc = json.loads(line)
+        cls = _EVENT_TYPES[doc.pop("type")]
+        if "cause" in doc:
+            doc["cause"] = DeleteCause(doc["cause"])
+        history.append(cls(**doc))
+    ops: list[ClientOp] = []
+    for path in sorted(rundir.glob("ops-*.jsonl")):
+        ops += read_ops(path, path.stem.removeprefix("ops-"))
+    faults = []
+    for line in (rundir / "nemesis.jsonl").read_text().splitlines():
+        doc = json.loads(line)
+        faults.append(Fault(FaultKind(doc["kind"]), doc["target"], doc["start"], doc["end"]))
+    return history, ops, faults
 
 
 def _plain(event: Any) -> dict[str, Any]:
