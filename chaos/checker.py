@@ -113,7 +113,7 @@ def check(
     for lease in live_leases:
         result.add(ViolationKind.LEAK, f"lease {lease} still alive at the end")
     _crash_release(history, faults, params, result)
-    _stalls(ops, windows, params, result)
+    _stalls(ops, faults, windows, params, result)
     _call_bounds(ops, faults, result)
     _acknowledged_writes(history, ops, result)
     return result
@@ -291,6 +291,7 @@ def _crash_release(
 
 def _stalls(
     ops: Sequence[ClientOp],
+    faults: Sequence[Fault],
     windows: Sequence[tuple[float, float]],
     params: CheckParams,
     result: CheckResult,
@@ -298,8 +299,13 @@ def _stalls(
     acquires = [op for op in ops if op.kind is OpKind.ACQUIRE]
     if not acquires:
         return
+    # a call that never returned waited until its process was killed (or to the end)
     horizon = max((op.end or op.start) for op in ops)
-    waiting = _union((op.start, op.end if op.end is not None else horizon) for op in acquires)
+    killed = {f.target: f.start for f in faults if f.kind is FaultKind.KILL_CLIENT}
+    waiting = _union(
+        (op.start, op.end if op.end is not None else killed.get(op.client, horizon))
+        for op in acquires
+    )
     grants = sorted(op.end for op in acquires if op.outcome is Outcome.OK and op.end is not None)
     limit = 2 * params.session_timeout
     for start, end in _subtract(waiting, _union(windows)):

@@ -186,6 +186,14 @@ def test_waiting_with_grants_every_few_seconds_is_no_stall() -> None:
     assert kinds([], ops) == []
 
 
+def test_an_acquire_cut_short_by_kill_9_stops_waiting_at_the_kill() -> None:
+    dead = ClientOp("c1.0", 0, OpKind.ACQUIRE, 100.0, None, Outcome.UNFINISHED, 10.0)
+    ops = [dead, grant("x", 1, 101.0), waiting(102.0, 103.0, "c2.0"), grant("y", 2, 130.0)]
+    kill = Fault(FaultKind.KILL_CLIENT, "c1.0", 101.5, 101.5)
+    assert kinds([], ops, [kill]) == []  # 110 .. 130: nobody was waiting
+    assert kinds([], ops) == [ViolationKind.STALL, ViolationKind.UNBOUNDED_CALL]
+
+
 def test_a_stall_during_a_fault_is_not_flagged() -> None:
     ops = [waiting(100.0, 106.0), grant("x", 1, 101.0)]
     assert kinds([], ops, [Fault(FaultKind.KILL_LEADER, "m0", 100.5, 101.0)]) == []
