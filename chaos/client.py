@@ -50,6 +50,22 @@ class OpLog:
         self.write({"ev": "end", "id": op_id, "ts": time.time(), "outcome": outcome.value, **extra})
 
 
+def _over_admit_by_one() -> None:
+    """The campaign's own end-to-end self-test: admission with an off-by-one capacity,
+    which the checker must flag as over_capacity from the store's history."""
+    from semaphore_recipes._core import queue
+
+    decide = queue.decide
+
+    def off_by_one(lower: Any, weight: int, capacity: int) -> Any:
+        return decide(lower, weight, capacity + 1)
+
+    queue.decide = off_by_one
+
+
+MUTATIONS = {"over_admit": _over_admit_by_one}
+
+
 def classify(exc: BaseException) -> Outcome:
     if isinstance(exc, sr.AcquireTimeout):
         return Outcome.TIMEOUT
@@ -129,7 +145,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--capacity", type=int, default=4)
     parser.add_argument("--request-bound", type=float, default=2.0)
     parser.add_argument("--connect-attempts", type=int, default=10)
+    parser.add_argument("--mutation", choices=sorted(MUTATIONS), default=None)
     args = parser.parse_args(argv)
+    if args.mutation is not None:
+        MUTATIONS[args.mutation]()
     log = OpLog(args.log, args.owner)
     terminate = threading.Event()
     idle = threading.Event()

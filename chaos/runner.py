@@ -56,6 +56,7 @@ class RunConfig:
     fault_interval: tuple[float, float] = (0.5, 2.0)
     workdir: Path | None = None
     keep: bool = False
+    mutation: str | None = None  # a deliberate bug in the clients (chaos.client.MUTATIONS)
 
 
 @dataclass
@@ -153,6 +154,8 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
         request_bound = max(REQUEST_TIMEOUT, config.session_timeout)
         command = ["--backend", config.backend, "--threads", str(config.threads),
                    "--seed", config.seed, "--request-bound", str(request_bound)]  # fmt: skip
+        if config.mutation is not None:
+            command += ["--mutation", config.mutation]
         upstreams = [cluster.endpoint(m) for m in cluster.members]
         slots = [ClientSlot(i, rundir, upstreams, command) for i in range(config.clients)]
 

@@ -20,3 +20,13 @@ def test_short_chaos_run_finds_no_violation(backend: str, seed: str) -> None:
     assert report.result.fenced_writes > 0 and report.acquisitions > 0, summary
     assert report.faults, summary
     assert summary["violations"] == {}, "\n".join(summary["details"])
+
+
+@pytest.mark.slow
+def test_a_short_run_with_over_admitting_clients_is_flagged() -> None:
+    """End to end: clients whose admission is off by one must be caught from the store's
+    history alone (so the short runs above can fail)."""
+    report = run_once(
+        RunConfig(backend="zookeeper", seconds=25, seed="13", clients=3, mutation="over_admit")
+    )
+    assert report.result.by_kind()["over_capacity"] > 0, report.summary()
