@@ -130,7 +130,8 @@ class _Admin:
     def stop(self) -> None:
         self.stopping.set()
         for thread in self._threads:
-            thread.join(60)
+            if thread.ident is not None:  # started
+                thread.join(60)
         with contextlib.suppress(Exception):
             self.backend.close()
 
@@ -226,7 +227,8 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
         if nemesis is not None:
             nemesis.stopping.set()
         if admin is not None:
-            admin.stopping.set()
+            with contextlib.suppress(Exception):
+                admin.stop()  # (idempotent) its threads and its session
         for slot in slots:
             with contextlib.suppress(Exception):
                 slot.close()
