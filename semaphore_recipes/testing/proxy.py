@@ -43,6 +43,7 @@ class ProxyMode(enum.Enum):
     CUT = "cut"
     DROP_REPLIES = "drop_replies"
     BLACKHOLE = "blackhole"
+    HOLD = "hold"
 
 
 def _parse_address(address: str) -> tuple[str, int]:
@@ -85,6 +86,7 @@ class FaultProxy:
     - :meth:`drop_replies`: forward client->server bytes, silently discard
       server->client bytes (a request reaches the server, its reply is lost).
     - :meth:`blackhole`: accept and discard both directions, close nothing.
+    - :meth:`hold`: read nothing, discard nothing: bytes arrive late, on restore.
     - :meth:`restore`: normal forwarding again.
 
     While bytes of a direction are being discarded, a close by the peer on that
@@ -170,6 +172,11 @@ class FaultProxy:
     def blackhole(self) -> None:
         """Discard both directions without closing anything."""
         self._set_mode(ProxyMode.BLACKHOLE)
+
+    def hold(self) -> None:
+        """Stop reading both directions without losing or closing anything: the bytes
+        wait in the sockets' buffers and are delivered late, on :meth:`restore` (a delay)."""
+        self._set_mode(ProxyMode.HOLD)
 
     def restore(self) -> None:
         """Forward normally again (new and still-open current connections)."""
@@ -338,7 +345,9 @@ class FaultProxy:
             if self._mode is ProxyMode.CUT:
                 self._close_conn(conn, abort=True)
                 continue
-            if self._mode is ProxyMode.FORWARD:
+            if self._mode is ProxyMode.HOLD:
+                pass  # nothing is lost: reading stops (_update_interest)
+            elif self._mode is ProxyMode.FORWARD:
                 if conn.client.closed or conn.upstream.closed:
                     # A side went away while its close was hidden: nothing left to
                     # forward to.
@@ -353,8 +362,8 @@ class FaultProxy:
 
     def _delivers(self, from_client: bool) -> bool:
         """Whether bytes read from that side are passed on in the current mode."""
-        if self._mode is ProxyMode.FORWARD:
-            return True
+        if self._mode in (ProxyMode.FORWARD, ProxyMode.HOLD):
+            return True  # (HOLD reads nothing; bytes read as it began are not lost)
         return self._mode is ProxyMode.DROP_REPLIES and from_client
 
     def _handle(self, conn: _Conn, name: str, events: int) -> None:
@@ -449,7 +458,8 @@ class FaultProxy:
             if side.closed:
                 continue
             events = 0
-            if not side.eof and len(other.outbuf) < _MAX_BUFFER:
+            holding = self._mode is ProxyMode.HOLD
+            if not side.eof and len(other.outbuf) < _MAX_BUFFER and not holding:
                 events |= selectors.EVENT_READ
             if side.outbuf or (conn.connecting and side is conn.upstream):
                 events |= selectors.EVENT_WRITE

@@ -184,6 +184,21 @@ def test_drop_replies_forwards_requests_only(proxy: FaultProxy, echo: EchoServer
         assert recv_exactly(sock, 1) == b"!"
 
 
+def test_hold_delays_both_ways_and_loses_nothing(proxy: FaultProxy, echo: EchoServer) -> None:
+    with connect(proxy) as sock:
+        sock.sendall(b"a")
+        assert recv_exactly(sock, 1) == b"a"
+        proxy.hold()
+        assert proxy.mode is ProxyMode.HOLD
+        sock.sendall(b"late")
+        assert not is_closed(sock, timeout=0.3)  # nothing arrives, nothing closes
+        assert bytes(echo.received) == b"a"
+        proxy.restore()
+        sock.settimeout(2.0)
+        assert recv_exactly(sock, 4) == b"late"  # delivered, in order, after the hold
+        assert bytes(echo.received) == b"alate"
+
+
 def test_upstream_close_hidden_while_muted_then_closed_on_restore(echo: EchoServer) -> None:
     # Upstream that accepts and closes immediately.
     listener = socket.create_server(("127.0.0.1", 0))

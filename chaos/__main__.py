@@ -1,0 +1,118 @@
+"""``python -m chaos [--backend zookeeper|etcd|both] [--minutes M] [--seed S]``
+(``--recheck RUNDIR`` checks a kept run directory again).
+
+Runs chaos runs of ``--run-seconds`` each until ``--minutes`` have passed (at least one
+run per backend), then prints the soak table. Exit status 1 if any run found a
+violation. Ctrl-C or SIGTERM stops every child process (servers, clients, proxies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+
+from .checker import CheckParams, check
+from .runner import RunConfig, RunReport, fault_kinds, load_run, run_once
+
+
+def _percentile(values: list[float], q: float) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]:.2f}"
+
+
+def table(backend: str, reports: list[RunReport], elapsed: float) -> str:
+    faults: Counter[str] = Counter()
+    violations: Counter[str] = Counter()
+    latencies: list[float] = []
+    for report in reports:
+        faults.update(f.kind.value for f in report.faults)
+        violations.update(report.result.by_kind())
+        latencies += report.result.release_latencies
+    rows = [
+        ("backend", backend),
+        ("wall time", f"{elapsed / 60:.1f} min"),
+        ("runs", str(len(reports))),
+        ("acquisitions", str(sum(r.acquisitions for r in reports))),
+        ("fenced writes", str(sum(r.result.fenced_writes for r in reports))),
+        ("faults", str(sum(faults.values()))),
+        *((f"  {kind}", str(faults.get(kind, 0))) for kind in fault_kinds()),
+        ("violations", str(sum(violations.values()))),
+        *((f"  {kind}", str(n)) for kind, n in sorted(violations.items())),
+        ("leaks", str(violations.get("leak", 0))),
+        ("kill -9 releases measured", str(len(latencies))),
+        ("release latency p50/p90/p99/max (s)", "/".join(
+            _percentile(latencies, q) for q in (0.5, 0.9, 0.99, 1.0))),
+    ]  # fmt: skip
+    width = max(len(r[0]) for r in rows)
+    vwidth = max(len(r[1]) for r in rows)
+    header = (
+        f"| {'what':<{width}} | {'value':>{vwidth}} |\n|{'-' * (width + 2)}|{'-' * (vwidth + 2)}|"
+    )
+    return header + "\n" + "\n".join(f"| {n:<{width}} | {v:>{vwidth}} |" for n, v in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
+    parser.add_argument("--backend", choices=("zookeeper", "etcd", "both"), default="both")
+    parser.add_argument("--minutes", type=float, default=2.0, help="total time per backend")
+    parser.add_argument("--run-seconds", type=float, default=90.0, help="length of one run")
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    parser.add_argument("--clients", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=3)
+    parser.add_argument("--session-timeout", type=float, default=2.0)
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep run directories")
+    parser.add_argument(
+        "--recheck", type=Path, metavar="RUNDIR", help="check a kept run directory again"
+    )
+    args = parser.parse_args(argv)
+    if args.recheck is not None:
+        history, ops, faults = load_run(args.recheck)
+        result = check(history, ops, faults, CheckParams(session_timeout=args.session_timeout))
+        for violation in result.violations:
+            print(f"{violation.kind.value}: {violation.detail}")
+        print(f"{result.fenced_writes} fenced writes, {result.grants} grants, "
+              f"violations {dict(result.by_kind()) or 'none'}")  # fmt: skip
+        return 1 if result.violations else 0
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, terminated)
+    backends = ("zookeeper", "etcd") if args.backend == "both" else (args.backend,)
+    bad = False
+    for backend in backends:
+        started = time.time()
+        reports: list[RunReport] = []
+        seed = args.seed
+        while not reports or time.time() - started < args.minutes * 60 - args.run_seconds / 2:
+            config = RunConfig(
+                backend=backend, seconds=args.run_seconds, seed=str(seed), clients=args.clients,
+                threads=args.threads, session_timeout=args.session_timeout,
+                workdir=args.workdir, keep=args.keep,
+            )  # fmt: skip
+            report = run_once(config)
+            reports.append(report)
+            summary = report.summary()
+            print(
+                f"[{backend} seed {seed}] {summary['seconds']} s: "
+                f"{summary['acquisitions']} acquisitions, {summary['fenced_writes']} fenced "
+                f"writes, {sum(summary['faults'].values())} faults, violations "
+                f"{summary['violations'] or 'none'}",
+                flush=True,
+            )
+            bad |= bool(report.violations)
+            seed += 1
+        print(table(backend, reports, time.time() - started), flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""A chaos client process: one backend shared by T threads, each looping acquire (weight
+1-3, a random timeout) -> a fenced write through ``permit.transaction()`` -> release.
+
+Every call is logged before and after (JSON lines, one ``os.write`` each, so a kill -9
+loses at most the line being written): the checker reads them for call bounds, grants
+and stalls. SIGUSR1: stop starting calls, log ``idle`` once every thread is done.
+SIGTERM: the same, then close the backend and exit.
+
+Run by the runner: ``python -m chaos.client URL OWNER LOG --threads 3 --seed 1 ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import threading
+import time
+import traceback
+from typing import Any
+
+import semaphore_recipes as sr
+
+from .layout import DATA_NODE, SEMAPHORE
+from .model import OpKind, Outcome
+
+CALL_MARGIN = 3.0  # seconds a call may take beyond its own bound (a loaded machine)
+
+
+class OpLog:
+    def __init__(self, path: str, owner: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.owner = owner
+        self._ids = iter(range(1 << 62))
+        self._lock = threading.Lock()
+
+    def write(self, record: dict[str, Any]) -> None:
+        os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+    def start(self, thread: int, kind: OpKind, bound: float) -> int:
+        with self._lock:
+            op_id = next(self._ids)
+        self.write({"ev": "start", "id": op_id, "t": thread, "op": kind.value,
+                    "ts": time.time(), "bound": bound})  # fmt: skip
+        return op_id
+
+    def end(self, op_id: int, outcome: Outcome, **extra: Any) -> None:
+        self.write({"ev": "end", "id": op_id, "ts": time.time(), "outcome": outcome.value, **extra})
+
+
+def _over_admit_by_one() -> None:
+    """The campaign's own end-to-end self-test: admission with an off-by-one capacity,
+    which the checker must flag as over_capacity from the store's history."""
+    from semaphore_recipes._core import queue
+
+    decide = queue.decide
+
+    def off_by_one(lower: Any, weight: int, capacity: int) -> Any:
+        return decide(lower, weight, capacity + 1)
+
+    queue.decide = off_by_one
+
+
+MUTATIONS = {"over_admit": _over_admit_by_one}
+
+
+def classify(exc: BaseException) -> Outcome:
+    if isinstance(exc, sr.AcquireTimeout):
+        return Outcome.TIMEOUT
+    if isinstance(exc, sr.PermitLost):
+        return Outcome.LOST
+    if isinstance(exc, sr.BackendUnavailable):
+        return Outcome.UNAVAILABLE
+    return Outcome.ERROR
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace, backend: Any, log: OpLog) -> None:
+        self.args = args
+        self.backend = backend
+        self.log = log
+        self.sem = backend.semaphore(SEMAPHORE, capacity=args.capacity, adopt_capacity=True)
+        self.stopping = threading.Event()
+        self.request_bound = args.request_bound
+
+    def run(self, index: int) -> None:
+        rng = random.Random(f"{self.args.seed}/{self.log.owner}/{index}")
+        writes = 0
+        while not self.stopping.is_set():
+            weight = rng.randint(1, 3)
+            timeout = rng.uniform(1.0, 4.0)
+            bound = timeout + self.request_bound + CALL_MARGIN
+            op = self.log.start(index, OpKind.ACQUIRE, bound)
+            try:
+                permit = self.sem.acquire(weight, timeout=timeout)
+            except Exception as exc:
+                outcome = classify(exc)
+                if outcome is Outcome.ERROR:
+                    traceback.print_exc()  # into the client's log file, for the post-mortem
+                self.log.end(op, outcome, detail=repr(exc)[:300], w=weight)
+                continue
+            self.log.end(op, Outcome.OK, key=permit.key, token=permit.token, w=weight)
+            try:
+                time.sleep(rng.uniform(0.0, 0.15))
+                writes += 1
+                self.fenced_write(index, permit, writes)
+            finally:
+                op = self.log.start(index, OpKind.RELEASE, self.request_bound + CALL_MARGIN)
+                try:
+                    permit.release()
+                    self.log.end(op, Outcome.OK)
+                except Exception as exc:  # release never raises: a violation if it does
+                    self.log.end(op, Outcome.ERROR, detail=repr(exc)[:300])
+
+    def fenced_write(self, index: int, permit: Any, n: int) -> None:
+        writer = f"{self.log.owner}/t{index}"
+        value = json.dumps({"writer": writer, "key": permit.key, "token": permit.token, "n": n})
+        op = self.log.start(index, OpKind.COMMIT, self.request_bound + CALL_MARGIN)
+        try:
+            tx = permit.transaction()
+            if self.args.backend == "zookeeper":
+                tx.set_data(DATA_NODE, value.encode())
+            else:
+                tx.put(DATA_NODE, value.encode())
+            tx.commit()
+        except Exception as exc:
+            if classify(exc) is Outcome.ERROR:
+                traceback.print_exc()
+            detail = f"{exc!r}"[:300] + f" lost={permit.lost.is_set()} state={permit.state.value}"
+            self.log.end(op, classify(exc), detail=detail, key=permit.key, token=permit.token)
+            return
+        self.log.end(op, Outcome.OK, key=permit.key, token=permit.token)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m chaos.client")
+    parser.add_argument("url")
+    parser.add_argument("owner")
+    parser.add_argument("log")
+    parser.add_argument("--backend", choices=("zookeeper", "etcd"), required=True)
+    parser.add_argument("--threads", type=int, default=3)
+    parser.add_argument("--seed", default="0")
+    parser.add_argument("--capacity", type=int, default=4)
+    parser.add_argument("--request-bound", type=float, default=2.0)
+    parser.add_argument("--connect-attempts", type=int, default=10)
+    parser.add_argument("--mutation", choices=sorted(MUTATIONS), default=None)
+    args = parser.parse_args(argv)
+    if args.mutation is not None:
+        MUTATIONS[args.mutation]()
+    log = OpLog(args.log, args.owner)
+    terminate = threading.Event()
+    idle = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: terminate.set())
+    signal.signal(signal.SIGUSR1, lambda *_: idle.set())
+    backend = None
+    for attempt in range(args.connect_attempts):  # the cluster may be restarting
+        if terminate.is_set():
+            return
+        try:
+            backend = sr.connect(args.url, owner=args.owner)
+            break
+        except sr.BackendUnavailable as exc:
+            log.write({"ev": "connect_failed", "ts": time.time(), "attempt": attempt,
+                       "detail": repr(exc)[:300]})  # fmt: skip
+            time.sleep(0.5)
+    if backend is None:
+        return
+    worker = Worker(args, backend, log)
+    threads = [
+        threading.Thread(target=worker.run, args=(i,), name=f"chaos-{i}", daemon=True)
+        for i in range(args.threads)
+    ]
+    for thread in threads:
+        thread.start()
+    log.write({"ev": "ready", "ts": time.time()})
+    while not (terminate.is_set() or idle.is_set()):
+        time.sleep(0.1)
+    worker.stopping.set()
+    for thread in threads:
+        thread.join()
+    log.write({"ev": "idle", "ts": time.time()})
+    while not terminate.is_set():
+        time.sleep(0.1)
+    backend.close()
+    log.write({"ev": "closed", "ts": time.time()})
+
+
+if __name__ == "__main__":
+    main()

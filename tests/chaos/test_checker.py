@@ -1,0 +1,252 @@
+"""The checker's self-test: planted violations must be flagged, and the clean variants
+of the same histories must not be."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from chaos.checker import END, QUIESCED, CheckParams, check
+from chaos.model import (
+    CapacitySet,
+    ClientOp,
+    DeleteCause,
+    EntryCreated,
+    EntryDeleted,
+    Fault,
+    FaultKind,
+    FencedWrite,
+    HistoryEvent,
+    Marker,
+    OpKind,
+    Outcome,
+    ViolationKind,
+)
+
+PARAMS = CheckParams(session_timeout=2.0)
+
+
+def created(pos: int, key: str, weight: int = 1, owner: str = "c0.0") -> EntryCreated:
+    return EntryCreated(pos, float(pos), key, pos, weight, owner, 7)
+
+
+def deleted(
+    pos: int, key: str, token: int, cause: DeleteCause = DeleteCause.DELETE
+) -> EntryDeleted:
+    return EntryDeleted(pos, float(pos), key, token, cause)
+
+
+def write(pos: int, key: str, token: int) -> FencedWrite:
+    return FencedWrite(pos, float(pos), key, token, f"{key}-writer")
+
+
+def grant(key: str, token: int, at: float, client: str = "c0.0") -> ClientOp:
+    return ClientOp(client, 0, OpKind.ACQUIRE, at - 0.1, at, Outcome.OK, 10.0, key, token)
+
+
+def kinds(
+    history: list[HistoryEvent], ops: Sequence[ClientOp] = (), faults: Sequence[Fault] = ()
+) -> list[ViolationKind]:
+    return [v.kind for v in check(history, ops, faults, PARAMS).violations]
+
+
+def test_a_clean_history_passes() -> None:
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(2, "a", 2),
+        created(3, "b", 1),
+        write(4, "a", 2),
+        write(5, "b", 3),
+        deleted(6, "a", 2),
+        created(7, "c", 2),
+        write(8, "c", 7),
+        deleted(9, "b", 3),
+        deleted(10, "c", 7),
+        Marker(11, 11.0, QUIESCED),
+        Marker(12, 12.0, END),
+    ]
+    ops = [grant("a", 2, 3.5), grant("b", 3, 4.5), grant("c", 7, 7.5)]
+    assert kinds(history, ops) == []
+
+
+def test_over_capacity_is_flagged() -> None:
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(2, "a", 2),
+        created(3, "b", 2),
+        write(4, "a", 2),
+        write(5, "b", 3),  # 2 + 2 > 3
+    ]
+    assert kinds(history) == [ViolationKind.OVER_CAPACITY]
+
+
+def test_a_capacity_shrink_under_a_holder_is_not_over_capacity() -> None:
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 4),
+        created(2, "a", 2),
+        created(3, "b", 2),
+        CapacitySet(4, 4.0, 3),  # holders keep what they hold
+        write(5, "b", 3),
+    ]
+    assert kinds(history) == []
+
+
+def test_an_entry_created_after_a_capacity_shrink_is_bound_by_the_new_capacity() -> None:
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 4),
+        created(2, "a", 2),
+        CapacitySet(3, 3.0, 3),
+        created(4, "b", 2),
+        write(5, "b", 4),  # 2 + 2 > 3, and b never saw 4
+    ]
+    assert kinds(history) == [ViolationKind.OVER_CAPACITY]
+
+
+def test_a_write_after_its_entry_was_deleted_is_flagged() -> None:
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(2, "a"),
+        deleted(3, "a", 2, DeleteCause.SESSION_END),
+        write(4, "a", 2),
+    ]
+    assert kinds(history) == [ViolationKind.WRITE_AFTER_DELETE]
+
+
+def test_a_write_with_a_stale_token_on_a_reused_key_is_flagged() -> None:
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(2, "slot-0"),
+        deleted(3, "slot-0", 2),
+        created(4, "slot-0"),  # the key reused by a new entry
+        write(5, "slot-0", 2),  # the old permit's write
+    ]
+    assert kinds(history) == [ViolationKind.WRITE_AFTER_DELETE]
+
+
+def overtaking_history(gone_at: int, cause: DeleteCause = DeleteCause.DELETE) -> list[HistoryEvent]:
+    return [
+        CapacitySet(1, 1.0, 3),
+        created(2, "f"),  # lower, waiting
+        created(3, "e"),
+        write(10, "e", 3),  # e admitted: f fitted too
+        deleted(gone_at, "f", 2, cause),  # f gave up without a grant
+        deleted(gone_at + 1, "e", 3),
+    ]
+
+
+def test_overtaking_is_flagged() -> None:
+    assert kinds(overtaking_history(15), [grant("e", 3, 9.5)]) == [ViolationKind.OVERTAKING]
+
+
+def test_overtaking_needs_the_lower_entry_to_outlive_the_grace() -> None:
+    assert kinds(overtaking_history(11), [grant("e", 3, 9.5)]) == []
+
+
+def test_a_lower_entry_gone_with_its_session_is_not_overtaken() -> None:
+    history = overtaking_history(15, DeleteCause.SESSION_END)
+    assert kinds(history, [grant("e", 3, 9.5)]) == []
+
+
+def test_a_lower_entry_that_was_granted_is_not_overtaken() -> None:
+    assert kinds(overtaking_history(15), [grant("e", 3, 9.5), grant("f", 2, 10.5)]) == []
+
+
+def test_no_overtaking_is_judged_during_a_fault() -> None:
+    fault = Fault(FaultKind.CUT, "c0.0", 11.0, 12.0)
+    assert kinds(overtaking_history(15), [grant("e", 3, 9.5)], [fault]) == []
+
+
+def test_entries_left_at_the_markers_are_leaks() -> None:
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(2, "a"),
+        Marker(3, 3.0, QUIESCED),
+        Marker(4, 4.0, END),
+    ]
+    assert kinds(history) == [ViolationKind.LEAK, ViolationKind.LEAK]
+    history.insert(3, deleted(3, "a", 2))
+    assert kinds(history) == [ViolationKind.LEAK]  # at the quiesced marker only
+
+
+def test_a_live_lease_at_the_end_is_a_leak() -> None:
+    result = check([CapacitySet(1, 1.0, 3)], [], [], PARAMS, live_leases=["abc"])
+    assert [v.kind for v in result.violations] == [ViolationKind.LEAK]
+
+
+def waiting(start: float, end: float, client: str = "c1.0") -> ClientOp:
+    return ClientOp(client, 1, OpKind.ACQUIRE, start, end, Outcome.TIMEOUT, 100.0)
+
+
+def test_a_stall_is_flagged() -> None:
+    ops = [waiting(100.0, 103.0), waiting(103.0, 106.0), grant("x", 1, 101.0)]
+    assert kinds([], ops) == [ViolationKind.STALL]  # 101 .. 106 without a grant
+
+
+def test_waiting_with_grants_every_few_seconds_is_no_stall() -> None:
+    ops = [waiting(100.0, 110.0)] + [grant("x", i, 100.0 + 3 * i) for i in range(1, 4)]
+    assert kinds([], ops) == []
+
+
+def test_an_acquire_cut_short_by_kill_9_stops_waiting_at_the_kill() -> None:
+    dead = ClientOp("c1.0", 0, OpKind.ACQUIRE, 100.0, None, Outcome.UNFINISHED, 10.0)
+    ops = [dead, grant("x", 1, 101.0), waiting(102.0, 103.0, "c2.0"), grant("y", 2, 130.0)]
+    kill = Fault(FaultKind.KILL_CLIENT, "c1.0", 101.5, 101.5)
+    assert kinds([], ops, [kill]) == []  # 110 .. 130: nobody was waiting
+    assert kinds([], ops) == [ViolationKind.STALL, ViolationKind.UNBOUNDED_CALL]
+
+
+def test_a_stall_during_a_fault_is_not_flagged() -> None:
+    ops = [waiting(100.0, 106.0), grant("x", 1, 101.0)]
+    assert kinds([], ops, [Fault(FaultKind.KILL_LEADER, "m0", 100.5, 101.0)]) == []
+
+
+def test_a_slow_release_after_kill_9_is_flagged() -> None:
+    kill = Fault(FaultKind.KILL_CLIENT, "c1.0", 100.0, 100.0)
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(50, "a", owner="c1.0"),
+        deleted(104, "a", 50, DeleteCause.SESSION_END),  # 4 s > 2 + 1
+    ]
+    assert kinds(history, [], [kill]) == [ViolationKind.SLOW_RELEASE]
+    history[2] = EntryDeleted(102, 102.5, "a", 50, DeleteCause.SESSION_END)
+    result = check(history, [], [kill], PARAMS)
+    assert result.violations == [] and result.release_latencies == [2.5]
+
+
+def test_a_slow_release_overlapping_a_server_fault_is_not_judged() -> None:
+    faults = [
+        Fault(FaultKind.KILL_CLIENT, "c1.0", 100.0, 100.0),
+        Fault(FaultKind.KILL_MEMBER, "m1", 101.0, 102.0),
+    ]
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(50, "a", owner="c1.0"),
+        deleted(104, "a", 50, DeleteCause.SESSION_END),
+    ]
+    assert kinds(history, [], faults) == []
+
+
+def test_calls_past_their_bound_or_never_returning_are_flagged() -> None:
+    slow = ClientOp("c0.0", 0, OpKind.COMMIT, 10.0, 20.0, Outcome.UNAVAILABLE, 5.0)
+    hung = ClientOp("c0.0", 1, OpKind.RELEASE, 10.0, None, Outcome.UNFINISHED, 5.0)
+    killed = ClientOp("c1.0", 1, OpKind.RELEASE, 10.0, None, Outcome.UNFINISHED, 5.0)
+    paused = ClientOp("c2.0", 0, OpKind.COMMIT, 10.0, 20.0, Outcome.LOST, 5.0)
+    faults = [
+        Fault(FaultKind.KILL_CLIENT, "c1.0", 11.0, 11.0),
+        Fault(FaultKind.PAUSE_CLIENT, "c2.0", 11.0, 14.0),
+    ]
+    assert kinds([], [slow, hung, killed, paused], faults) == [
+        ViolationKind.UNBOUNDED_CALL,
+        ViolationKind.UNBOUNDED_CALL,
+    ]
+
+
+def test_an_unexpected_exception_is_flagged() -> None:
+    op = ClientOp("c0.0", 0, OpKind.ACQUIRE, 10.0, 11.0, Outcome.ERROR, 5.0, detail="KeyError")
+    assert kinds([], [op]) == [ViolationKind.UNEXPECTED_ERROR]
+
+
+def test_an_acknowledged_write_missing_from_the_history_is_flagged() -> None:
+    history: list[HistoryEvent] = [CapacitySet(1, 1.0, 3), created(2, "a"), write(3, "a", 2)]
+    ok = ClientOp("c0.0", 0, OpKind.COMMIT, 2.5, 3.5, Outcome.OK, 5.0, "a", 2)
+    assert kinds(history, [ok]) == []
+    assert kinds(history, [ok, ok]) == [ViolationKind.LOST_WRITE]

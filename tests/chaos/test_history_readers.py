@@ -1,0 +1,130 @@
+"""The history readers on hand-made input: ZooKeeper's binary log format (padding,
+multi, failed multi, closeSession) and etcd's watch events (lease ends, the clock)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from chaos import history_etcd, history_zk
+from chaos.model import (
+    CapacitySet,
+    DeleteCause,
+    EntryCreated,
+    EntryDeleted,
+    FencedWrite,
+    Marker,
+)
+
+SEM = "/semaphore_recipes/chaos"
+LAYOUT = history_zk.ZkLayout(SEM, "/chaos-data", "/chaos-marker")
+ENTRY = "e-" + "a" * 32 + "-w2-0000000001"
+
+
+def jstr(value: str | bytes) -> bytes:
+    raw = value.encode() if isinstance(value, str) else value
+    return struct.pack(">i", len(raw)) + raw
+
+
+def create(path: str, data: bytes, ephemeral: bool) -> bytes:
+    acl = struct.pack(">i", 1) + struct.pack(">i", 31) + jstr("world") + jstr("anyone")
+    return jstr(path) + jstr(data) + acl + struct.pack(">bi", ephemeral, 1)
+
+
+def record(session: int, zxid: int, type_: int, body: bytes, time_ms: int = 5000) -> bytes:
+    txn = struct.pack(">qiqqi", session, 1, zxid, time_ms, type_) + body
+    return struct.pack(">qi", 0, len(txn)) + txn + b"B"
+
+
+def multi(*ops: tuple[int, bytes]) -> bytes:
+    return struct.pack(">i", len(ops)) + b"".join(struct.pack(">i", t) + jstr(b) for t, b in ops)
+
+
+def write_log(path: Path, records: list[bytes]) -> None:
+    header = b"ZKLG" + struct.pack(">iq", 2, 0)
+    path.mkdir(parents=True)
+    (path / "log.1").write_bytes(header + b"".join(records) + bytes(4096))  # preallocation
+
+
+def test_zookeeper_logs_are_read_and_normalized(tmp_path: Path) -> None:
+    value = json.dumps({"writer": "c0.0/t0", "key": ENTRY, "token": 3}).encode()
+    fence = (13, jstr(f"{SEM}/{ENTRY}") + struct.pack(">i", -1))
+    records = [
+        record(0, 1, -10, struct.pack(">i", 2000)),
+        record(9, 2, 1, create(SEM, b'{"capacity":3}', False)),
+        record(
+            9, 3, 15, create(f"{SEM}/{ENTRY}", b'{"owner":"c0.0","held":false,"since":1}', True)
+        ),
+        record(
+            9, 4, 14, multi(fence, (5, jstr("/chaos-data") + jstr(value) + struct.pack(">i", -1)))
+        ),
+        # a failed multi: its parts are error txns
+        record(9, 5, 14, multi((-1, struct.pack(">i", -101)), (-1, struct.pack(">i", -2)))),
+        record(9, 6, 5, jstr(SEM) + jstr(b'{"capacity":5}') + struct.pack(">i", 0)),
+        record(9, 7, -11, b""),  # the session ends: its ephemeral goes
+        record(0, 8, 5, jstr("/chaos-marker") + jstr(b"end") + struct.pack(">i", 0)),
+    ]
+    # two members: one has the whole log, the other a prefix of it
+    write_log(tmp_path / "m1" / "version-2", records)
+    write_log(tmp_path / "m2" / "version-2", records[:3])
+    txns, conflicts = history_zk.read_logs([tmp_path / "m1", tmp_path / "m2"])
+    assert conflicts == [] and [t.zxid for t in txns] == list(range(1, 9))
+    assert history_zk.normalize(txns, LAYOUT) == [
+        CapacitySet(2, 5.0, 3),
+        EntryCreated(3, 5.0, ENTRY, 3, 2, "c0.0", 9),
+        FencedWrite(4, 5.0, ENTRY, 3, "c0.0/t0"),
+        CapacitySet(6, 5.0, 5),
+        EntryDeleted(7, 5.0, ENTRY, 3, DeleteCause.SESSION_END),
+        Marker(8, 5.0, "end"),
+    ]
+
+
+def test_a_record_cut_short_ends_the_read(tmp_path: Path) -> None:
+    good = record(0, 1, 5, jstr("/chaos-marker") + jstr(b"x") + struct.pack(">i", 0))
+    header = b"ZKLG" + struct.pack(">iq", 2, 0)
+    (tmp_path / "log.1").write_bytes(header + good + good[:-5])
+    assert [t.zxid for t in history_zk.read_log_file(tmp_path / "log.1")] == [1]
+
+
+ETCD = history_etcd.EtcdLayout(
+    entries_prefix=b"/s/chaos/entries/",
+    config_key=b"/s/chaos/config",
+    data_key=b"/chaos-data",
+    marker_key=b"/chaos-marker",
+    clock_key=b"/chaos-clock",
+)
+
+
+def ev(
+    deleted: bool, key: bytes, value: bytes, create: int, mod: int, lease: int = 0
+) -> history_etcd.RawEvent:
+    return history_etcd.RawEvent(deleted, key, value, create, mod, lease)
+
+
+def test_etcd_events_are_normalized() -> None:
+    entry = b'{"owner":"c0.0","held":false,"since":1,"w":2}'
+    write = json.dumps({"writer": "c0.0/t1", "key": "1-0", "token": 4}).encode()
+    raw = [
+        ev(False, b"/chaos-clock", b"100.5", 1, 2),
+        ev(False, b"/s/chaos/config", b'{"capacity":3}', 3, 3),
+        ev(False, b"/s/chaos/entries/1-0", entry, 4, 4, lease=1),
+        ev(False, b"/s/chaos/entries/1-1", entry, 5, 5, lease=1),
+        ev(False, b"/s/chaos/entries/1-0", entry.replace(b"false", b"true"), 4, 6, lease=1),
+        ev(False, b"/chaos-data", write, 7, 7),
+        ev(False, b"/chaos-clock", b"101.5", 1, 8),
+        ev(True, b"/s/chaos/entries/1-0", entry, 4, 9, lease=1),  # the lease ended:
+        ev(True, b"/s/chaos/entries/1-1", entry, 5, 9, lease=1),  # both keys, one revision
+        ev(False, b"/chaos-clock", b"101.7", 1, 10),
+        ev(False, b"/chaos-marker", b"quiesced", 11, 11),  # the ticks stopped: no time
+        ev(False, b"/chaos-clock", b"103.7", 1, 12),
+    ]
+    assert history_etcd.normalize(raw, ETCD) == [
+        CapacitySet(3, 100.5, 3),
+        EntryCreated(4, 100.5, "1-0", 4, 2, "c0.0", 1),
+        EntryCreated(5, 100.5, "1-1", 5, 2, "c0.0", 1),
+        FencedWrite(7, 100.5, "1-0", 4, "c0.0/t1"),
+        EntryDeleted(9, 101.5, "1-0", 4, DeleteCause.SESSION_END),
+        EntryDeleted(9, 101.5, "1-1", 5, DeleteCause.SESSION_END),
+        Marker(11, None, "quiesced"),
+    ]

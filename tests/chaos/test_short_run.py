@@ -1,0 +1,32 @@
+"""A short chaos run of each backend (fixed seeds): every fault kind of the nemesis
+against client processes, then the store's history must show no violation."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from chaos.runner import RunConfig, run_once
+
+SECONDS = float(os.environ.get("SEMAPHORE_RECIPES_CHAOS_SECONDS", "75"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "seed"), [("zookeeper", "11"), ("etcd", "12")])
+def test_short_chaos_run_finds_no_violation(backend: str, seed: str) -> None:
+    report = run_once(RunConfig(backend=backend, seconds=SECONDS, seed=seed, clients=4))
+    summary = report.summary()
+    assert report.result.fenced_writes > 0 and report.acquisitions > 0, summary
+    assert report.faults, summary
+    assert summary["violations"] == {}, "\n".join(summary["details"])
+
+
+@pytest.mark.slow
+def test_a_short_run_with_over_admitting_clients_is_flagged() -> None:
+    """End to end: clients whose admission is off by one must be caught from the store's
+    history alone (so the short runs above can fail)."""
+    report = run_once(
+        RunConfig(backend="zookeeper", seconds=25, seed="13", clients=3, mutation="over_admit")
+    )
+    assert report.result.by_kind()["over_capacity"] > 0, report.summary()
