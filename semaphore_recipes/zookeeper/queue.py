@@ -294,17 +294,28 @@ class ZooKeeperQueue(QueueBase):
                 path, stat, children, parent = found
             except SessionExpiredError:
                 continue  # a create in the dead session died with it; kazoo makes a new one
+            if parent.version != self._capacity_version and not self._refresh_capacity(deadline):
+                continue  # the session ended meanwhile: that entry is gone with it
             if self.backend.session_id != session:
                 continue  # raced a session change: that entry is gone with its session
-            if parent.version != self._capacity_version:
-                self._refresh_capacity(deadline)  # the cached capacity is stale
             return self._enqueued(waiter, path, stat.czxid, children)
 
-    def _refresh_capacity(self, deadline: Deadline) -> None:
-        raw, stat = self._result(
-            self.client.get_async(self.path, watch=self._capacity_event), deadline
-        )
-        self._new_capacity(decode_capacity(self.name, raw), stat.version)
+    def _refresh_capacity(self, deadline: Deadline) -> bool:
+        """Read the capacity again and re-arm its watch (the listing showed it changed).
+        A read is safe to repeat, so a lost connection is waited out within the deadline
+        like any other step. False when the session (or the node) ended meanwhile."""
+        while True:
+            try:
+                raw, stat = self._result(
+                    self.client.get_async(self.path, watch=self._capacity_event), deadline
+                )
+            except ConnectionLoss:
+                self.backend.wait_connected(deadline)
+                continue
+            except (SessionExpiredError, NoNodeError):
+                return False
+            self._new_capacity(decode_capacity(self.name, raw), stat.version)
+            return True
 
     def _enqueue_alone(
         self, waiter: Waiter, path: str, czxid: int, alone_since: int | None, session: int | None
@@ -385,11 +396,18 @@ class ZooKeeperQueue(QueueBase):
                 return None
 
     def _recreate_node(self, deadline: Deadline) -> None:
-        with contextlib.suppress(NodeExistsError):
-            self._result(
-                self.client.create_async(self.path, encode_capacity(self.capacity), makepath=True),
-                deadline,
-            )
+        while True:
+            try:
+                with contextlib.suppress(NodeExistsError):
+                    self._result(
+                        self.client.create_async(
+                            self.path, encode_capacity(self.capacity), makepath=True
+                        ),
+                        deadline,
+                    )
+                return
+            except (ConnectionLoss, SessionExpiredError):
+                self.backend.wait_connected(deadline)  # a create of a node is safe to repeat
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline

@@ -268,3 +268,34 @@ def test_a_kazoo_wait_that_gives_up_before_the_deadline_is_waited_again() -> Non
     assert reply.calls == 2
     with pytest.raises(sr.AcquireTimeout):
         ZooKeeperQueue._result(queue, GivesUpOnce(), Deadline(0.0, time.monotonic))
+
+
+def test_a_connection_lost_as_the_enqueue_rereads_a_changed_capacity_is_waited_out(
+    zk: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The storm campaign saw acquire raise kazoo's ConnectionLoss: the listing showed a
+    changed capacity, and the read that follows it lost its connection. The loss is put
+    into the capacity reads only (the real server answers every other request): the
+    watch's re-read first, so the cached capacity stays stale, then the enqueue's."""
+    from kazoo.exceptions import ConnectionLoss
+
+    backend = zk.connect()
+    sem = backend.semaphore("reread", capacity=2)
+    capacity_path = sem._store.path  # type: ignore[attr-defined]
+    real_get = backend.client.get_async
+    losses = [2]
+
+    def get_async(path: str, watch: Any = None) -> Any:
+        if path == capacity_path and losses[0] > 0:
+            losses[0] -= 1
+            lost = backend.client.handler.async_result()
+            lost.set_exception(ConnectionLoss("injected: the connection dropped"))
+            return lost
+        return real_get(path, watch=watch)
+
+    monkeypatch.setattr(backend.client, "get_async", get_async)
+    zk.connect().semaphore("reread", capacity=2).set_capacity(3)
+    wait_until(lambda: losses[0] == 1)  # the watch's re-read was lost: the cache is stale
+    assert sem.capacity == 2
+    with sem.acquire(timeout=10):  # its listing shows the change: the capacity is read again
+        assert losses[0] == 0 and sem.capacity == 3
