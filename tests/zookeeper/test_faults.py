@@ -281,7 +281,7 @@ def test_a_connection_lost_as_the_enqueue_rereads_a_changed_capacity_is_waited_o
 
     backend = zk.connect()
     sem = backend.semaphore("reread", capacity=2)
-    capacity_path = sem._store.path  # type: ignore[attr-defined]
+    capacity_path = sem._store.path
     real_get = backend.client.get_async
     losses = [2]
 
