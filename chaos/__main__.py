@@ -27,7 +27,7 @@ def _percentile(values: list[float], q: float) -> str:
     return f"{ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]:.2f}"
 
 
-def table(backend: str, reports: list[RunReport], elapsed: float) -> str:
+def table(backend: str, reports: list[RunReport], elapsed: float, mode: str) -> str:
     faults: Counter[str] = Counter()
     violations: Counter[str] = Counter()
     latencies: list[float] = []
@@ -37,11 +37,13 @@ def table(backend: str, reports: list[RunReport], elapsed: float) -> str:
         latencies += report.result.release_latencies
     rows = [
         ("backend", backend),
+        ("nemesis", mode),
         ("wall time", f"{elapsed / 60:.1f} min"),
         ("runs", str(len(reports))),
         ("acquisitions", str(sum(r.acquisitions for r in reports))),
         ("fenced writes", str(sum(r.result.fenced_writes for r in reports))),
         ("faults", str(sum(faults.values()))),
+        ("faults per hour of wall time", f"{sum(faults.values()) * 3600 / elapsed:.0f}"),
         *((f"  {kind}", str(faults.get(kind, 0))) for kind in fault_kinds()),
         ("violations", str(sum(violations.values()))),
         *((f"  {kind}", str(n)) for kind, n in sorted(violations.items())),
@@ -70,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep run directories")
     parser.add_argument(
+        "--storm", action="store_true",
+        help="overlapping client faults, one seeded schedule per client slot (chaos/storm.py)",
+    )  # fmt: skip
+    parser.add_argument(
         "--recheck", type=Path, metavar="RUNDIR", help="check a kept run directory again"
     )
     args = parser.parse_args(argv)
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             config = RunConfig(
                 backend=backend, seconds=args.run_seconds, seed=str(seed), clients=args.clients,
                 threads=args.threads, session_timeout=args.session_timeout,
-                workdir=args.workdir, keep=args.keep,
+                workdir=args.workdir, keep=args.keep, storm=args.storm,
             )  # fmt: skip
             report = run_once(config)
             reports.append(report)
@@ -110,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             bad |= bool(report.violations)
             seed += 1
-        print(table(backend, reports, time.time() - started), flush=True)
+        mode = "storm" if args.storm else "one fault at a time"
+        print(table(backend, reports, time.time() - started, mode), flush=True)
     return 1 if bad else 0
 
 
