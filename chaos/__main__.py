@@ -19,6 +19,10 @@ from types import FrameType
 from .checker import CheckParams, check
 from .runner import RunConfig, RunReport, fault_kinds, load_run, run_once
 
+CLIENTS = 5
+# More slots in a storm: the fault rate grows with them (one schedule per slot).
+STORM_CLIENTS = 8
+
 
 def _percentile(values: list[float], q: float) -> str:
     if not values:
@@ -66,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=2.0, help="total time per backend")
     parser.add_argument("--run-seconds", type=float, default=90.0, help="length of one run")
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
-    parser.add_argument("--clients", type=int, default=5)
+    parser.add_argument(
+        "--clients", type=int, default=None,
+        help=f"client processes (default {CLIENTS}, {STORM_CLIENTS} with --storm)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=3)
     parser.add_argument("--session-timeout", type=float, default=2.0)
     parser.add_argument("--workdir", type=Path, default=None)
@@ -92,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, terminated)
+    clients = args.clients or (STORM_CLIENTS if args.storm else CLIENTS)
     backends = ("zookeeper", "etcd") if args.backend == "both" else (args.backend,)
     bad = False
     for backend in backends:
@@ -100,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed
         while not reports or time.time() - started < args.minutes * 60 - args.run_seconds / 2:
             config = RunConfig(
-                backend=backend, seconds=args.run_seconds, seed=str(seed), clients=args.clients,
+                backend=backend, seconds=args.run_seconds, seed=str(seed), clients=clients,
                 threads=args.threads, session_timeout=args.session_timeout,
                 workdir=args.workdir, keep=args.keep, storm=args.storm,
             )  # fmt: skip

@@ -18,7 +18,7 @@ from .injector import CLIENT_WEIGHTS, SERVER_WEIGHTS, Injector, pick
 from .model import Fault, FaultKind
 from .schedule import FaultSchedule
 
-STORM = (40.0, 60.0)  # seconds of overlapping faults
+STORM = (60.0, 90.0)  # seconds of overlapping faults
 # Quiet after the storm's last fault healed: longer than the checker's recovery after a
 # fault (2 session timeouts + 2 s) plus two stall limits (2 session timeouts each).
 QUIET_SESSIONS = (7.0, 9.0)
