@@ -1,5 +1,8 @@
-"""``python -m chaos [--backend zookeeper|etcd|both] [--minutes M] [--seed S]``
+"""``python -m chaos [--backend zookeeper|etcd|both] [--minutes M] [--seed S] [--storm]``
 (``--recheck RUNDIR`` checks a kept run directory again).
+
+Faults come one at a time (chaos/nemesis.py) or, with ``--storm``, overlapping on
+different client slots (chaos/storm.py).
 
 Runs chaos runs of ``--run-seconds`` each until ``--minutes`` have passed (at least one
 run per backend), then prints the soak table. Exit status 1 if any run found a
