@@ -1,5 +1,8 @@
-"""``python -m chaos [--backend zookeeper|etcd|both] [--minutes M] [--seed S]``
+"""``python -m chaos [--backend zookeeper|etcd|both] [--minutes M] [--seed S] [--storm]``
 (``--recheck RUNDIR`` checks a kept run directory again).
+
+Faults come one at a time (chaos/nemesis.py) or, with ``--storm``, overlapping on
+different client slots (chaos/storm.py).
 
 Runs chaos runs of ``--run-seconds`` each until ``--minutes`` have passed (at least one
 run per backend), then prints the soak table. Exit status 1 if any run found a
@@ -19,6 +22,10 @@ from types import FrameType
 from .checker import CheckParams, check
 from .runner import RunConfig, RunReport, fault_kinds, load_run, run_once
 
+CLIENTS = 5
+# More slots in a storm: the fault rate grows with them (one schedule per slot).
+STORM_CLIENTS = 8
+
 
 def _percentile(values: list[float], q: float) -> str:
     if not values:
@@ -27,7 +34,7 @@ def _percentile(values: list[float], q: float) -> str:
     return f"{ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]:.2f}"
 
 
-def table(backend: str, reports: list[RunReport], elapsed: float) -> str:
+def table(backend: str, reports: list[RunReport], elapsed: float, mode: str) -> str:
     faults: Counter[str] = Counter()
     violations: Counter[str] = Counter()
     latencies: list[float] = []
@@ -37,11 +44,13 @@ def table(backend: str, reports: list[RunReport], elapsed: float) -> str:
         latencies += report.result.release_latencies
     rows = [
         ("backend", backend),
+        ("nemesis", mode),
         ("wall time", f"{elapsed / 60:.1f} min"),
         ("runs", str(len(reports))),
         ("acquisitions", str(sum(r.acquisitions for r in reports))),
         ("fenced writes", str(sum(r.result.fenced_writes for r in reports))),
         ("faults", str(sum(faults.values()))),
+        ("faults per hour of wall time", f"{sum(faults.values()) * 3600 / elapsed:.0f}"),
         *((f"  {kind}", str(faults.get(kind, 0))) for kind in fault_kinds()),
         ("violations", str(sum(violations.values()))),
         *((f"  {kind}", str(n)) for kind, n in sorted(violations.items())),
@@ -64,11 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=2.0, help="total time per backend")
     parser.add_argument("--run-seconds", type=float, default=90.0, help="length of one run")
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
-    parser.add_argument("--clients", type=int, default=5)
+    parser.add_argument(
+        "--clients", type=int, default=None,
+        help=f"client processes (default {CLIENTS}, {STORM_CLIENTS} with --storm)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=3)
     parser.add_argument("--session-timeout", type=float, default=2.0)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep run directories")
+    parser.add_argument(
+        "--storm", action="store_true",
+        help="overlapping client faults, one seeded schedule per client slot (chaos/storm.py)",
+    )  # fmt: skip
     parser.add_argument(
         "--recheck", type=Path, metavar="RUNDIR", help="check a kept run directory again"
     )
@@ -86,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, terminated)
+    clients = args.clients or (STORM_CLIENTS if args.storm else CLIENTS)
     backends = ("zookeeper", "etcd") if args.backend == "both" else (args.backend,)
     bad = False
     for backend in backends:
@@ -94,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed
         while not reports or time.time() - started < args.minutes * 60 - args.run_seconds / 2:
             config = RunConfig(
-                backend=backend, seconds=args.run_seconds, seed=str(seed), clients=args.clients,
+                backend=backend, seconds=args.run_seconds, seed=str(seed), clients=clients,
                 threads=args.threads, session_timeout=args.session_timeout,
-                workdir=args.workdir, keep=args.keep,
+                workdir=args.workdir, keep=args.keep, storm=args.storm,
             )  # fmt: skip
             report = run_once(config)
             reports.append(report)
@@ -110,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             bad |= bool(report.violations)
             seed += 1
-        print(table(backend, reports, time.time() - started), flush=True)
+        mode = "storm" if args.storm else "one fault at a time"
+        print(table(backend, reports, time.time() - started, mode), flush=True)
     return 1 if bad else 0
 
 

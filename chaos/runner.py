@@ -41,6 +41,7 @@ from .model import (
     ViolationKind,
 )
 from .nemesis import Nemesis
+from .storm import Storm
 
 CAPACITIES = (3, 4, 5, 6)  # never below the largest weight (3)
 
@@ -57,6 +58,7 @@ class RunConfig:
     workdir: Path | None = None
     keep: bool = False
     mutation: str | None = None  # a deliberate bug in the clients (chaos.client.MUTATIONS)
+    storm: bool = False  # overlapping faults on client slots (chaos.storm) or one at a time
 
 
 @dataclass
@@ -142,7 +144,7 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
     cluster = make_cluster(config.backend, rundir, config.session_timeout)
     slots: list[ClientSlot] = []
     admin: _Admin | None = None
-    nemesis: Nemesis | None = None
+    nemesis: Nemesis | Storm | None = None
     notes: list[str] = []
     failed = True
     # the admin's client libraries log every fault they see: into the run directory
@@ -166,12 +168,20 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
         for slot in slots:
             spawn(slot)
         admin.start()
-        nemesis = Nemesis(
-            cluster, slots, spawn, seed=config.seed, session_timeout=config.session_timeout,
-            interval=config.fault_interval, log_path=rundir / "nemesis.jsonl",
-        )  # fmt: skip
+        if config.storm:
+            nemesis = Storm(
+                cluster, slots, spawn, seed=config.seed, session_timeout=config.session_timeout,
+                log_path=rundir / "nemesis.jsonl",
+            )  # fmt: skip
+        else:
+            nemesis = Nemesis(
+                cluster, slots, spawn, seed=config.seed, session_timeout=config.session_timeout,
+                interval=config.fault_interval, log_path=rundir / "nemesis.jsonl",
+            )  # fmt: skip
         nemesis.start()
-        echo(f"[{config.backend} seed {config.seed}] running {config.seconds:g} s in {rundir}")
+        mode = "storm" if config.storm else "one fault at a time"
+        echo(f"[{config.backend} seed {config.seed}] running {config.seconds:g} s ({mode}) "
+             f"in {rundir}")  # fmt: skip
         time.sleep(config.seconds)
         nemesis.stop()
         if nemesis.error is not None:

@@ -250,3 +250,72 @@ def test_an_acknowledged_write_missing_from_the_history_is_flagged() -> None:
     ok = ClientOp("c0.0", 0, OpKind.COMMIT, 2.5, 3.5, Outcome.OK, 5.0, "a", 2)
     assert kinds(history, [ok]) == []
     assert kinds(history, [ok, ok]) == [ViolationKind.LOST_WRITE]
+
+
+# Overlapping faults (the storm mode, chaos/storm.py): faults on different clients overlap,
+# a server fault overlaps client faults.
+
+
+def stall_spans(ops: Sequence[ClientOp], faults: Sequence[Fault]) -> list[str]:
+    return [
+        v.detail.split("(")[1].split(")")[0]
+        for v in check([], ops, faults, PARAMS).violations
+        if v.kind is ViolationKind.STALL
+    ]
+
+
+def test_a_stall_is_judged_only_after_the_last_of_overlapping_faults_healed() -> None:
+    # c1 cut 110 .. 120; c2 paused 112 .. 115 inside it (starts later, heals first): the
+    # fault-free time starts at 120 + recovery (2 * 2 s + 2 s), not at 115 + recovery.
+    faults = [
+        Fault(FaultKind.CUT, "c1.0", 110.0, 120.0),
+        Fault(FaultKind.PAUSE_CLIENT, "c2.0", 112.0, 115.0),
+    ]
+    ops = [waiting(100.0, 140.0, "c3.0")] + [grant("x", i, 100.0 + 3 * i) for i in range(1, 4)]
+    assert stall_spans(ops, faults) == ["126.000 .. 140.000"]
+    # and nothing is judged while they overlap: a grant at 139 leaves 13 s, then 1 s
+    assert stall_spans([*ops, grant("y", 9, 139.0)], faults) == ["126.000 .. 139.000"]
+
+
+def test_a_quiet_gap_between_storm_faults_is_judged() -> None:
+    # c1 killed at 110, c2 cut 119 .. 128: free from 116 to 119 (3 s, under the 4 s limit)
+    # is no stall; with the cut from 125 the 9 s gap is one.
+    ops = [waiting(100.0, 136.0, "c3.0")]
+    ops += [grant("x", i, t) for i, t in enumerate((103.0, 106.0, 109.0, 135.0))]
+    early = [Fault(FaultKind.KILL_CLIENT, "c1.0", 110.0, 110.0),
+             Fault(FaultKind.CUT, "c2.0", 119.0, 128.0)]  # fmt: skip
+    late = [early[0], Fault(FaultKind.CUT, "c2.0", 125.0, 128.0)]
+    assert stall_spans(ops, early) == []
+    assert stall_spans(ops, late) == ["116.000 .. 125.000"]
+
+
+def test_another_clients_pause_does_not_excuse_a_slow_call() -> None:
+    # c0's commit runs past its bound while c2 is paused (their faults overlap in time):
+    # only the paused client's own calls are exempt.
+    mine = ClientOp("c2.0", 0, OpKind.COMMIT, 10.0, 20.0, Outcome.LOST, 5.0)
+    other = ClientOp("c0.0", 0, OpKind.COMMIT, 10.0, 20.0, Outcome.UNAVAILABLE, 5.0)
+    faults = [
+        Fault(FaultKind.PAUSE_CLIENT, "c2.0", 11.0, 14.0),
+        Fault(FaultKind.CUT, "c0.0", 12.0, 13.0),
+    ]
+    result = check([], [mine, other], faults, PARAMS)
+    assert [v.kind for v in result.violations] == [ViolationKind.UNBOUNDED_CALL]
+    assert result.violations[0].detail.startswith("c0.0/")
+
+
+def test_a_kill_overlapping_other_clients_faults_is_still_judged() -> None:
+    # c1 is killed while c2 is cut and c3 paused: client faults of others do not excuse a
+    # slow release (only a server fault does).
+    faults = [
+        Fault(FaultKind.CUT, "c2.0", 99.0, 103.0),
+        Fault(FaultKind.KILL_CLIENT, "c1.0", 100.0, 100.0),
+        Fault(FaultKind.PAUSE_CLIENT, "c3.0", 100.5, 103.5),
+    ]
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(50, "a", owner="c1.0"),
+        deleted(104, "a", 50, DeleteCause.SESSION_END),
+    ]
+    assert kinds(history, [], faults) == [ViolationKind.SLOW_RELEASE]
+    server = Fault(FaultKind.KILL_LEADER, "m0", 101.0, 102.0)
+    assert kinds(history, [], [*faults, server]) == []

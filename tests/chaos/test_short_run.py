@@ -3,6 +3,7 @@ against client processes, then the store's history must show no violation."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -20,6 +21,29 @@ def test_short_chaos_run_finds_no_violation(backend: str, seed: str) -> None:
     assert report.result.fenced_writes > 0 and report.acquisitions > 0, summary
     assert report.faults, summary
     assert summary["violations"] == {}, "\n".join(summary["details"])
+
+
+# finding C (docs/reliability.md, not fixed yet): ZooKeeper acquire can raise kazoo's
+# ConnectionLoss or SessionExpiredError from the capacity refresh of its enqueue
+FINDING_C = ("acquire raised ConnectionLoss()", "acquire raised SessionExpiredError()")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "seed"), [("zookeeper", "14"), ("etcd", "15")])
+def test_short_storm_run_finds_no_violation(backend: str, seed: str) -> None:
+    """The storm mode (chaos/storm.py): overlapping faults on 6 client slots."""
+    report = run_once(RunConfig(backend=backend, seconds=SECONDS, seed=seed, clients=6, storm=True))
+    summary = report.summary()
+    assert report.result.fenced_writes > 0 and report.acquisitions > 0, summary
+    assert any(
+        a.target != b.target and a.start < b.end and b.start < a.end
+        for a, b in itertools.combinations(report.faults, 2)
+    ), "no two faults overlapped"
+    details = summary["details"]
+    only_c = len(details) == len(report.violations) and all(d.endswith(FINDING_C) for d in details)
+    if backend == "zookeeper" and details and only_c:
+        pytest.xfail("finding C only: " + "; ".join(details))
+    assert summary["violations"] == {}, "\n".join(details)
 
 
 @pytest.mark.slow
