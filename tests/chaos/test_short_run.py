@@ -23,11 +23,6 @@ def test_short_chaos_run_finds_no_violation(backend: str, seed: str) -> None:
     assert summary["violations"] == {}, "\n".join(summary["details"])
 
 
-# finding C (docs/reliability.md, not fixed yet): ZooKeeper acquire can raise kazoo's
-# ConnectionLoss or SessionExpiredError from the capacity refresh of its enqueue
-FINDING_C = ("acquire raised ConnectionLoss()", "acquire raised SessionExpiredError()")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("backend", "seed"), [("zookeeper", "14"), ("etcd", "15")])
 def test_short_storm_run_finds_no_violation(backend: str, seed: str) -> None:
@@ -39,11 +34,7 @@ def test_short_storm_run_finds_no_violation(backend: str, seed: str) -> None:
         a.target != b.target and a.start < b.end and b.start < a.end
         for a, b in itertools.combinations(report.faults, 2)
     ), "no two faults overlapped"
-    details = summary["details"]
-    only_c = len(details) == len(report.violations) and all(d.endswith(FINDING_C) for d in details)
-    if backend == "zookeeper" and details and only_c:
-        pytest.xfail("finding C only: " + "; ".join(details))
-    assert summary["violations"] == {}, "\n".join(details)
+    assert summary["violations"] == {}, "\n".join(summary["details"])
 
 
 @pytest.mark.slow
