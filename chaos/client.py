@@ -119,12 +119,7 @@ class Worker:
         value = json.dumps({"writer": writer, "key": permit.key, "token": permit.token, "n": n})
         op = self.log.start(index, OpKind.COMMIT, self.request_bound + CALL_MARGIN)
         try:
-            tx = permit.transaction()
-            if self.args.backend == "zookeeper":
-                tx.set_data(DATA_NODE, value.encode())
-            else:
-                tx.put(DATA_NODE, value.encode())
-            tx.commit()
+            permit.transaction().set(DATA_NODE, value.encode()).commit()
         except Exception as exc:
             if classify(exc) is Outcome.ERROR:
                 traceback.print_exc()

@@ -135,6 +135,7 @@ class EtcdTestCluster:
 
         self.cluster.start(timeout=30)
         self.admin = EtcdClient(self.cluster.endpoints, timeout=5.0)
+        self.admin.put(DATA_NODE.encode(), b"", timeout=5.0)  # fenced writes set it
 
     def kill(self, member: str) -> None:
         self._member(member).kill()

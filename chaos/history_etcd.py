@@ -132,6 +132,8 @@ def normalize(raw: Iterable[RawEvent], layout: EtcdLayout) -> list[HistoryEvent]
         elif e.key == layout.config_key:
             events.append(CapacitySet(e.mod_revision, now, int(json.loads(e.value)["capacity"])))
         elif e.key == layout.data_key:
+            if not e.value:
+                continue  # the empty key made at the start, for fenced sets to replace
             doc = json.loads(e.value)
             events.append(
                 FencedWrite(e.mod_revision, now, doc["key"], int(doc["token"]), doc["writer"])

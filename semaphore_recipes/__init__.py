@@ -1,4 +1,4 @@
-"""Fair FIFO distributed counting semaphores on ZooKeeper and etcd v3.
+"""Fair FIFO distributed counting semaphores on ZooKeeper, etcd v3, and in memory.
 
 >>> import semaphore_recipes as sr
 >>> with sr.connect("zookeeper://127.0.0.1:2181/myapp") as backend:   # doctest: +SKIP
@@ -9,13 +9,13 @@
 
 from __future__ import annotations
 
-from typing import Any as _Any
-
 from ._core.names import MAX_CAPACITY
 from ._core.status import EntryStatus, Status
+from .backend import Backend, FencedTransaction, SessionChange, SessionState
 from .errors import (
     AcquireTimeout,
     AuthenticationFailed,
+    BackendNotInstalled,
     BackendUnavailable,
     CapacityMismatch,
     CorruptState,
@@ -25,6 +25,7 @@ from .errors import (
     SemaphoreError,
     SemaphoreNotFound,
     WouldBlock,
+    WriteConflict,
 )
 from .semaphore import Permit, PermitState, Semaphore
 
@@ -32,10 +33,13 @@ __all__ = [
     "MAX_CAPACITY",
     "AcquireTimeout",
     "AuthenticationFailed",
+    "Backend",
+    "BackendNotInstalled",
     "BackendUnavailable",
     "CapacityMismatch",
     "CorruptState",
     "EntryStatus",
+    "FencedTransaction",
     "InvalidName",
     "PermissionDenied",
     "Permit",
@@ -44,42 +48,39 @@ __all__ = [
     "Semaphore",
     "SemaphoreError",
     "SemaphoreNotFound",
+    "SessionChange",
+    "SessionState",
     "Status",
     "WouldBlock",
+    "WriteConflict",
     "connect",
 ]
 
 __version__ = "0.1.0"
 
 
-def connect(target: _Any, *, owner: str | None = None, root: str | None = None) -> _Any:
+def connect(target: str | object, *, owner: str | None = None, **options: str) -> Backend:
     """Connect to a coordination service and return a backend.
 
-    ``target`` is a URL (``zookeeper://h1:2181,h2:2181/chroot?session_timeout=10`` or
-    ``etcd://h1:2379,h2:2379/prefix?session_timeout=10``) or an existing, started
-    ``KazooClient`` (which stays yours to stop). Raises ValueError on a
-    malformed URL before any I/O and BackendUnavailable when no server answers.
+    ``target`` is a URL whose scheme picks the backend through
+    :mod:`semaphore_recipes.registry` (``zookeeper://h1:2181,h2:2181/chroot?session_timeout=10``,
+    ``etcd://h1:2379,h2:2379/prefix?session_timeout=10``, ``memory://NAME``), or a client
+    object a backend takes (a started ``KazooClient``, which stays yours to stop).
+    ``options`` are URL parameters (``root="/app"`` for ZooKeeper). Raises ValueError on
+    a malformed URL or an unknown scheme before any I/O, BackendNotInstalled when the
+    scheme's optional dependencies are missing, and BackendUnavailable when no server
+    answers.
     """
+    from . import registry
+
+    params = {key: str(value) for key, value in options.items() if value is not None}
     if isinstance(target, str):
-        from ._url import parse_url
-
-        url = parse_url(target)
-        if url.scheme == "zookeeper":
-            from .zookeeper import ZooKeeperBackend
-
-            if root is not None:
-                url.params["root"] = root
-            return ZooKeeperBackend.from_url(url, owner=owner)
-        from .etcd.backend import EtcdBackend
-
-        if root is not None:
-            raise ValueError("root= is for ZooKeeper; etcd takes its key prefix from the URL path")
-        return EtcdBackend.from_url(url, owner=owner)
-    if type(target).__name__ == "KazooClient":
-        from .zookeeper import ZooKeeperBackend
-
-        kwargs: dict[str, _Any] = {"owner": owner}
-        if root is not None:
-            kwargs["root"] = root
-        return ZooKeeperBackend(target, **kwargs)
-    raise TypeError(f"connect() takes a URL or a KazooClient, not {type(target).__name__}")
+        url = registry.parse_url(target)
+        url.params.update(params)
+        return registry.backend_class(url.scheme).from_url(url, owner=owner)
+    found = registry.spec_for_client(target)
+    if found is None:
+        raise TypeError(
+            f"connect() takes a URL or a client object a backend knows, not {type(target).__name__}"
+        )
+    return registry.backend_class(found.scheme).from_client(target, owner=owner, **params)

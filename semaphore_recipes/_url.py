@@ -1,4 +1,7 @@
-"""Parsing of ``zookeeper://`` and ``etcd://`` URLs (no I/O)."""
+"""Parsing of service URLs (``scheme://host:port,.../path?param=value``), no I/O.
+
+Which schemes exist is the registry's business (``registry.py``); this module only
+checks the syntax every backend shares."""
 
 from __future__ import annotations
 
@@ -7,8 +10,6 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .errors import InvalidName
-
-SCHEMES = ("zookeeper", "etcd")
 
 DEFAULT_CONNECT_TIMEOUT = 15.0
 DEFAULT_REQUEST_TIMEOUT = 5.0
@@ -22,8 +23,9 @@ MAX_SECONDS = 86400.0
 class ServiceURL:
     scheme: str
     hosts: tuple[tuple[str, int], ...]
-    path: str  # ZooKeeper chroot / etcd key prefix; "" when absent
+    path: str  # where the backend keeps its semaphores (chroot, key prefix); "" when absent
     params: dict[str, str] = field(default_factory=dict)
+    netloc: str = ""  # as written (a backend without hosts names its store here)
 
     @property
     def hosts_string(self) -> str:
@@ -62,16 +64,17 @@ class ServiceURL:
         return self.seconds_param("request_timeout", DEFAULT_REQUEST_TIMEOUT)
 
 
-def parse_url(url: str) -> ServiceURL:
-    """Parse a service URL; raise ValueError naming what is wrong."""
+def parse_url(url: str, default_port: int | None = None) -> ServiceURL:
+    """Parse a service URL; raise ValueError naming what is wrong. With
+    ``default_port`` None the URL names no hosts (``hosts`` is empty; ``netloc`` is kept
+    as written), else every host gets ``default_port`` unless it names its own."""
     if not isinstance(url, str):
         raise TypeError(f"URL must be a str, not {type(url).__name__}")
     parts = urlsplit(url)
-    if parts.scheme not in SCHEMES:
-        raise ValueError(f"URL {url!r}: scheme must be one of {', '.join(SCHEMES)}")
-    default_port = 2181 if parts.scheme == "zookeeper" else 2379
+    if not parts.scheme:
+        raise ValueError(f"URL {url!r}: no scheme (e.g. etcd://host:2379)")
     hosts: list[tuple[str, int]] = []
-    for item in parts.netloc.split(","):
+    for item in parts.netloc.split(",") if default_port is not None else ():
         if not item:
             raise ValueError(f"URL {url!r}: empty host")
         host, sep, port_s = item.rpartition(":")
@@ -90,4 +93,6 @@ def parse_url(url: str) -> ServiceURL:
     if path and (".." in path.split("/") or "\x00" in path):
         raise InvalidName(f"URL {url!r}: bad path {path!r}")
     params = dict(parse_qsl(parts.query, keep_blank_values=True))
-    return ServiceURL(scheme=parts.scheme, hosts=tuple(hosts), path=path, params=params)
+    return ServiceURL(
+        scheme=parts.scheme, hosts=tuple(hosts), path=path, params=params, netloc=parts.netloc
+    )

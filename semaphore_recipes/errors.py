@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "AcquireTimeout",
     "AuthenticationFailed",
+    "BackendNotInstalled",
     "BackendUnavailable",
     "CapacityMismatch",
     "CorruptState",
@@ -19,6 +20,7 @@ __all__ = [
     "SemaphoreError",
     "SemaphoreNotFound",
     "WouldBlock",
+    "WriteConflict",
 ]
 
 
@@ -103,3 +105,25 @@ class AuthenticationFailed(PermissionDenied):
     @staticmethod
     def _describe(service: str, who: str, target: str) -> str:
         return f"{service} at {target} refused the credentials of {who}"
+
+
+class WriteConflict(SemaphoreError):
+    """A fenced transaction's fence held but one of its writes could not apply: a
+    ``create`` of a key that exists, or a ``set``/``delete`` of one that does not.
+    Nothing of the transaction was written. ``key`` is the first such key."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(f"fenced write to {key!r} not applied: {detail}")
+        self.key = key
+
+
+class BackendNotInstalled(SemaphoreError, ImportError):
+    """A URL's scheme is known but its backend's optional dependencies are not installed
+    (``pip install 'semaphore-recipes[EXTRA]'``). ``missing`` is the module not found."""
+
+    def __init__(self, scheme: str, extra: str | None, missing: str) -> None:
+        hint = f": pip install 'semaphore-recipes[{extra}]'" if extra else ""
+        super().__init__(f"the {scheme} support is not installed ({missing} is missing){hint}")
+        self.scheme = scheme
+        self.extra = extra
+        self.missing = missing

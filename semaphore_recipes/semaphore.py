@@ -26,15 +26,25 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._core.deadline import Deadline, validate_timeout
 from ._core.names import validate_permits
 from ._core.protocol import Arm, AwaitEvent, Enqueue, MarkHeld, Relist, acquire_protocol
 from ._core.queue import Entry
 from ._core.status import Status
-from ._store import QueueStore, SessionWatch, Waiter
+from .backend import (
+    FencedTransaction,
+    QueueDriver,
+    SessionChange,
+    SessionEvent,
+    Waiter,
+    session_lost,
+)
 from .errors import AcquireTimeout, BackendUnavailable, PermitLost
+
+if TYPE_CHECKING:
+    from .backend import Backend
 
 log = logging.getLogger("semaphore_recipes")
 
@@ -80,12 +90,14 @@ class Permit:
         if state is not PermitState.HELD:
             raise PermitLost(f"permit {self.key!r} of {self.semaphore.name!r} is {state.value}")
 
-    def transaction(self) -> Any:
-        """A transaction of the backend that commits only while this permit is held.
+    def transaction(self) -> FencedTransaction:
+        """A transaction that commits only while this permit is held: ``create``,
+        ``set`` and ``delete`` keys of the store, then ``commit()``.
 
-        Its ``commit()`` raises PermitLost when the fence fails, and BackendUnavailable
-        when no answer came within the request timeout: then the transaction may still
-        have been applied, or be applied later (see the backend's docs).
+        ``commit()`` raises PermitLost when the fence fails, WriteConflict when a write's
+        condition fails, and BackendUnavailable when no answer came within the request
+        timeout: then the transaction may still have been applied, or be applied later
+        (see :class:`semaphore_recipes.backend.FencedTransaction`).
         """
         return self.semaphore._store.transaction(self.key, self.token)
 
@@ -109,16 +121,16 @@ class Permit:
         log.debug("released %s of %r (token %d)", self.permits, self.semaphore.name, self.token)
 
     # session and entry events, from the backend's threads
-    def _session_changed(self, change: str) -> None:
+    def _session_changed(self, event: SessionEvent) -> None:
         with self._lock:
             if self._state in (PermitState.RELEASED, PermitState.LOST):
                 return
-            if change == "suspended":
+            if event.change is SessionChange.SUSPENDED:
                 self._state = PermitState.SUSPENDED
                 log.warning(
                     "permit %r of %r suspended: connection lost", self.key, self.semaphore.name
                 )
-            elif change == "restored":
+            elif event.change is SessionChange.RESTORED:
                 self._state = PermitState.HELD
                 log.info(
                     "permit %r of %r held again: same session reconnected",
@@ -126,7 +138,7 @@ class Permit:
                     self.semaphore.name,
                 )
             else:
-                self._mark_lost(change)
+                self._mark_lost(event.reason)
 
     def _entry_lost(self, why: str) -> None:
         with self._lock:
@@ -165,8 +177,8 @@ class Semaphore:
 
     def __init__(
         self,
-        store: QueueStore,
-        session: SessionWatch,
+        store: QueueDriver,
+        session: Backend,
         owner: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -294,7 +306,7 @@ class Semaphore:
         # Backends tell permits first, then waiters: a session that ended after the
         # decision but before the line above is in the waiter's inbox.
         if waiter.session_ended():
-            permit._session_changed("the session ended as the permit was granted")
+            permit._session_changed(session_lost("the session ended as the permit was granted"))
         return permit
 
     def status(self) -> Status:

@@ -71,9 +71,12 @@ def main() -> int:
     elif args.mode == "hold":
         permit = sem.acquire(permits=args.permits, timeout=args.timeout)
         print(f"HELD {permit.token}", flush=True)
-        threading.Thread(
-            target=lambda: (sys.stdin.readline(), permit.release()), daemon=True
-        ).start()
+
+        def release_on_input() -> None:
+            sys.stdin.readline()
+            permit.release()
+
+        threading.Thread(target=release_on_input, daemon=True).start()
         if permit.lost.wait(args.lost_wait):
             print("LOST", flush=True)
             tx = permit.transaction()

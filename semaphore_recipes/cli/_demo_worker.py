@@ -36,15 +36,11 @@ def command() -> str:
     return line.strip() or "eof"
 
 
-def fenced_write(permit: sr.Permit, scheme: str, resource: str, value: bytes) -> None:
+def fenced_write(permit: sr.Permit, resource: str, value: bytes) -> None:
     """Write ``value`` to the resource only while ``permit`` is held (PermitLost if not)."""
     deadline = time.monotonic() + 15.0
     while True:
-        tx = permit.transaction()
-        if scheme == "etcd":
-            tx.put(resource, value)
-        else:
-            tx.set_data(resource, value)
+        tx = permit.transaction().set(resource, value)
         try:
             tx.commit()
             return
@@ -75,12 +71,12 @@ def main() -> int:
                 command()
         else:
             value = f"written by {cfg['label']} with token {permit.token}".encode()
-            fenced_write(permit, cfg["scheme"], cfg["resource"], value)
+            fenced_write(permit, cfg["resource"], value)
             emit("write-ok", token=permit.token)
             if command() == "write":
                 lost_seen = permit.lost.is_set()
                 try:
-                    fenced_write(permit, cfg["scheme"], cfg["resource"], value)
+                    fenced_write(permit, cfg["resource"], value)
                     emit("write-ok", token=permit.token, lost_seen=lost_seen)
                 except sr.PermitLost as exc:
                     emit("write-rejected", token=permit.token, lost_seen=lost_seen, error=str(exc))

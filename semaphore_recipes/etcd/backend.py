@@ -24,19 +24,21 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from .._core.deadline import Deadline
-from .._core.names import (
-    etcd_entry_key,
-    parse_etcd_entry,
-    validate_name,
-    validate_open_capacity,
-)
+from .._core.names import etcd_entry_key, parse_etcd_entry
 from .._interrupts import call_with_sigint_held
-from .._store import SessionHub
 from .._url import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, ServiceURL
+from ..backend import (
+    RESTORED,
+    SUSPENDED,
+    Backend,
+    SessionEvent,
+    SessionState,
+    default_owner,
+    session_lost,
+)
 from ..errors import (
     AcquireTimeout,
     AuthenticationFailed,
@@ -44,8 +46,6 @@ from ..errors import (
     InvalidName,
     PermissionDenied,
 )
-from ..semaphore import Semaphore
-from ..zookeeper.backend import default_owner
 from .client import (
     EtcdAuthError,
     EtcdClient,
@@ -85,13 +85,15 @@ def validate_prefix(prefix: str) -> str:
     return prefix if prefix.endswith("/") else prefix + "/"
 
 
-class EtcdBackend(SessionHub):
+class EtcdBackend(Backend):
     """Semaphores over one etcd client and one lease (the session).
 
     Built by :func:`semaphore_recipes.connect` from an ``etcd://`` URL. ``close()``
     revokes the lease, which removes this backend's entries at once.
     ``request_timeout`` bounds every call but a waiting acquire (seconds).
     """
+
+    scheme = "etcd"
 
     def __init__(
         self,
@@ -103,10 +105,9 @@ class EtcdBackend(SessionHub):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
-        super().__init__(request_timeout)
+        super().__init__(owner=owner or default_owner(), request_timeout=request_timeout)
         self.client = client
         self.prefix = validate_prefix(prefix)
-        self.owner = owner or default_owner()
         self.ttl = max(1, math.ceil(session_timeout))
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
@@ -193,8 +194,8 @@ class EtcdBackend(SessionHub):
             lease_id,
             ttl,
             on_expired=lambda: self.lease_gone(lease_id),
-            on_suspended=lambda: self._keeper_reports(lease_id, "suspended"),
-            on_restored=lambda: self._keeper_reports(lease_id, "restored"),
+            on_suspended=lambda: self._keeper_reports(lease_id, SUSPENDED),
+            on_restored=lambda: self._keeper_reports(lease_id, RESTORED),
             start=False,
         )
         with self._lock:
@@ -268,19 +269,19 @@ class EtcdBackend(SessionHub):
         log.warning("etcd lease %x is gone: held permits are lost", lease_id)
         if keeper is not None:
             keeper.stop(timeout=0)
-        self._notify_permits("etcd lease expired")
+        self.publish(session_lost("etcd lease expired"))
         # Only the waiters whose entry is (or is being created) on that lease: one already
         # enqueued on a newer lease would otherwise leave its live entry, or be granted
         # and at once take its permit for lost while its entry stays (and blocks others).
-        self._session_lost(lambda entry_id: _on_lease(entry_id, lease_id))
+        self.requeue_waiters(lambda entry_id: _on_lease(entry_id, lease_id))
 
-    def _keeper_reports(self, lease_id: int, change: str) -> None:
+    def _keeper_reports(self, lease_id: int, change: SessionEvent) -> None:
         """``suspended``/``restored`` from the keeper of ``lease_id``: told to the permits
         only while that lease is the current one."""
         with self._lock:
             if self.lease_id != lease_id:
                 return
-        self._notify_permits(change)
+        self.publish(change)
 
     def _revoke(self, lease_id: int, deadline: Deadline | None = None) -> None:
         try:
@@ -297,30 +298,48 @@ class EtcdBackend(SessionHub):
             self._queues.add(queue)
 
     # ---- public --------------------------------------------------------------
-    def semaphore(
-        self,
-        name: str,
-        capacity: int | None = None,
-        *,
-        adopt_capacity: bool = False,
-        create: bool = True,
-    ) -> Semaphore:
-        """The semaphore ``name``; created with ``capacity`` if it does not exist.
-
-        Raises CapacityMismatch if it is stored with another capacity (unless
-        ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O.
-        With ``create=False`` nothing is written: an existing semaphore is opened
-        (``capacity`` None: the stored one) and SemaphoreNotFound is raised when there
-        is none; read permission on the prefix is enough (``status()``, monitoring).
-        PermissionDenied when the user's roles refuse it; BackendUnavailable when no
-        member answers within the request timeout.
-        """
+    def open_queue(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> EtcdQueue:
         from .queue import EtcdQueue
 
-        validate_name(name)
-        checked = validate_open_capacity(capacity, create)
-        store = EtcdQueue(self, name, checked, adopt_capacity=adopt_capacity, create=create)
-        return Semaphore(store, self, self.owner)
+        return EtcdQueue(self, name, capacity, adopt_capacity=adopt_capacity, create=create)
+
+    def describe(self) -> str:
+        return f"etcd at {', '.join(self.client.endpoints)} (prefix {self.prefix})"
+
+    @property
+    def session_state(self) -> SessionState:
+        with self._lock:
+            if self._closed:
+                return SessionState.CLOSED
+            keeper = self._keeper
+            if not self.lease_id or keeper is None:
+                return SessionState.EXPIRED
+        return SessionState.SUSPENDED if keeper.suspended else SessionState.CONNECTED
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def read(self, key: str) -> bytes | None:
+        raw = key.encode()
+        deadline = Deadline(self.request_timeout, _monotonic)
+        try:
+            reply = retry_unavailable(
+                lambda: self.run(
+                    lambda: self.client.range(raw, timeout=deadline.cap(2.0) or 0.001)
+                ),
+                timeout=deadline.cap(3600.0),
+            )
+        except EtcdUnavailable as exc:
+            raise BackendUnavailable(f"etcd unreachable reading {key}: {exc}") from exc
+        except EtcdAuthError as exc:
+            raise self.permission_denied(f"key {key}", exc) from exc
+        return bytes(reply.kvs[0].value) if reply.kvs else None
+
+    def data_key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
 
     def permission_denied(self, target: str, exc: BaseException) -> PermissionDenied:
         """The library's error for the etcd layer's ``EtcdAuthError``; ``target`` says
@@ -350,17 +369,6 @@ class EtcdBackend(SessionHub):
         if lease_id:
             self._revoke(lease_id, deadline)
         self.client.close()
-
-    def __enter__(self) -> EtcdBackend:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _on_lease(entry_id: str | None, lease_id: int) -> bool:

@@ -38,7 +38,7 @@ from .._core.protocol import (
 )
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
-from .._store import QueueBase, Waiter
+from ..backend import FencedTransaction, QueueDriver, Waiter, WriteKind
 from ..errors import (
     AcquireTimeout,
     BackendUnavailable,
@@ -47,6 +47,7 @@ from ..errors import (
     PermissionDenied,
     PermitLost,
     SemaphoreNotFound,
+    WriteConflict,
 )
 from . import _proto  # noqa: F401  (makes the generated package importable first)
 from ._proto import etcd_api_pb2 as pb
@@ -70,7 +71,9 @@ log = logging.getLogger("semaphore_recipes.etcd")
 _ATTEMPT = 2.0  # seconds one request may take before it is retried (it is retry-safe)
 
 
-class EtcdQueue(QueueBase):
+class EtcdQueue(QueueDriver):
+    backend: EtcdBackend
+
     def __init__(
         self,
         backend: EtcdBackend,
@@ -81,7 +84,6 @@ class EtcdQueue(QueueBase):
         create: bool = True,
     ) -> None:
         super().__init__(name, backend)
-        self.backend = backend
         self.client = backend.client
         self.base = f"{backend.prefix}{name}/"  # every key of this semaphore
         self.config_key = (self.base + "config").encode()
@@ -168,7 +170,7 @@ class EtcdQueue(QueueBase):
         for event in events:
             if event.type == pb.Event.PUT:
                 try:
-                    self._new_capacity(
+                    self.apply_capacity(
                         decode_capacity(self.name, event.kv.value), event.kv.mod_revision
                     )
                 except CorruptState as exc:
@@ -178,7 +180,7 @@ class EtcdQueue(QueueBase):
         if isinstance(exc, EtcdCompacted) and not self._closed:
             reply = self._call(lambda timeout: self.client.range(self.config_key, timeout=timeout))
             if reply.kvs:
-                self._new_capacity(
+                self.apply_capacity(
                     decode_capacity(self.name, reply.kvs[0].value), reply.kvs[0].mod_revision
                 )
             self._capacity_watch = Watcher(
@@ -199,7 +201,7 @@ class EtcdQueue(QueueBase):
             )
         )
         log.info("semaphore %r: capacity set to %d", self.name, capacity)
-        self._new_capacity(capacity, reply.header.revision)
+        self.apply_capacity(capacity, reply.header.revision)
 
     # ---- waiters ---------------------------------------------------------------
     def unregister(self, waiter: Waiter) -> None:
@@ -226,7 +228,7 @@ class EtcdQueue(QueueBase):
             waiter.new_generation()
             lease = self.backend.current_lease(deadline)
             uid = self.backend.take_entry_slot(lease)
-            waiter.entry_id = uid
+            waiter.creating(uid)
             key = self._key(uid)
             value = EntryData(
                 owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
@@ -248,7 +250,7 @@ class EtcdQueue(QueueBase):
                 continue  # refused: nothing was created
             except PermissionDenied:
                 # a refused txn wrote nothing: no entry to clean up
-                waiter.entry_id = None
+                waiter.creating(None)
                 self.backend.free_entry_slot(uid)
                 raise
             listing = reply.responses[-2].response_range.kvs
@@ -266,7 +268,7 @@ class EtcdQueue(QueueBase):
             config = reply.responses[-1].response_range.kvs
             # (decoded only when newer than the capacity applied: usually it is not)
             if config and config[0].mod_revision > self._capacity_version:
-                self._new_capacity(
+                self.apply_capacity(
                     decode_capacity(self.name, config[0].value), config[0].mod_revision
                 )
             return self._enqueued(waiter, uid, mine[0].create_revision, listing)
@@ -294,7 +296,7 @@ class EtcdQueue(QueueBase):
             return reply
 
     def _enqueued(self, waiter: Waiter, uid: str, token: int, listing: Any) -> Enqueued:
-        waiter.key, waiter.token = uid, token
+        waiter.created(uid, token)
         with self._lock:
             self._tokens[uid] = token
         lower: list[Entry] = []
@@ -411,39 +413,14 @@ class EtcdQueue(QueueBase):
         if old is not None:
             self._cancel([old])
 
-    def mark_held(
-        self,
-        waiter: Waiter,
-        me: Entry,
-        now: bool,
-        lower: tuple[str, ...] | None,
-        on_lost: Callable[[str], None],
-    ) -> None:
-        token = waiter.token
-        assert token is not None
-
-        since = time.time()
-
-        def value() -> bytes:  # encoded by the thread that sends it: not on acquire's path
-            return EntryData(
-                owner=waiter.owner, held=True, since=since, weight=me.weight, lower=lower
-            ).encode()
-
-        if now:
-            self._write_mark(me.key, token, value, on_lost)
-        else:
-            self._defer_mark(
-                me.key, lambda: self._write_mark(me.key, token, value, lambda why: None)
-            )
-
-    def _write_mark(
-        self, key: str, token: int, encode: Callable[[], bytes], on_lost: Callable[[str], None]
+    def write_mark(
+        self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
     ) -> None:
         """Sent without waiting. Guarded by our create_revision, so a mark can never
         re-create an entry that is gone; the put keeps the entry's own lease. A mark still
         waiting for a pool thread when the permit is released is not sent at all."""
         lease, _ = parse_etcd_entry(key)  # the entry's own lease, whatever the current one
-        self._forget_mark(key)
+        self.forget_mark(key)
         pending = (key, token)  # by token too: a released entry's slot may be reused
         with self._lock:
             self._marks_pending.add(pending)
@@ -453,7 +430,7 @@ class EtcdQueue(QueueBase):
                 if pending not in self._marks_pending:
                     return  # released (or abandoned) already
                 self._marks_pending.discard(pending)
-            value = encode()
+            value = mark.encode()  # by the thread that sends it: not on acquire's path
             while not self._closed:
                 try:
                     reply = self.client.txn(
@@ -493,7 +470,7 @@ class EtcdQueue(QueueBase):
 
     # ---- leaving ------------------------------------------------------------------
     def remove(self, key: str) -> None:
-        self._forget_mark(key)
+        self.forget_mark(key)
         with self._lock:
             token = self._tokens.pop(key, None)
             self._marks_pending.discard((key, token))
@@ -577,42 +554,39 @@ class EtcdQueue(QueueBase):
             watcher.cancel(timeout=deadline.cap(1.0))
 
 
-class EtcdFencedTransaction:
+class EtcdFencedTransaction(FencedTransaction):
     """An etcd txn that commits only while the permit's entry still has its
-    create_revision (the fencing token). Add operations with the ``Op`` builders of
-    :mod:`semaphore_recipes.etcd.client` via :meth:`add`, or with :meth:`put` and
-    :meth:`delete`; ``commit()`` raises PermitLost when the fence fails and returns the
-    txn's responses otherwise."""
+    create_revision (the fencing token). The writes' conditions (created keys absent,
+    set and deleted keys present) are compared beside the fence, in the one top-level
+    txn (etcd 3.4 does not check permissions inside nested txns); when a compare fails,
+    the failure branch reads the keys back to tell PermitLost from WriteConflict."""
 
     def __init__(self, queue: EtcdQueue, entry_key: bytes, token: int) -> None:
+        super().__init__()
         self._queue = queue
         self.entry_key = entry_key
         self.token = token
-        self.compare = [Compare.create_revision(entry_key, "==", token)]
-        self.ops: list[Any] = []
 
-    def add(self, op: Any) -> None:
-        self.ops.append(op)
-
-    def put(self, key: str | bytes, value: bytes) -> None:
-        self.ops.append(Op.put(key.encode() if isinstance(key, str) else key, value))
-
-    def delete(self, key: str | bytes) -> None:
-        self.ops.append(Op.delete(key.encode() if isinstance(key, str) else key))
-
-    def create(self, key: str | bytes, value: bytes = b"") -> None:
-        """Put ``key`` only if it does not exist (mirrors the ZooKeeper transaction)."""
-        k = key.encode() if isinstance(key, str) else key
-        self.ops.append(Op.txn([Compare.create_revision(k, "==", 0)], [Op.put(k, value)], []))
-
-    def commit(self) -> list[Any]:
+    def commit(self) -> None:
         """One attempt, bounded by the request timeout (a txn of yours is not retried:
         it need not be idempotent). BackendUnavailable when it fails or times out: the
         txn may still have been applied then, so read back before committing again."""
-        timeout = self._queue.request_timeout
+        compare = [Compare.create_revision(self.entry_key, "==", self.token)]
+        ops = []
+        for write in self.writes:
+            key = write.key.encode()
+            absent = write.kind is WriteKind.CREATE
+            compare.append(Compare.create_revision(key, "==" if absent else ">", 0))
+            if write.kind is WriteKind.DELETE:
+                ops.append(Op.delete(key))
+            else:
+                ops.append(Op.put(key, write.value))
+        reads = [Op.range(self.entry_key), *(Op.range(w.key.encode()) for w in self.writes)]
+        queue = self._queue
+        timeout = queue.request_timeout
         try:
-            reply = self._queue.backend.run(
-                lambda: self._queue.client.txn(self.compare, self.ops, [], timeout=timeout)
+            reply = queue.backend.run(
+                lambda: queue.client.txn(compare, ops, reads, timeout=timeout)
             )
         except EtcdUnavailable as exc:
             raise BackendUnavailable(
@@ -620,21 +594,17 @@ class EtcdFencedTransaction:
                 "may have been applied"
             ) from exc
         except EtcdAuthError as exc:
-            keys = [self.entry_key, *(k for op in self.ops for k in _op_keys(op))]
-            target = "keys " + ", ".join(k.decode(errors="replace") for k in keys)
-            raise self._queue.backend.permission_denied(target, exc) from exc
-        if not reply.succeeded:
+            keys = [self.entry_key.decode(errors="replace"), *(w.key for w in self.writes)]
+            raise queue.backend.permission_denied("keys " + ", ".join(keys), exc) from exc
+        if reply.succeeded:
+            return
+        entry, *found = (r.response_range.kvs for r in reply.responses)
+        if not entry or entry[0].create_revision != self.token:
             raise PermitLost(
                 f"fence failed: the permit's entry {self.entry_key.decode()} "
                 f"(token {self.token}) is gone"
             )
-        return list(reply.responses)
-
-
-def _op_keys(op: Any) -> list[bytes]:
-    """The keys a txn operation touches (nested txns included)."""
-    kind = op.WhichOneof("request")
-    if kind == "request_txn":
-        txn = op.request_txn
-        return [k for sub in (*txn.success, *txn.failure) for k in _op_keys(sub)]
-    return [getattr(op, kind).key] if kind else []
+        for write, kvs in zip(self.writes, found, strict=True):
+            if bool(kvs) == (write.kind is WriteKind.CREATE):
+                raise WriteConflict(write.key, "it exists" if kvs else "it does not exist")
+        raise WriteConflict(self.writes[0].key, "a condition failed")  # (changed meanwhile)

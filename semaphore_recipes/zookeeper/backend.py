@@ -9,26 +9,31 @@ held permits are LOST, waiters raise BackendUnavailable, and so does every later
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 import weakref
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core.deadline import Deadline
-from .._core.names import validate_name, validate_open_capacity, validate_root
-from .._store import SessionHub
+from .._core.names import join_path, validate_root
 from .._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
+from ..backend import (
+    RESTORED,
+    SUSPENDED,
+    Backend,
+    SessionState,
+    default_owner,
+    session_lost,
+)
 from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
-from ..semaphore import Semaphore
 from . import _kazoo_compat
 
 if TYPE_CHECKING:
     from .queue import ZooKeeperQueue
 
 log = logging.getLogger("semaphore_recipes.zookeeper")
+T = TypeVar("T")
 
 DEFAULT_ROOT = "/semaphore_recipes"
 DEFAULT_SESSION_TIMEOUT = 10.0
@@ -38,11 +43,7 @@ MAX_SESSION_TIMEOUT = (2**31 - 1) / 1000
 MIN_SESSION_TIMEOUT = 0.1
 
 
-def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class ZooKeeperBackend(SessionHub):
+class ZooKeeperBackend(Backend):
     """Semaphores over one kazoo client (one ZooKeeper session).
 
     Build it with :func:`semaphore_recipes.connect` (a ``zookeeper://`` URL, or an
@@ -50,6 +51,8 @@ class ZooKeeperBackend(SessionHub):
     nothing by itself: the session's end removes this backend's entries.
     ``request_timeout`` bounds every call but a waiting acquire (seconds).
     """
+
+    scheme = "zookeeper"
 
     def __init__(
         self,
@@ -60,14 +63,13 @@ class ZooKeeperBackend(SessionHub):
         own_client: bool = False,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
-        super().__init__(request_timeout)
+        super().__init__(owner=owner or default_owner(), request_timeout=request_timeout)
         from kazoo.protocol.states import KazooState, KeeperState
 
         self._KazooState = KazooState
         self._KeeperState = KeeperState
         self.client = client
         self.root = validate_root(root)
-        self.owner = owner or default_owner()
         self._own_client = own_client
         self._lock = threading.Lock()
         self._connected = threading.Event()
@@ -146,31 +148,108 @@ class ZooKeeperBackend(SessionHub):
             raise BackendUnavailable(f"cannot use ZooKeeper at {hosts}: {exc}") from exc
         return cls(client, root=root, owner=owner, own_client=True, request_timeout=request_timeout)
 
-    def semaphore(
-        self,
-        name: str,
-        capacity: int | None = None,
-        *,
-        adopt_capacity: bool = False,
-        create: bool = True,
-    ) -> Semaphore:
-        """The semaphore ``name``; created with ``capacity`` if it does not exist.
+    @classmethod
+    def from_client(
+        cls, client: object, *, owner: str | None = None, **options: str
+    ) -> ZooKeeperBackend:
+        """A backend over a started ``KazooClient`` of the caller's (who stops it).
+        ``options``: ``root`` (default ``/semaphore_recipes``), ``request_timeout``."""
+        unknown = sorted(set(options) - {"root", "request_timeout"})
+        if unknown:
+            raise ValueError(
+                f"connect(KazooClient) takes root= and request_timeout=, not {unknown}"
+            )
+        timeout = ServiceURL("zookeeper", (), "", dict(options)).request_timeout()
+        return cls(
+            client,
+            root=options.get("root", DEFAULT_ROOT),
+            owner=owner,
+            request_timeout=timeout,
+        )
 
-        Raises CapacityMismatch if it is stored with another capacity (unless
-        ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O.
-        With ``create=False`` nothing is written: an existing semaphore is opened
-        (``capacity`` None: the stored one) and SemaphoreNotFound is raised when there
-        is none; read permission on its node is enough (``status()``, monitoring).
-        PermissionDenied when an ACL refuses the session; BackendUnavailable when
-        ZooKeeper does not answer within the request timeout.
-        """
+    def open_queue(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> ZooKeeperQueue:
         from .queue import ZooKeeperQueue
 
-        validate_name(name)
-        checked = validate_open_capacity(capacity, create)
         self.check_usable()
-        store = ZooKeeperQueue(self, name, checked, adopt_capacity=adopt_capacity, create=create)
-        return Semaphore(store, self, self.owner)
+        return ZooKeeperQueue(self, name, capacity, adopt_capacity=adopt_capacity, create=create)
+
+    def describe(self) -> str:
+        chroot = self.client.chroot or ""
+        hosts = ",".join(f"{host}:{port}" for host, port in self.client.hosts)
+        return f"ZooKeeper at {hosts}{chroot} (root {self.root})"
+
+    @property
+    def session_state(self) -> SessionState:
+        if self._closed:
+            return SessionState.CLOSED
+        if self._failure is not None:
+            return SessionState.FAILED
+        if self._connected.is_set():
+            return SessionState.CONNECTED
+        return SessionState.SUSPENDED if self._suspended_session else SessionState.EXPIRED
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def read(self, key: str) -> bytes | None:
+        from kazoo.exceptions import NoNodeError
+
+        def attempt(deadline: Deadline) -> bytes | None:
+            try:
+                value, _ = self.answer(self.client.get_async(key), deadline, f"reading {key}")
+            except NoNodeError:
+                return None
+            return bytes(value)
+
+        return self.bounded(attempt, f"reading {key}", key)
+
+    def bounded(self, attempt: Callable[[Deadline], T], what: str, path: str) -> T:
+        """Run ``attempt`` (retry-safe) within the request timeout, again after a
+        connection loss or a session change (kazoo queues requests made while
+        disconnected and sends them on reconnect). BackendUnavailable when the time
+        runs out, or when the client cannot be used any more; PermissionDenied (naming
+        ``path``) when an ACL refuses it."""
+        from kazoo.exceptions import ConnectionLoss, NoAuthError, SessionExpiredError
+
+        deadline = Deadline(self.request_timeout, time.monotonic)
+        while True:
+            self.check_usable()
+            try:
+                return attempt(deadline)
+            except NoAuthError as exc:
+                raise self.permission_denied(path, exc) from exc
+            except (ConnectionLoss, SessionExpiredError) as exc:
+                if deadline.expired():
+                    raise BackendUnavailable(
+                        f"ZooKeeper unreachable {what} (request timeout "
+                        f"{self.request_timeout:g} s): {exc!r}"
+                    ) from exc
+                time.sleep(deadline.cap(0.05))
+
+    def answer(self, reply: Any, deadline: Deadline, what: str) -> Any:
+        """The value of one kazoo reply for a call bounded by the request timeout."""
+        from kazoo.exceptions import ConnectionClosedError, KazooException
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        try:
+            return reply.get(block=True, timeout=deadline.remaining())
+        except KazooTimeoutError as exc:
+            raise BackendUnavailable(
+                f"{what}: no answer from ZooKeeper within the request "
+                f"timeout ({self.request_timeout:g} s)"
+            ) from exc
+        except ConnectionClosedError as exc:
+            raise BackendUnavailable("the ZooKeeper client was closed") from exc
+        except (KazooException, BackendUnavailable):
+            raise
+        except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
+            raise BackendUnavailable(f"the ZooKeeper client failed: {exc!r}") from exc
+
+    def data_key(self, name: str) -> str:
+        return join_path(self.root, name)
 
     @property
     def user(self) -> str | None:
@@ -206,17 +285,6 @@ class ZooKeeperBackend(SessionHub):
                     "dropped; the server expires the session after its timeout",
                     self.request_timeout,
                 )
-
-    def __enter__(self) -> ZooKeeperBackend:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ---- session ------------------------------------------------------------
     @property
@@ -269,7 +337,7 @@ class ZooKeeperBackend(SessionHub):
         self._connected.clear()
         self._cancel_expiry_timer()
         log.error("%s; held permits are lost, waiters fail", self._failure)
-        self._backend_failed(self._failure)
+        self.fail(self._failure)
 
     def register_queue(self, queue: ZooKeeperQueue) -> None:
         with self._lock:
@@ -285,16 +353,16 @@ class ZooKeeperBackend(SessionHub):
                 "ZooKeeper connection lost; session 0x%x may still be alive",
                 self._suspended_session or 0,
             )
-            self._notify_permits("suspended")
+            self.publish(SUSPENDED)
             self._start_expiry_timer()
         elif state == KazooState.CONNECTED:
             self._cancel_expiry_timer()
             if self._suspended_session is not None:
                 if self.session_id == self._suspended_session:
                     log.info("ZooKeeper reconnected with the same session")
-                    self._notify_permits("restored")
+                    self.publish(RESTORED)
                 else:
-                    self._notify_permits("session ended while disconnected")
+                    self.publish(session_lost("session ended while disconnected"))
             self._suspended_session = None
             if self._rearm_watches:
                 # watches died with the old session: re-arm the capacity watches
@@ -313,8 +381,8 @@ class ZooKeeperBackend(SessionHub):
             self._suspended_session = None
             self._rearm_watches = True
             log.warning("ZooKeeper session lost (expired or closed)")
-            self._notify_permits("ZooKeeper session expired")
-            self._session_lost()
+            self.publish(session_lost("ZooKeeper session expired"))
+            self.requeue_waiters()
 
     def _start_expiry_timer(self) -> None:
         # While disconnected the server may expire the session without telling us; once
@@ -332,8 +400,10 @@ class ZooKeeperBackend(SessionHub):
 
     def _expiry_timer_fired(self) -> None:
         if not self._connected.is_set():
-            self._notify_permits(
-                f"disconnected for the whole session timeout ({self.session_timeout:g} s)"
+            self.publish(
+                session_lost(
+                    f"disconnected for the whole session timeout ({self.session_timeout:g} s)"
+                )
             )
 
 

@@ -47,13 +47,14 @@ from .._core.names import (
 from .._core.protocol import Enqueued, EntryDeleted, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
-from .._store import QueueBase, Waiter
+from ..backend import FencedTransaction, QueueDriver, Waiter, WriteKind
 from ..errors import (
     AcquireTimeout,
     BackendUnavailable,
     CapacityMismatch,
     PermitLost,
     SemaphoreNotFound,
+    WriteConflict,
 )
 
 if TYPE_CHECKING:
@@ -64,7 +65,11 @@ log = logging.getLogger("semaphore_recipes.zookeeper")
 T = TypeVar("T")
 
 
-class ZooKeeperQueue(QueueBase):
+class ZooKeeperQueue(QueueDriver):
+    mark_records_weight = False  # an entry's name carries its weight
+
+    backend: ZooKeeperBackend
+
     def __init__(
         self,
         backend: ZooKeeperBackend,
@@ -75,7 +80,6 @@ class ZooKeeperQueue(QueueBase):
         create: bool = True,
     ) -> None:
         super().__init__(name, backend)
-        self.backend = backend
         self.client = backend.client
         self.path = join_path(backend.root, name)
         # kazoo's key for the capacity watch (chroot included): see _capacity_current
@@ -130,43 +134,13 @@ class ZooKeeperQueue(QueueBase):
         return stored
 
     def _bounded(self, attempt: Callable[[Deadline], T], what: str) -> T:
-        """Run ``attempt`` (retry-safe) within the request timeout, again after a
-        connection loss or a session change (kazoo queues requests made while
-        disconnected and sends them on reconnect). BackendUnavailable when the time
-        runs out, or when the client cannot be used any more."""
-        deadline = Deadline(self.request_timeout, time.monotonic)
-        while True:
-            self.backend.check_usable()
-            try:
-                return attempt(deadline)
-            except NoAuthError as exc:
-                raise self.backend.permission_denied(self.path, exc) from exc
-            except (ConnectionLoss, SessionExpiredError) as exc:
-                if deadline.expired():
-                    raise BackendUnavailable(
-                        f"ZooKeeper unreachable {what} (request timeout "
-                        f"{self.request_timeout:g} s): {exc!r}"
-                    ) from exc
-                time.sleep(deadline.cap(0.05))
+        return self.backend.bounded(attempt, what, self.path)
 
     def _answer(self, reply: Any, deadline: Deadline) -> Any:
-        """The value of one kazoo reply for a call bounded by the request timeout."""
-        try:
-            return reply.get(block=True, timeout=deadline.remaining())
-        except KazooTimeoutError as exc:
-            raise BackendUnavailable(
-                f"semaphore {self.name!r}: no answer from ZooKeeper within the request "
-                f"timeout ({self.request_timeout:g} s)"
-            ) from exc
-        except ConnectionClosedError as exc:
-            raise BackendUnavailable("the ZooKeeper client was closed") from exc
-        except (KazooException, BackendUnavailable):
-            raise
-        except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
-            raise BackendUnavailable(f"the ZooKeeper client failed: {exc!r}") from exc
+        return self.backend.answer(reply, deadline, f"semaphore {self.name!r}")
 
     def _capacity_event(self, event: Any) -> None:
-        if event.type == EventType.NONE or self.backend._closed:
+        if event.type == EventType.NONE or self.backend.closed:
             return  # the session ended: the backend re-arms us on the new session
         self.arm_capacity_watch()
 
@@ -190,7 +164,7 @@ class ZooKeeperQueue(QueueBase):
         except Exception as exc:  # CorruptState or a connection error: keep the old value
             log.error("semaphore %r: cannot read the new capacity: %s", self.name, exc)
             return
-        self._new_capacity(capacity, stat.version)
+        self.apply_capacity(capacity, stat.version)
         self._capacity_settled = True
 
     def _capacity_current(self) -> bool:
@@ -225,7 +199,7 @@ class ZooKeeperQueue(QueueBase):
 
         stat = self._bounded(write, f"writing {self.path}")
         log.info("semaphore %r: capacity set to %d", self.name, capacity)
-        self._new_capacity(capacity, stat.version)
+        self.apply_capacity(capacity, stat.version)
 
     def _result(self, async_result: Any, deadline: Deadline) -> Any:
         try:
@@ -261,8 +235,9 @@ class ZooKeeperQueue(QueueBase):
         waiter.new_generation()
         while True:
             self.backend.wait_connected(deadline)
-            waiter.entry_id = new_entry_id()
-            prefix = f"{self.path}/{zk_entry_prefix(waiter.entry_id, waiter.weight)}"
+            entry_id = new_entry_id()
+            waiter.creating(entry_id)
+            prefix = f"{self.path}/{zk_entry_prefix(entry_id, waiter.weight)}"
             data = EntryData(owner=waiter.owner, held=False, since=time.time()).encode()
             session = self.backend.session_id
             with self._lock:
@@ -314,7 +289,7 @@ class ZooKeeperQueue(QueueBase):
                 continue
             except (SessionExpiredError, NoNodeError):
                 return False
-            self._new_capacity(decode_capacity(self.name, raw), stat.version)
+            self.apply_capacity(decode_capacity(self.name, raw), stat.version)
             return True
 
     def _enqueue_alone(
@@ -341,7 +316,7 @@ class ZooKeeperQueue(QueueBase):
             return None
         with self._lock:
             self._alone[node] = seq
-        waiter.key, waiter.token = node, czxid
+        waiter.created(node, czxid)
         me = Entry(key=node, order=seq, weight=waiter.weight)
         return Enqueued(me=me, lower=(), capacity=self.capacity, later_entries=False)
 
@@ -350,7 +325,7 @@ class ZooKeeperQueue(QueueBase):
         parsed = parse_zk_entry(node)
         assert parsed is not None
         _, weight, my_seq = parsed
-        waiter.key, waiter.token = node, czxid
+        waiter.created(node, czxid)
         lower = []
         later_entries = False
         for child in children:
@@ -469,26 +444,8 @@ class ZooKeeperQueue(QueueBase):
 
         return fired
 
-    def mark_held(
-        self,
-        waiter: Waiter,
-        me: Entry,
-        now: bool,
-        lower: tuple[str, ...] | None,
-        on_lost: Callable[[str], None],
-    ) -> None:
-        since = time.time()
-
-        def data() -> bytes:  # encoded when sent: most marks never are
-            return EntryData(owner=waiter.owner, held=True, since=since, lower=lower).encode()
-
-        if now:
-            self._write_mark(me.key, data, on_lost)
-        else:
-            self._defer_mark(me.key, lambda: self._write_mark(me.key, data, lambda why: None))
-
-    def _write_mark(
-        self, key: str, encode: Callable[[], bytes], on_lost: Callable[[str], None]
+    def write_mark(
+        self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
     ) -> None:
         """Sent without waiting: safety never depends on the mark, it wakes successors.
 
@@ -496,10 +453,11 @@ class ZooKeeperQueue(QueueBase):
         request from this thread hands the GIL to kazoo's connection thread for its whole
         send, and the acquire would spend that and the JSON encoding before returning
         (figures: docs/design.md section 9). A mark still pending when the permit is
-        released is neither encoded nor sent."""
+        released is neither encoded nor sent. The entry's name is unique: a set on it
+        never re-creates an entry that is gone."""
         path = f"{self.path}/{key}"
         data = b""
-        self._forget_mark(key)
+        self.forget_mark(key)
         with self._lock:
             self._marks_pending.add(key)
 
@@ -511,7 +469,7 @@ class ZooKeeperQueue(QueueBase):
             except SessionExpiredError:
                 on_lost("the session expired before the held mark was written")
             except ConnectionLoss:
-                if not self.backend._closed:
+                if not self.backend.closed:
                     self.client.set_async(path, data).rawlink(marked)  # sent on reconnect
             except KazooException as exc:
                 log.warning("held mark of %s failed: %r", path, exc)
@@ -522,7 +480,7 @@ class ZooKeeperQueue(QueueBase):
                 if key not in self._marks_pending:
                     return  # released (or abandoned) already
                 self._marks_pending.discard(key)
-            data = encode()
+            data = mark.encode()
             self.client.set_async(path, data).rawlink(marked)
 
         self.client.handler.dispatch_callback(Callback("mark", send, ()))
@@ -545,7 +503,7 @@ class ZooKeeperQueue(QueueBase):
 
     # ---- leaving ----------------------------------------------------------------
     def remove(self, key: str) -> None:
-        self._forget_mark(key)
+        self.forget_mark(key)
         with self._lock:
             alone = self._alone.pop(key, None)
             self._marks_pending.discard(key)
@@ -572,7 +530,7 @@ class ZooKeeperQueue(QueueBase):
             try:
                 result.get(block=False)
             except ConnectionLoss:
-                if not self.backend._closed:
+                if not self.backend.closed:
                     self.client.delete_async(path).rawlink(done)
             except (NoNodeError, SessionExpiredError, ConnectionClosedError):
                 pass
@@ -607,7 +565,7 @@ class ZooKeeperQueue(QueueBase):
             try:
                 children = result.get(block=False)
             except ConnectionLoss:
-                if not self.backend._closed:
+                if not self.backend.closed:
                     self.client.get_children_async(self.path).rawlink(listed)
                 return
             except KazooException:
@@ -658,80 +616,63 @@ class ZooKeeperQueue(QueueBase):
         rows.sort(key=lambda r: r[0])
         return split_queue(self.name, capacity, (r[1] for r in rows))
 
-    def transaction(self, key: str, token: int) -> FencedTransaction:
+    def transaction(self, key: str, token: int) -> ZooKeeperFencedTransaction:
         # An entry's name is never reused (unique id and sequence): its existence is the fence.
-        return FencedTransaction(
-            self.client.transaction(),
-            f"{self.path}/{key}",
-            self.request_timeout,
-            self.backend.permission_denied,
-        )
+        return ZooKeeperFencedTransaction(self, f"{self.path}/{key}")
 
 
-class FencedTransaction:
-    """A kazoo transaction that starts with a check that the permit's entry exists.
+class ZooKeeperFencedTransaction(FencedTransaction):
+    """A kazoo multi that starts with a check that the permit's entry exists.
 
-    The entry is ephemeral and its name unique, so the transaction commits only while the
-    permit's session is alive and the permit not released. ``commit()`` returns the
-    results of your operations; it raises PermitLost when the fence fails,
-    PermissionDenied when an ACL refuses an operation, and re-raises the first failing
-    operation's kazoo error otherwise. It waits for the reply at most
-    ``request_timeout`` seconds, then raises BackendUnavailable: the transaction may
-    still be applied after that (kazoo sends it when the connection comes back, and the
-    fence holds only while the session lives), so read back before committing again.
+    The entry is ephemeral and its name unique, so the multi commits only while the
+    permit's session is alive and the permit not released. Keys are paths inside the
+    URL's chroot; a created key's parent must exist. ``commit()`` waits for the reply
+    at most the request timeout, then raises BackendUnavailable: the multi may still be
+    applied after that (kazoo sends it when the connection comes back, and the fence
+    holds only while the session lives), so read back before committing again.
     """
 
-    def __init__(
-        self,
-        transaction: Any,
-        entry_path: str,
-        request_timeout: float,
-        denied: Callable[[str, BaseException], Exception],
-    ) -> None:
-        self._tx = transaction
+    def __init__(self, queue: ZooKeeperQueue, entry_path: str) -> None:
+        super().__init__()
+        self._queue = queue
         self.entry_path = entry_path
-        self.request_timeout = request_timeout
-        self._denied = denied
-        self._paths = [entry_path]  # the path of each operation, in order
-        self._tx.check(entry_path, -1)  # version -1: any version, the node must exist
 
-    def create(self, path: str, value: bytes = b"", **kwargs: Any) -> None:
-        self._tx.create(path, value, **kwargs)
-        self._paths.append(path)
-
-    def delete(self, path: str, version: int = -1) -> None:
-        self._tx.delete(path, version)
-        self._paths.append(path)
-
-    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
-        self._tx.set_data(path, value, version)
-        self._paths.append(path)
-
-    def check(self, path: str, version: int) -> None:
-        self._tx.check(path, version)
-        self._paths.append(path)
-
-    def commit(self) -> list[Any]:
+    def commit(self) -> None:
+        queue = self._queue
+        tx = queue.client.transaction()
+        tx.check(self.entry_path, -1)  # version -1: any version, the node must exist
+        for write in self.writes:
+            if write.kind is WriteKind.CREATE:
+                tx.create(write.key, write.value)
+            elif write.kind is WriteKind.SET:
+                tx.set_data(write.key, write.value, -1)
+            else:
+                tx.delete(write.key, -1)
+        timeout = queue.request_timeout
         try:
-            results = self._tx.commit_async().get(block=True, timeout=self.request_timeout)
+            results = tx.commit_async().get(block=True, timeout=timeout)
         except SessionExpiredError as exc:
             raise PermitLost(f"session expired: {self.entry_path} is gone") from exc
         except KazooTimeoutError as exc:
             raise BackendUnavailable(
-                f"no answer from ZooKeeper within the request timeout ({self.request_timeout:g}"
+                f"no answer from ZooKeeper within the request timeout ({timeout:g}"
                 " s): the transaction may still be applied"
             ) from exc
         except (ConnectionLoss, ConnectionClosedError) as exc:
             raise BackendUnavailable(
                 f"ZooKeeper unreachable: {exc!r}; the transaction may have been applied"
             ) from exc
-        for path, result in zip(self._paths, results, strict=False):
+        paths = [self.entry_path, *(write.key for write in self.writes)]
+        for path, result in zip(paths, results, strict=False):
             if isinstance(result, NoAuthError):
-                raise self._denied(path, result) from result
+                raise queue.backend.permission_denied(path, result) from result
         fence = results[0]
         if isinstance(fence, Exception) and not isinstance(fence, RolledBackError):
             raise PermitLost(f"fence failed: {self.entry_path} is gone") from fence
-        for result in results[1:]:
+        for write, result in zip(self.writes, results[1:], strict=False):
+            if isinstance(result, NodeExistsError):
+                raise WriteConflict(write.key, "it exists") from result
+            if isinstance(result, NoNodeError):
+                raise WriteConflict(write.key, "it (or its parent) does not exist") from result
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 raise result
-        return list(results[1:])

@@ -9,29 +9,75 @@ from typing import Any
 import pytest
 
 from semaphore_recipes import PermitState
-from semaphore_recipes._core.deadline import Deadline
-from semaphore_recipes._core.protocol import Enqueued, SessionLost
-from semaphore_recipes._core.queue import Entry, EntryState
-from semaphore_recipes._store import QueueBase, SessionHub, Waiter
+from semaphore_recipes._url import ServiceURL
+from semaphore_recipes.backend import (
+    Backend,
+    Deadline,
+    Enqueued,
+    Entry,
+    EntryData,
+    EntryState,
+    QueueDriver,
+    SessionLost,
+    SessionState,
+    Waiter,
+    session_lost,
+)
 from semaphore_recipes.semaphore import Semaphore
 
 
-class OneShotStore(QueueBase):
+class Hub(Backend):
+    """Only the session bookkeeping every backend inherits."""
+
+    scheme = "face-test"
+
+    def __init__(self) -> None:
+        super().__init__(owner="owner", request_timeout=5.0)
+
+    @classmethod
+    def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> Backend:
+        raise AssertionError("not used")
+
+    def open_queue(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> QueueDriver:
+        raise AssertionError("not used")
+
+    def describe(self) -> str:
+        return "the face's test hub"
+
+    @property
+    def session_state(self) -> SessionState:
+        return SessionState.CONNECTED
+
+    def read(self, key: str) -> bytes | None:
+        return None
+
+    def data_key(self, name: str) -> str:
+        return name
+
+    def close(self) -> None: ...
+
+
+class OneShotStore(QueueDriver):
     """Admits at once; the session ends just after the store answered the enqueue,
     before the permit exists (the window the face must close)."""
 
-    def __init__(self, hub: SessionHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         super().__init__("face", hub)
         self.capacity = 1
 
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
         waiter.new_generation()
-        waiter.entry_id, waiter.key, waiter.token = "id", "k", 7
-        self._hub._notify_permits("session expired")  # no permit is listening yet
-        self._hub._session_lost()  # ...and the waiter is told, as the backends do
+        waiter.creating("id")
+        waiter.created("k", 7)
+        self.backend.publish(session_lost("session expired"))  # no permit is listening yet
+        self.backend.requeue_waiters()  # ...and the waiter is told, as the backends do
         return Enqueued(Entry("k", 1, 1), (), 1, later_entries=False)
 
-    def mark_held(self, waiter: Waiter, me: Entry, now: bool, lower: Any, on_lost: Any) -> None:
+    def write_mark(
+        self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
+    ) -> None:
         pass
 
     def arm(
@@ -56,7 +102,7 @@ class OneShotStore(QueueBase):
 
 
 def test_a_session_that_ends_as_the_permit_is_granted_leaves_it_lost() -> None:
-    hub = SessionHub(request_timeout=5.0)
+    hub = Hub()
     sem = Semaphore(OneShotStore(hub), hub, "owner", clock=time.monotonic)
     permit = sem.acquire()
     assert permit.state is PermitState.LOST and permit.lost.is_set()
@@ -66,17 +112,21 @@ class InterruptedAfterAdmission(OneShotStore):
     """Admits at once; Ctrl-C lands in the work done after the admission (the held
     mark, or the watch on the permit's own entry)."""
 
-    def __init__(self, hub: SessionHub, where: str) -> None:
+    def __init__(self, hub: Hub, where: str) -> None:
         super().__init__(hub)
         self.where = where
         self.abandoned: list[str | None] = []
 
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
         waiter.new_generation()
-        waiter.entry_id, waiter.key, waiter.token = "id", "k", 7
-        return Enqueued(Entry("k", 1, 1), (), 1, later_entries=False)
+        waiter.creating("id")
+        waiter.created("k", 7)
+        # a later entry exists: the held mark is written at once (MarkHeld.now)
+        return Enqueued(Entry("k", 1, 1), (), 1, later_entries=True)
 
-    def mark_held(self, waiter: Waiter, me: Entry, now: bool, lower: Any, on_lost: Any) -> None:
+    def write_mark(
+        self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
+    ) -> None:
         if self.where == "mark":
             raise KeyboardInterrupt
 
@@ -90,7 +140,7 @@ class InterruptedAfterAdmission(OneShotStore):
 
 @pytest.mark.parametrize("where", ["mark", "watch"])
 def test_an_interrupt_after_the_admission_removes_the_entry(where: str) -> None:
-    hub = SessionHub(request_timeout=5.0)
+    hub = Hub()
     store = InterruptedAfterAdmission(hub, where)
     sem = Semaphore(store, hub, "owner", clock=time.monotonic)
     with pytest.raises(KeyboardInterrupt):
@@ -102,7 +152,7 @@ def test_an_interrupt_after_the_admission_removes_the_entry(where: str) -> None:
 class CountingRemoves(InterruptedAfterAdmission):
     """Admits at once and counts the deletes the face asks for."""
 
-    def __init__(self, hub: SessionHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         super().__init__(hub, where="nowhere")
         self.removed: list[str] = []
 
@@ -114,15 +164,15 @@ class CountingRemoves(InterruptedAfterAdmission):
 def test_release_deletes_the_entry_once_even_when_the_permit_is_lost(lost_first: bool) -> None:
     # The client's own verdict (a whole session timeout disconnected) may be wrong: the
     # server can keep the session, and with it the entry, which must not outlive release.
-    hub = SessionHub(request_timeout=5.0)
+    hub = Hub()
     store = CountingRemoves(hub)
     permit = Semaphore(store, hub, "owner", clock=time.monotonic).acquire()
     if lost_first:
-        hub._notify_permits("disconnected for the whole session timeout")
+        hub.publish(session_lost("disconnected for the whole session timeout"))
     permit.release()
     permit.release()
     if not lost_first:
-        hub._notify_permits("session expired")  # after release: changes nothing
+        hub.publish(session_lost("session expired"))  # after release: changes nothing
     assert store.removed == ["k"]
     expected = PermitState.LOST if lost_first else PermitState.RELEASED
     assert permit.state is expected

@@ -11,7 +11,7 @@ import pytest
 import semaphore_recipes as sr
 from semaphore_recipes._core.codec import EntryData
 from semaphore_recipes._core.deadline import Deadline
-from semaphore_recipes._store import Waiter
+from semaphore_recipes.backend import Waiter
 
 from ..conftest import Service, wait_until, waiter_thread
 

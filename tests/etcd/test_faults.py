@@ -31,7 +31,7 @@ def test_a_lease_revoked_from_outside_loses_the_permit(ed: Service, etcd_admin: 
     assert permit.lost.wait(5), "permit.lost not set after the lease was revoked"
     assert permit.state is sr.PermitState.LOST
     tx = permit.transaction()
-    tx.put("/fenced-after-revoke", b"x")
+    tx.create("/fenced-after-revoke", b"x")
     with pytest.raises(sr.PermitLost):
         tx.commit()
     other = ed.connect().semaphore("revoked", capacity=1)

@@ -1,0 +1,176 @@
+"""Which backend serves which URL scheme: one table, plus entry points.
+
+:func:`semaphore_recipes.connect` finds a backend here by the URL's scheme; the CLI's
+``dev-server`` and the demo find a development server launcher the same way. Built-in
+backends are the lines of ``BUILTIN``; a third-party package adds one through the entry
+point group ``semaphore_recipes.backends`` (name: the scheme; value:
+``package.module:BackendClass``), or at run time with :func:`register`. Nothing is
+imported until a scheme is used, so ``memory://`` needs none of the optional extras.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, cast
+
+from ._url import ServiceURL
+from ._url import parse_url as _parse_url
+from .errors import BackendNotInstalled
+
+if TYPE_CHECKING:
+    from ._process import DevServer
+    from .backend import Backend
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "BackendSpec",
+    "backend_class",
+    "dev_server_launcher",
+    "parse_url",
+    "register",
+    "schemes",
+    "spec",
+    "spec_for_client",
+]
+
+ENTRY_POINT_GROUP = "semaphore_recipes.backends"
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend: its scheme and where its parts are (``module:attribute``)."""
+
+    scheme: str
+    backend: str  #: the Backend subclass
+    extra: str | None = None  #: the pip extra that installs its dependencies
+    #: the port of a URL host that names none; None: the URL names no hosts
+    default_port: int | None = None
+    dev_server: str | None = None  #: ``start_dev_server(port) -> DevServer``, if any
+    #: client objects ``connect()`` also takes (``module.Class``), e.g. a started KazooClient
+    client_types: tuple[str, ...] = ()
+
+
+BUILTIN = (
+    BackendSpec(
+        "zookeeper",
+        "semaphore_recipes.zookeeper.backend:ZooKeeperBackend",
+        extra="zookeeper",
+        default_port=2181,
+        dev_server="semaphore_recipes.zookeeper.server:start_dev_server",
+        client_types=("kazoo.client.KazooClient",),
+    ),
+    BackendSpec(
+        "etcd",
+        "semaphore_recipes.etcd.backend:EtcdBackend",
+        extra="etcd",
+        default_port=2379,
+        dev_server="semaphore_recipes.etcd.server:start_dev_server",
+    ),
+    BackendSpec("memory", "semaphore_recipes.memory.backend:MemoryBackend"),
+)
+
+_lock = threading.Lock()
+_specs: dict[str, BackendSpec] = {s.scheme: s for s in BUILTIN}
+_entry_points_read = False
+
+
+def register(backend_spec: BackendSpec) -> None:
+    """Add (or replace) the backend of a scheme for this process."""
+    with _lock:
+        _specs[backend_spec.scheme] = backend_spec
+
+
+def _read_entry_points() -> None:
+    global _entry_points_read
+    with _lock:
+        if _entry_points_read:
+            return
+        _entry_points_read = True
+        for point in entry_points(group=ENTRY_POINT_GROUP):
+            _specs.setdefault(point.name, _spec_of_entry_point(point.name, point.value))
+
+
+def _spec_of_entry_point(scheme: str, target: str) -> BackendSpec:
+    """An installed backend's spec: its class may say ``default_port`` (ClassVar)."""
+    cls = _load(target, scheme, None)
+    return BackendSpec(scheme, target, default_port=getattr(cls, "default_port", None))
+
+
+def schemes() -> tuple[str, ...]:
+    """Every scheme known: built in, registered, or from installed entry points."""
+    _read_entry_points()
+    with _lock:
+        return tuple(_specs)
+
+
+def spec(scheme: str) -> BackendSpec:
+    """The backend of ``scheme``; ValueError naming the known schemes if none."""
+    with _lock:
+        found = _specs.get(scheme)
+    if found is None:
+        _read_entry_points()
+        with _lock:
+            found = _specs.get(scheme)
+    if found is None:
+        raise ValueError(f"unknown URL scheme {scheme!r}: known are {', '.join(schemes())}")
+    return found
+
+
+def _load(target: str, scheme: str, extra: str | None) -> Any:
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise  # the module itself is missing: a wrong registry line, not an extra
+        raise BackendNotInstalled(scheme, extra, exc.name or "?") from exc
+    return getattr(module, attribute)
+
+
+def parse_url(url: str) -> ServiceURL:
+    """Parse ``url`` for its scheme's backend (no I/O, nothing imported): ValueError on
+    an unknown scheme or a malformed URL."""
+    if not isinstance(url, str):
+        raise TypeError(f"URL must be a str, not {type(url).__name__}")
+    scheme = url.partition("://")[0] if "://" in url else ""
+    if not scheme:
+        raise ValueError(f"URL {url!r}: no scheme; known are {', '.join(schemes())}")
+    return _parse_url(url, spec(scheme).default_port)
+
+
+def backend_class(scheme: str) -> type[Backend]:
+    """The Backend subclass of ``scheme`` (imported now). BackendNotInstalled when its
+    optional dependencies are missing."""
+    found = spec(scheme)
+    return cast("type[Backend]", _load(found.backend, scheme, found.extra))
+
+
+def spec_for_client(client: object) -> BackendSpec | None:
+    """The backend that takes ``client`` (an object of one of its ``client_types``)."""
+    names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(client).__mro__}
+    schemes()  # entry points too
+    with _lock:
+        specs = list(_specs.values())
+    for candidate in specs:
+        if names & set(candidate.client_types):
+            return candidate
+    return None
+
+
+def dev_server_launcher(scheme: str) -> Callable[[int | None], DevServer]:
+    """``start_dev_server(port)`` of ``scheme``; ValueError if it has none."""
+    found = spec(scheme)
+    if found.dev_server is None:
+        raise ValueError(f"the {scheme} backend has no development server")
+    return cast("Callable[[int | None], DevServer]", _load(found.dev_server, scheme, found.extra))
+
+
+def dev_server_schemes() -> tuple[str, ...]:
+    """The schemes that have a development server."""
+    schemes()
+    with _lock:
+        return tuple(s.scheme for s in _specs.values() if s.dev_server is not None)
