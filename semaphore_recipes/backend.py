@@ -502,9 +502,16 @@ class Backend(ABC):
         transactions write), or None; within the request timeout."""
 
     @abstractmethod
-    def data_key(self, name: str) -> str:
-        """A key for application data ``name`` beside this backend's semaphores (inside
-        its root/prefix), for fenced transactions."""
+    def data_key(self, semaphore: str, name: str = "data") -> str:
+        """A key for application data ``name`` kept with semaphore ``semaphore`` (under
+        its node or prefix, apart from its entries; removed by :meth:`delete_semaphore`),
+        for fenced transactions. InvalidName on a bad name (``validate_name``)."""
+
+    @abstractmethod
+    def delete_semaphore(self, name: str) -> None:
+        """Delete what is stored of semaphore ``name``: its capacity, its entries (their
+        holders' permits are LOST, their waiters enter the queue again and re-create it)
+        and its data keys. For tests, demos and operators; nothing if it does not exist."""
 
     @abstractmethod
     def close(self) -> None:

@@ -15,11 +15,14 @@ import sys
 import time
 from typing import Any, TextIO
 
+from .. import registry
 from .._core.names import validate_name
 from .._core.status import EntryStatus, Status
-from .._url import ServiceURL, parse_url
+from .._url import ServiceURL
+from ..backend import Backend
 from ..errors import (
     AcquireTimeout,
+    BackendNotInstalled,
     BackendUnavailable,
     CapacityMismatch,
     CorruptState,
@@ -95,40 +98,12 @@ def error_for(exc: BaseException) -> CliError | None:
         if cause is not None and str(cause) and str(cause) not in detail:
             detail += f" ({cause})"
         return CliError(ExitCode.UNAVAILABLE, detail)
-    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in (
-        "kazoo",
-        "grpc",
-        "google",
-    ):
-        extra = "zookeeper" if (exc.name or "").startswith("kazoo") else "etcd"
-        return CliError(
-            ExitCode.UNAVAILABLE,
-            f"the {extra} support is not installed ({exc.name} is missing): "
-            f"pip install 'semaphore-recipes[{extra}]'",
-        )
-    client_error = _client_library_error(exc)
-    if client_error is not None:
-        return client_error
+    if isinstance(exc, BackendNotInstalled):
+        return CliError(ExitCode.UNAVAILABLE, str(exc))
     if isinstance(exc, (InvalidName, ValueError)):
         return CliError(ExitCode.USAGE, str(exc))
     if isinstance(exc, ConnectionError):
         return CliError(ExitCode.UNAVAILABLE, str(exc) or type(exc).__name__)
-    return None
-
-
-def _client_library_error(exc: BaseException) -> CliError | None:
-    """kazoo's and the etcd layer's own errors, when the library lets one through."""
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    module = type(exc).__module__
-    if module.startswith("kazoo."):
-        name = type(exc).__name__
-        if names & {"NoAuthError", "AuthFailedError"}:
-            return CliError(ExitCode.NO_PERMISSION, f"ZooKeeper refused access: {name} {exc}")
-        return CliError(ExitCode.UNAVAILABLE, f"ZooKeeper error: {name} {exc}".rstrip())
-    if "EtcdError" in names:
-        if "EtcdAuthError" in names:
-            return CliError(ExitCode.NO_PERMISSION, f"etcd refused access: {exc}")
-        return CliError(ExitCode.UNAVAILABLE, f"etcd error: {exc}")
     return None
 
 
@@ -145,7 +120,7 @@ def resolve_url(given: str | None) -> tuple[str, ServiceURL]:
             f"(e.g. etcd://127.0.0.1:2379; `{PROG} dev-server` starts a local one)",
         )
     try:
-        return url, parse_url(url)
+        return url, registry.parse_url(url)
     except (ValueError, TypeError) as exc:
         raise CliError(ExitCode.USAGE, f"bad URL: {exc}") from None
 
@@ -157,8 +132,8 @@ def check_name(name: str) -> str:
         raise CliError(ExitCode.USAGE, str(exc)) from None
 
 
-def connect(url: str, *, owner: str | None = None) -> Any:
-    """``semaphore_recipes.connect`` with the client libraries' own errors mapped."""
+def connect(url: str, *, owner: str | None = None) -> Backend:
+    """``semaphore_recipes.connect``: the backend is found by the URL's scheme."""
     from .. import connect as sr_connect
 
     return sr_connect(url, owner=owner)
@@ -166,7 +141,8 @@ def connect(url: str, *, owner: str | None = None) -> Any:
 
 def describe_url(parsed: ServiceURL) -> str:
     """The URL without its parameters (they may hold a password)."""
-    return f"{parsed.scheme}://{parsed.hosts_string}{parsed.path}"
+    where = parsed.hosts_string if parsed.hosts else parsed.netloc
+    return f"{parsed.scheme}://{where}{parsed.path}"
 
 
 # ---- logging and output --------------------------------------------------------------

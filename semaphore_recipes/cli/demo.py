@@ -39,7 +39,8 @@ from types import FrameType
 from typing import Any, TextIO
 from urllib.parse import parse_qsl, urlencode
 
-from .._core.names import join_path
+from ..backend import Backend
+from ..semaphore import Semaphore
 from ._common import CliError, ExitCode, describe_url, resolve_url, status_table
 
 SESSION = 2  # seconds: the session timeout / lease TTL of the workers that crash or pause
@@ -105,9 +106,8 @@ def with_param(url: str, key: str, value: str) -> str:
 
 
 class Demo:
-    def __init__(self, url: str, scheme: str, out: TextIO) -> None:
+    def __init__(self, url: str, out: TextIO) -> None:
         self.url = url
-        self.scheme = scheme
         self.out = out
         self.color = out.isatty() and not os.environ.get("NO_COLOR")
         self.run_id = uuid.uuid4().hex[:6]
@@ -115,7 +115,7 @@ class Demo:
         self.pending: list[tuple[float, int, float, str, dict[str, Any]]] = []
         self.seq = itertools.count()
         self.workers: dict[str, Worker] = {}
-        self.observer: Any = None
+        self.observer: Backend | None = None
         self.created: list[str] = []
         self.results: list[tuple[str, bool, str]] = []
         self.started = time.monotonic()
@@ -161,7 +161,6 @@ class Demo:
             "permits": permits,
             "mode": mode,
             "hold": hold,
-            "scheme": self.scheme,
             "resource": self.resource(scene.semaphore),
         }
         proc = subprocess.Popen(
@@ -303,47 +302,34 @@ class Demo:
         return next((w.label for w in self.workers.values() if w.owner == owner), owner)
 
     # ---- the store -----------------------------------------------------------------
-    def semaphore_path(self, name: str) -> str:
-        if self.scheme == "zookeeper":
-            return join_path(self.observer.root, name)
-        return f"{self.observer.prefix}{name}"
+    @property
+    def store(self) -> Backend:
+        assert self.observer is not None, "connected in _run()"
+        return self.observer
 
     def resource(self, name: str) -> str:
-        """Where scene 3 writes: beside the semaphore's entries, removed with it."""
-        return f"{self.semaphore_path(name)}/resource"
+        """Where scene 3 writes: a data key kept with the semaphore, removed with it."""
+        return self.store.data_key(name, "resource")
 
-    def semaphore(self, name: str, capacity: int) -> Any:
-        sem = self.observer.semaphore(name, capacity)
+    def semaphore(self, name: str, capacity: int) -> Semaphore:
+        sem = self.store.semaphore(name, capacity)
         self.created.append(name)
         return sem
 
     def read_resource(self, name: str) -> str:
-        path = self.resource(name)
-        if self.scheme == "zookeeper":
-            raw = self.observer.client.get(path)[0]
-        else:
-            kvs = self.observer.run(lambda: self.observer.client.range(path.encode())).kvs
-            raw = kvs[0].value if kvs else b""
-        return bytes(raw).decode(errors="replace")
+        raw = self.store.read(self.resource(name)) or b""
+        return raw.decode(errors="replace")
 
     def prepare_resource(self, name: str) -> None:
-        if self.scheme == "zookeeper":
-            self.observer.client.create(self.resource(name), b"(nothing written yet)")
+        """Create the resource (the workers' fenced writes replace it): fenced too."""
+        sem = self.store.semaphore(name, create=False)
+        with sem.acquire(timeout=10) as permit:
+            permit.transaction().create(self.resource(name), b"(nothing written yet)").commit()
 
     def remove_semaphores(self) -> None:
         for name in self.created:
             with contextlib.suppress(Exception):
-                path = self.semaphore_path(name)
-                if self.scheme == "zookeeper":
-                    self.observer.client.delete(path, recursive=True)
-                else:
-                    from ..etcd.client import prefix_range_end
-
-                    start = (path + "/").encode()
-                    end = prefix_range_end(start)
-                    self.observer.run(
-                        lambda s=start, e=end: self.observer.client.delete_range(s, e)
-                    )
+                self.store.delete_semaphore(name)
 
     def stop_workers(self) -> None:
         for w in self.workers.values():
@@ -547,7 +533,7 @@ def cmd_demo(args: argparse.Namespace, command: list[str]) -> int:
         else:
             url, parsed = resolve_url(args.url)
             print(f"running against {describe_url(parsed)}", file=out, flush=True)
-        demo = Demo(url, parsed.scheme, out)
+        demo = Demo(url, out)
         return _run(demo)
     except KeyboardInterrupt:
         print("\ninterrupted: cleaning up", file=out, flush=True)

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from .._core.deadline import Deadline
-from .._core.names import etcd_entry_key, parse_etcd_entry
+from .._core.names import etcd_entry_key, parse_etcd_entry, validate_name
 from .._interrupts import call_with_sigint_held
 from .._url import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..backend import (
@@ -53,6 +53,7 @@ from .client import (
     EtcdLeaseNotFound,
     EtcdUnavailable,
     LeaseKeeper,
+    prefix_range_end,
     retry_unavailable,
 )
 
@@ -338,8 +339,25 @@ class EtcdBackend(Backend):
             raise self.permission_denied(f"key {key}", exc) from exc
         return bytes(reply.kvs[0].value) if reply.kvs else None
 
-    def data_key(self, name: str) -> str:
-        return f"{self.prefix}{name}"
+    def data_key(self, semaphore: str, name: str = "data") -> str:
+        # beside config and entries/
+        return f"{self.prefix}{validate_name(semaphore)}/data/{validate_name(name)}"
+
+    def delete_semaphore(self, name: str) -> None:
+        start = f"{self.prefix}{validate_name(name)}/".encode()
+        end = prefix_range_end(start)
+        deadline = Deadline(self.request_timeout, _monotonic)
+        try:
+            retry_unavailable(
+                lambda: self.run(
+                    lambda: self.client.delete_range(start, end, timeout=deadline.cap(2.0) or 0.001)
+                ),
+                timeout=deadline.cap(3600.0),
+            )
+        except EtcdUnavailable as exc:
+            raise BackendUnavailable(f"etcd unreachable deleting {start!r}: {exc}") from exc
+        except EtcdAuthError as exc:
+            raise self.permission_denied(f"keys under {start.decode()}", exc) from exc
 
     def permission_denied(self, target: str, exc: BaseException) -> PermissionDenied:
         """The library's error for the etcd layer's ``EtcdAuthError``; ``target`` says

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core.deadline import Deadline
-from .._core.names import join_path, validate_root
+from .._core.names import join_path, validate_name, validate_root
 from .._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..backend import (
     RESTORED,
@@ -248,8 +248,33 @@ class ZooKeeperBackend(Backend):
         except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
             raise BackendUnavailable(f"the ZooKeeper client failed: {exc!r}") from exc
 
-    def data_key(self, name: str) -> str:
-        return join_path(self.root, name)
+    def data_key(self, semaphore: str, name: str = "data") -> str:
+        # "+" is in no entry name (nor any semaphore name): listings skip the node
+        return join_path(self.root, validate_name(semaphore), f"+{validate_name(name)}")
+
+    def delete_semaphore(self, name: str) -> None:
+        from kazoo.exceptions import NoNodeError, NotEmptyError
+
+        path = join_path(self.root, validate_name(name))
+
+        def attempt(deadline: Deadline) -> None:
+            while True:
+                try:
+                    children = self.answer(self.client.get_children_async(path), deadline, path)
+                except NoNodeError:
+                    return
+                for child in children:
+                    try:
+                        self.answer(self.client.delete_async(f"{path}/{child}"), deadline, path)
+                    except NoNodeError:
+                        pass
+                try:
+                    self.answer(self.client.delete_async(path), deadline, path)
+                    return
+                except (NoNodeError, NotEmptyError):
+                    continue  # an entry came meanwhile: again
+
+        self.bounded(attempt, f"deleting {path}", path)
 
     @property
     def user(self) -> str | None:

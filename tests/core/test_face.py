@@ -53,8 +53,10 @@ class Hub(Backend):
     def read(self, key: str) -> bytes | None:
         return None
 
-    def data_key(self, name: str) -> str:
-        return name
+    def data_key(self, semaphore: str, name: str = "data") -> str:
+        return f"{semaphore}/{name}"
+
+    def delete_semaphore(self, name: str) -> None: ...
 
     def close(self) -> None: ...
 
