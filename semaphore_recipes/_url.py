@@ -21,6 +21,8 @@ MAX_SECONDS = 86400.0
 
 @dataclass(frozen=True)
 class ServiceURL:
+    """A parsed service URL, as a backend's ``from_url`` receives it."""
+
     scheme: str
     hosts: tuple[tuple[str, int], ...]
     path: str  # where the backend keeps its semaphores (chroot, key prefix); "" when absent

@@ -119,6 +119,7 @@ RESTORED = SessionEvent(SessionChange.RESTORED)
 
 
 def session_lost(reason: str) -> SessionEvent:
+    """The LOST event, with why."""
     return SessionEvent(SessionChange.LOST, reason)
 
 
@@ -216,6 +217,8 @@ class WriteKind(enum.Enum):
 
 @dataclass(frozen=True)
 class Write:
+    """One write of a fenced transaction."""
+
     kind: WriteKind
     key: str
     value: bytes = b""
@@ -533,10 +536,12 @@ class Backend(ABC):
 
     # -- bookkeeping the faces use --
     def register_waiter(self, waiter: Waiter) -> None:
+        """``waiter`` is told of session changes until unregistered (the driver does it)."""
         with self._hub_lock:
             self._waiters.add(waiter)
 
     def unregister_waiter(self, waiter: Waiter) -> None:
+        """The acquire of ``waiter`` is over."""
         with self._hub_lock:
             self._waiters.discard(waiter)
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import semaphore_recipes
-from semaphore_recipes import errors
+from semaphore_recipes import backend, errors, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,9 @@ def _accidental(module: types.ModuleType) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", [semaphore_recipes, errors], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [semaphore_recipes, errors, backend, registry], ids=lambda m: m.__name__
+)
 def test_every_name_in_all_exists_and_is_documented(module: types.ModuleType) -> None:
     assert len(module.__all__) == len(set(module.__all__)), "a name is listed twice"
     missing = [n for n in module.__all__ if not hasattr(module, n)]

@@ -88,11 +88,15 @@ Step = Enqueue | Arm | Relist | AwaitEvent | MarkHeld
 
 @dataclass(frozen=True)
 class EntryDeleted:
+    """Event: the watched entry ``key`` was deleted."""
+
     key: str
 
 
 @dataclass(frozen=True)
 class EntryHeld:
+    """Event: the watched entry ``key`` wrote its held mark (its content unread)."""
+
     key: str
 
 
@@ -115,6 +119,8 @@ class EntryChanged:
 
 @dataclass(frozen=True)
 class CapacityChanged:
+    """Event: the semaphore's stored capacity is now ``capacity``."""
+
     capacity: int
 
 

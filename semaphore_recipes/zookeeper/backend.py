@@ -8,6 +8,7 @@ held permits are LOST, waiters raise BackendUnavailable, and so does every later
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -264,10 +265,8 @@ class ZooKeeperBackend(Backend):
                 except NoNodeError:
                     return
                 for child in children:
-                    try:
+                    with contextlib.suppress(NoNodeError):
                         self.answer(self.client.delete_async(f"{path}/{child}"), deadline, path)
-                    except NoNodeError:
-                        pass
                 try:
                     self.answer(self.client.delete_async(path), deadline, path)
                     return

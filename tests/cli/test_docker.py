@@ -121,7 +121,7 @@ def test_etcd_cluster_is_consistent(compose: dict[str, Any]) -> None:
 
 
 def test_workers_point_at_the_services_and_the_built_image(compose: dict[str, Any]) -> None:
-    from semaphore_recipes._url import parse_url
+    from semaphore_recipes.registry import parse_url
 
     workers = {n: s for n, s in compose["services"].items() if n.startswith("worker")}
     assert workers
