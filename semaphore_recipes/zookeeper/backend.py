@@ -16,6 +16,20 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NoNodeError,
+    NotEmptyError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState, KeeperState
+
 from .._core.deadline import Deadline
 from .._core.names import join_path, validate_name, validate_root
 from .._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
@@ -65,10 +79,7 @@ class ZooKeeperBackend(Backend):
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         super().__init__(owner=owner or default_owner(), request_timeout=request_timeout)
-        from kazoo.protocol.states import KazooState, KeeperState
 
-        self._KazooState = KazooState
-        self._KeeperState = KeeperState
         self.client = client
         self.root = validate_root(root)
         self._own_client = own_client
@@ -87,10 +98,6 @@ class ZooKeeperBackend(Backend):
     # ---- construction -------------------------------------------------------
     @classmethod
     def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> ZooKeeperBackend:
-        from kazoo.client import KazooClient
-        from kazoo.exceptions import AuthFailedError, NoAuthError
-        from kazoo.handlers.threading import KazooTimeoutError
-        from kazoo.protocol.states import KeeperState
 
         params = dict(url.params)
         session_timeout = url.seconds_param(
@@ -196,7 +203,6 @@ class ZooKeeperBackend(Backend):
         return self._closed
 
     def read(self, key: str) -> bytes | None:
-        from kazoo.exceptions import NoNodeError
 
         def attempt(deadline: Deadline) -> bytes | None:
             try:
@@ -213,7 +219,6 @@ class ZooKeeperBackend(Backend):
         disconnected and sends them on reconnect). BackendUnavailable when the time
         runs out, or when the client cannot be used any more; PermissionDenied (naming
         ``path``) when an ACL refuses it."""
-        from kazoo.exceptions import ConnectionLoss, NoAuthError, SessionExpiredError
 
         deadline = Deadline(self.request_timeout, time.monotonic)
         while True:
@@ -232,8 +237,6 @@ class ZooKeeperBackend(Backend):
 
     def answer(self, reply: Any, deadline: Deadline, what: str) -> Any:
         """The value of one kazoo reply for a call bounded by the request timeout."""
-        from kazoo.exceptions import ConnectionClosedError, KazooException
-        from kazoo.handlers.threading import KazooTimeoutError
 
         try:
             return reply.get(block=True, timeout=deadline.remaining())
@@ -254,7 +257,6 @@ class ZooKeeperBackend(Backend):
         return join_path(self.root, validate_name(semaphore), f"+{validate_name(name)}")
 
     def delete_semaphore(self, name: str) -> None:
-        from kazoo.exceptions import NoNodeError, NotEmptyError
 
         path = join_path(self.root, validate_name(name))
 
@@ -345,7 +347,7 @@ class ZooKeeperBackend(Backend):
             self._fail()
         if self._failure is not None:
             raise BackendUnavailable(self._failure)
-        if self.client.client_state in (self._KeeperState.CLOSED, self._KeeperState.AUTH_FAILED):
+        if self.client.client_state in (KeeperState.CLOSED, KeeperState.AUTH_FAILED):
             raise BackendUnavailable(f"the kazoo client is {self.client.client_state}")
 
     def _fail(self) -> None:
@@ -369,7 +371,6 @@ class ZooKeeperBackend(Backend):
 
     def _on_state(self, state: Any) -> None:
         # kazoo calls this from its connection thread: never block here.
-        KazooState = self._KazooState
         if state == KazooState.SUSPENDED:
             self._connected.clear()
             self._suspended_session = self.session_id

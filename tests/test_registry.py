@@ -1,0 +1,154 @@
+"""The scheme registry: one table, run-time registration, entry points, clear errors; and
+the seam's boundary (only a backend's own package names its store)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import semaphore_recipes as sr
+from semaphore_recipes import registry
+from semaphore_recipes.backend import QueueDriver, ServiceURL, SessionState
+from semaphore_recipes.registry import BackendSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "semaphore_recipes"
+
+
+def test_every_builtin_scheme_loads_its_backend() -> None:
+    for spec in registry.BUILTIN:
+        cls = registry.backend_class(spec.scheme)
+        assert issubclass(cls, sr.Backend)
+        assert cls.scheme == spec.scheme
+
+
+def test_an_unknown_scheme_names_the_known_ones_before_any_io() -> None:
+    with pytest.raises(ValueError, match=r"unknown URL scheme 'redis'.*zookeeper.*etcd.*memory"):
+        sr.connect("redis://127.0.0.1:6379")
+    with pytest.raises(ValueError, match="no scheme"):
+        sr.connect("127.0.0.1:2181")
+
+
+class Recorder(sr.Backend):
+    """A backend that only records how connect() made it."""
+
+    scheme = "recorder"
+    default_port = 7
+
+    def __init__(self, url: ServiceURL, owner: str | None) -> None:
+        super().__init__(owner=owner or "?", request_timeout=url.request_timeout())
+        self.url = url
+
+    @classmethod
+    def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> Recorder:
+        return cls(url, owner)
+
+    def open_queue(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> QueueDriver:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return "a recorder"
+
+    @property
+    def session_state(self) -> SessionState:
+        return SessionState.CONNECTED
+
+    def read(self, key: str) -> bytes | None:
+        return None
+
+    def data_key(self, semaphore: str, name: str = "data") -> str:
+        return f"{semaphore}/{name}"
+
+    def delete_semaphore(self, name: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def test_a_registered_backend_is_found_by_connect() -> None:
+    registry.register(BackendSpec("recorder", f"{__name__}:Recorder", default_port=7))
+    backend = sr.connect("recorder://h1,h2:9/app?request_timeout=2", owner="me", root="/r")
+    assert isinstance(backend, Recorder)
+    assert backend.url.hosts == (("h1", 7), ("h2", 9))
+    assert backend.url.path == "/app"
+    assert backend.url.params == {"request_timeout": "2", "root": "/r"}  # options join the URL
+    assert backend.owner == "me" and backend.request_timeout == 2.0
+    assert "recorder" in registry.schemes()
+
+
+def test_a_missing_extra_is_named_with_its_pip_command() -> None:
+    """Run where kazoo cannot be imported: connect() says which extra to install."""
+    code = textwrap.dedent(
+        """
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("kazoo", "grpc"):
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        sys.meta_path.insert(0, Block())
+        import semaphore_recipes as sr
+        for url in ("zookeeper://127.0.0.1:1", "etcd://127.0.0.1:1"):
+            try:
+                sr.connect(url)
+            except sr.BackendNotInstalled as exc:
+                print(type(exc).__name__, exc.scheme, exc.extra, exc)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert "BackendNotInstalled zookeeper zookeeper" in out
+    assert "pip install 'semaphore-recipes[zookeeper]'" in out
+    assert "BackendNotInstalled etcd etcd" in out
+
+
+def test_a_client_object_finds_its_backend() -> None:
+    class KazooClient:  # named like kazoo's, from another module: not taken
+        pass
+
+    with pytest.raises(TypeError, match="KazooClient"):
+        sr.connect(KazooClient())
+    assert registry.spec_for_client(object()) is None
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found: set[str] = set()
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = f"{base}.{node.module}" if base and node.module else node.module or base
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+STORE_SPECIFIC = ("kazoo", "grpc", "semaphore_recipes.zookeeper", "semaphore_recipes.etcd")
+
+
+@pytest.mark.parametrize(
+    "part",
+    ["__init__.py", "backend.py", "registry.py", "semaphore.py", "_core", "cli", "memory"],
+)
+def test_only_a_backend_package_imports_its_store(part: str) -> None:
+    """The faces, the seam, the registry, the CLI and the memory backend name no store:
+    they go through connect() and semaphore_recipes.backend."""
+    target = PACKAGE / part
+    files = [target] if target.is_file() else sorted(target.rglob("*.py"))
+    assert files, part
+    offenders = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in files
+        for module in _imports(path)
+        if module.startswith(STORE_SPECIFIC)
+    }
+    assert not offenders, sorted(offenders)
