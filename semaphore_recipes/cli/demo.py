@@ -337,7 +337,7 @@ class Demo:
                 if self.scheme == "zookeeper":
                     self.observer.client.delete(path, recursive=True)
                 else:
-                    from ..etcd.client import prefix_range_end
+                    from ..etcd.ops import prefix_range_end
 
                     start = (path + "/").encode()
                     end = prefix_range_end(start)

@@ -46,15 +46,10 @@ from ..errors import (
 )
 from ..semaphore import Semaphore
 from ..zookeeper.backend import default_owner
-from .client import (
-    EtcdAuthError,
-    EtcdClient,
-    EtcdError,
-    EtcdLeaseNotFound,
-    EtcdUnavailable,
-    LeaseKeeper,
-    retry_unavailable,
-)
+from .client import EtcdClient
+from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, EtcdUnavailable
+from .lease import LeaseKeeper
+from .retry import retry_unavailable
 
 if TYPE_CHECKING:
     from .queue import EtcdQueue
@@ -170,10 +165,13 @@ class EtcdBackend(SessionHub):
     def _new_lease(self, deadline: Deadline) -> int:
         try:
             lease_id, ttl = retry_unavailable(
-                lambda: self.run(
-                    lambda: self.client.lease_grant(self.ttl, timeout=deadline.cap(2.0) or 0.001)
+                lambda timeout: self.run(
+                    lambda: self.client.lease_grant(self.ttl, timeout=timeout)
                 ),
-                timeout=deadline.cap(3600.0),
+                Deadline(deadline.cap(3600.0), _monotonic),
+                attempt_timeout=2.0,
+                initial_backoff=0.02,
+                max_backoff=0.5,
             )
         except EtcdUnavailable as exc:
             raise BackendUnavailable(
