@@ -56,8 +56,8 @@ class EtcdClient:
     """A connection to an etcd v3 cluster: one gRPC channel, typed unary calls.
 
     ``endpoints`` are ``host:port`` strings; several give failover (see
-    :func:`~.channel.channel_config`). ``timeout`` is the default deadline of each unary call, in
-    seconds; every call also takes ``timeout=`` to override it.
+    :func:`~.channel.channel_config`). ``timeout`` is the default deadline of each unary
+    call, in seconds; every call also takes ``timeout=`` to override it.
 
     With ``user``/``password`` the client authenticates on first use and sends the token
     with every call; when the server says the token is invalid (expired, or the server
