@@ -184,8 +184,9 @@ def test_unavailable_and_retry() -> None:
 
 def test_retry_unavailable_bounds_each_attempt_and_stops_when_asked() -> None:
     """The one retry of the layer, against a port nobody serves: every attempt's timeout
-    is cut to what is left of the deadline; ``stop()`` ends an unbounded retry (the
-    queue's background writes, when it closes); other errors are not retried."""
+    is cut to what is left of the deadline; ``stop()`` ends the retries before the
+    deadline (the queue's unbounded background writes, when it closes); other errors
+    are not retried."""
     from semaphore_recipes.testing.etcd_server import _free_port
 
     with EtcdClient([f"127.0.0.1:{_free_port()}"]) as dead:
@@ -207,7 +208,7 @@ def test_retry_unavailable_bounds_each_attempt_and_stops_when_asked() -> None:
         with pytest.raises(EtcdUnavailable):
             retry_unavailable(
                 attempt,
-                Deadline(None, time.monotonic),
+                Deadline(5.0, time.monotonic),  # (only so that a stop() ignored fails)
                 attempt_timeout=0.05,
                 stop=lambda: len(timeouts) == 3,
             )
