@@ -18,6 +18,10 @@ import grpc
 __all__ = ["ChannelConfig", "channel_config"]
 
 DEFAULT_PORT = 2379
+# seconds between HTTP/2 pings while a call is open (etcd refuses them more often than
+# every 5 s), and how long a ping may go unanswered before the connection counts as dead
+KEEPALIVE_TIME = 10.0
+KEEPALIVE_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,6 @@ def channel_config(
     ca_cert: str | None = None,
     cert_key: str | None = None,
     cert_cert: str | None = None,
-    keepalive_time: float = 10.0,
-    keepalive_timeout: float = 5.0,
 ) -> ChannelConfig:
     """Build the target, credentials and channel options for ``endpoints``.
 
@@ -117,7 +119,7 @@ def channel_config(
     (``ipv4:h1:p1,h2:p2``): the channel connects to the first member that answers and
     moves to another when that connection breaks. Host names are resolved once, here.
     TLS is used when any of the certificate arguments is given or an endpoint starts
-    with ``https://``. HTTP/2 keepalive pings (every ``keepalive_time`` s while a call
+    with ``https://``. HTTP/2 keepalive pings (every ``KEEPALIVE_TIME`` s while a call
     is open; etcd refuses pings more often than every 5 s) detect a dead member under a
     long-lived stream, and reconnect backoff is capped at 2 s.
     """
@@ -131,8 +133,8 @@ def channel_config(
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", 2**31 - 1),
         ("grpc.max_send_message_length", 2**31 - 1),
-        ("grpc.keepalive_time_ms", int(keepalive_time * 1000)),
-        ("grpc.keepalive_timeout_ms", int(keepalive_timeout * 1000)),
+        ("grpc.keepalive_time_ms", int(KEEPALIVE_TIME * 1000)),
+        ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT * 1000)),
         ("grpc.keepalive_permit_without_calls", 0),
         ("grpc.http2.max_pings_without_data", 0),
         # (not grpc.min_reconnect_backoff_ms: gRPC uses it as the connect timeout, and
