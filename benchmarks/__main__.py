@@ -140,7 +140,7 @@ def cleanup(target: Target) -> None:
             client.stop()
             client.close()
     with contextlib.suppress(Exception):
-        from semaphore_recipes.etcd.client import prefix_range_end
+        from semaphore_recipes.etcd.ops import prefix_range_end
 
         etcd = etcd_client(target)
         try:

@@ -236,7 +236,7 @@ class FencedTransaction(ABC):
     an operation's condition fails (nothing is written), PermissionDenied when the store
     refuses the user, and BackendUnavailable when no answer came within the request
     timeout: then it may still have been applied (read back before committing again).
-    One commit per transaction.
+    A key is written at most once per transaction (ValueError before any I/O).
     """
 
     def __init__(self) -> None:
@@ -259,6 +259,8 @@ class FencedTransaction(ABC):
             raise TypeError(f"a key is a non-empty str, not {write.key!r}")
         if not isinstance(write.value, bytes):
             raise TypeError(f"a value is bytes, not {type(write.value).__name__}")
+        if any(w.key == write.key for w in self.writes):
+            raise ValueError(f"{write.key!r} is written twice in one transaction")
         self.writes.append(write)
         return self
 

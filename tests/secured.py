@@ -67,7 +67,8 @@ def _secured_etcd() -> Iterator[Any]:
 
 
 def _etcd_store(server: Any) -> Iterator[SecuredStore]:
-    from semaphore_recipes.etcd.client import EtcdClient, prefix_range_end
+    from semaphore_recipes.etcd.client import EtcdClient
+    from semaphore_recipes.etcd.ops import prefix_range_end
 
     prefix = f"{ETCD_PREFIX}{uuid.uuid4().hex[:10]}"
     root = EtcdClient([server.endpoint], user="root", password=ETCD_ROOT_PASSWORD)

@@ -46,16 +46,11 @@ from ..errors import (
     InvalidName,
     PermissionDenied,
 )
-from .client import (
-    EtcdAuthError,
-    EtcdClient,
-    EtcdError,
-    EtcdLeaseNotFound,
-    EtcdUnavailable,
-    LeaseKeeper,
-    prefix_range_end,
-    retry_unavailable,
-)
+from .client import EtcdClient
+from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, EtcdUnavailable
+from .lease import LeaseKeeper
+from .ops import prefix_range_end
+from .retry import retry_unavailable
 
 if TYPE_CHECKING:
     from .queue import EtcdQueue
@@ -172,10 +167,13 @@ class EtcdBackend(Backend):
     def _new_lease(self, deadline: Deadline) -> int:
         try:
             lease_id, ttl = retry_unavailable(
-                lambda: self.run(
-                    lambda: self.client.lease_grant(self.ttl, timeout=deadline.cap(2.0) or 0.001)
+                lambda timeout: self.run(
+                    lambda: self.client.lease_grant(self.ttl, timeout=timeout)
                 ),
-                timeout=deadline.cap(3600.0),
+                Deadline(deadline.cap(3600.0), _monotonic),
+                attempt_timeout=2.0,
+                initial_backoff=0.02,
+                max_backoff=0.5,
             )
         except EtcdUnavailable as exc:
             raise BackendUnavailable(
@@ -328,10 +326,9 @@ class EtcdBackend(Backend):
         deadline = Deadline(self.request_timeout, _monotonic)
         try:
             reply = retry_unavailable(
-                lambda: self.run(
-                    lambda: self.client.range(raw, timeout=deadline.cap(2.0) or 0.001)
-                ),
-                timeout=deadline.cap(3600.0),
+                lambda timeout: self.run(lambda: self.client.range(raw, timeout=timeout)),
+                deadline,
+                attempt_timeout=2.0,
             )
         except EtcdUnavailable as exc:
             raise BackendUnavailable(f"etcd unreachable reading {key}: {exc}") from exc
@@ -349,10 +346,11 @@ class EtcdBackend(Backend):
         deadline = Deadline(self.request_timeout, _monotonic)
         try:
             retry_unavailable(
-                lambda: self.run(
-                    lambda: self.client.delete_range(start, end, timeout=deadline.cap(2.0) or 0.001)
+                lambda timeout: self.run(
+                    lambda: self.client.delete_range(start, end, timeout=timeout)
                 ),
-                timeout=deadline.cap(3600.0),
+                deadline,
+                attempt_timeout=2.0,
             )
         except EtcdUnavailable as exc:
             raise BackendUnavailable(f"etcd unreachable deleting {start!r}: {exc}") from exc

@@ -51,16 +51,15 @@ from ..errors import (
 )
 from . import _proto  # noqa: F401  (makes the generated package importable first)
 from ._proto import etcd_api_pb2 as pb
-from .client import (
-    Compare,
+from .errors import (
     EtcdAuthError,
     EtcdCompacted,
     EtcdError,
     EtcdLeaseNotFound,
     EtcdUnavailable,
-    Op,
-    prefix_range_end,
 )
+from .ops import Compare, Op, prefix_range_end
+from .retry import retry_unavailable
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -117,25 +116,24 @@ class EtcdQueue(QueueDriver):
         acquire's (then AcquireTimeout), or by default the request timeout (then
         BackendUnavailable). ``request`` gets the time one attempt may take."""
         limit = Deadline(self.request_timeout, time.monotonic) if deadline is None else deadline
-        while True:
-            try:
-                return self.backend.run(lambda: request(limit.cap(_ATTEMPT) or 0.001))
-            except EtcdUnavailable as exc:
-                if limit.expired():
-                    if deadline is None:
-                        raise BackendUnavailable(
-                            f"etcd unreachable (request timeout {self.request_timeout:g} s): {exc}"
-                        ) from exc
-                    raise AcquireTimeout(
-                        f"semaphore {self.name!r}: etcd did not answer in time"
-                    ) from exc
-                time.sleep(limit.cap(0.05))
-            except EtcdLeaseNotFound:
-                raise  # the caller starts a new session
-            except EtcdAuthError as exc:
-                raise self.backend.permission_denied(f"keys under {self.base}", exc) from exc
-            except EtcdError as exc:
-                raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
+        try:
+            return retry_unavailable(
+                lambda timeout: self.backend.run(lambda: request(timeout)),
+                limit,
+                attempt_timeout=_ATTEMPT,
+            )
+        except EtcdUnavailable as exc:
+            if deadline is None:
+                raise BackendUnavailable(
+                    f"etcd unreachable (request timeout {self.request_timeout:g} s): {exc}"
+                ) from exc
+            raise AcquireTimeout(f"semaphore {self.name!r}: etcd did not answer in time") from exc
+        except EtcdLeaseNotFound:
+            raise  # the caller starts a new session
+        except EtcdAuthError as exc:
+            raise self.backend.permission_denied(f"keys under {self.base}", exc) from exc
+        except EtcdError as exc:
+            raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
 
     # ---- capacity --------------------------------------------------------------
     def _agree_capacity(self, capacity: int | None, adopt: bool, create: bool) -> int:
@@ -242,7 +240,6 @@ class EtcdQueue(QueueDriver):
                     [Compare.create_revision(key, "==", 0)],
                     [Op.put(key, value, lease=lease), *reads],
                     reads,
-                    timeout=deadline.cap(_ATTEMPT) or 0.001,
                 )
                 reply = self._create(waiter, create, deadline)
             except EtcdLeaseNotFound:
@@ -273,27 +270,11 @@ class EtcdQueue(QueueDriver):
                 )
             return self._enqueued(waiter, uid, mine[0].create_revision, listing)
 
-    def _create(self, waiter: Waiter, create: Callable[[], Any], deadline: Deadline) -> Any:
+    def _create(self, waiter: Waiter, create: Callable[..., Any], deadline: Deadline) -> Any:
         """The enqueue txn, retried on UNAVAILABLE. An interrupt is held until the txn
         returns (``backend.run``), so an interrupted acquire never deletes its entry
         while the create is still on its way (gRPC does not order calls)."""
-        while True:
-            try:
-                reply = self.backend.run(create)
-            except EtcdUnavailable as exc:
-                if deadline.expired():
-                    raise AcquireTimeout(
-                        f"semaphore {self.name!r}: etcd did not answer in time"
-                    ) from exc
-                time.sleep(min(0.05, deadline.remaining() or 0.05))
-                continue
-            except EtcdLeaseNotFound:
-                raise
-            except EtcdAuthError as exc:
-                raise self.backend.permission_denied(f"keys under {self.base}", exc) from exc
-            except EtcdError as exc:
-                raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
-            return reply
+        return self._call(lambda timeout: create(timeout=timeout), deadline)
 
     def _enqueued(self, waiter: Waiter, uid: str, token: int, listing: Any) -> Enqueued:
         waiter.created(uid, token)
@@ -431,25 +412,31 @@ class EtcdQueue(QueueDriver):
                     return  # released (or abandoned) already
                 self._marks_pending.discard(pending)
             value = mark.encode()  # by the thread that sends it: not on acquire's path
-            while not self._closed:
-                try:
-                    reply = self.client.txn(
-                        [Compare.create_revision(self._key(key), "==", token)],
-                        [Op.put(self._key(key), value, lease=lease)],
-                        [],
-                        timeout=_ATTEMPT,
-                    )
-                    if not reply.succeeded:
-                        on_lost("the entry was gone when its held mark was written")
-                    return
-                except EtcdLeaseNotFound:
-                    on_lost("the lease was gone when the held mark was written")
-                    return
-                except EtcdUnavailable:
-                    time.sleep(0.05)
-                except EtcdError as exc:
-                    log.warning("held mark of %s failed: %s", key, exc)
-                    return
+            if self._closed:
+                return
+            send = functools.partial(
+                self.client.txn,
+                [Compare.create_revision(self._key(key), "==", token)],
+                [Op.put(self._key(key), value, lease=lease)],
+                [],
+            )
+            try:
+                reply = retry_unavailable(
+                    lambda timeout: send(timeout=timeout),
+                    Deadline(None, time.monotonic),
+                    attempt_timeout=_ATTEMPT,
+                    stop=lambda: self._closed,
+                )
+            except EtcdLeaseNotFound:
+                on_lost("the lease was gone when the held mark was written")
+                return
+            except EtcdUnavailable:
+                return  # closed meanwhile: revoking the lease removes the entry
+            except EtcdError as exc:
+                log.warning("held mark of %s failed: %s", key, exc)
+                return
+            if not reply.succeeded:
+                on_lost("the entry was gone when its held mark was written")
 
         self._submit(write)
 
@@ -507,14 +494,19 @@ class EtcdQueue(QueueDriver):
             log.warning("delete of %r is pending until etcd is reachable again", uid)
 
             def retry() -> None:
-                while not self._closed:
-                    try:
-                        attempt()
-                        return
-                    except EtcdUnavailable:
-                        time.sleep(0.2)
-                    except EtcdError:
-                        return
+                if self._closed:
+                    return
+                # gives up when the queue closes (or etcd refuses it): the lease's end
+                # removes the entry then
+                with contextlib.suppress(EtcdError):
+                    retry_unavailable(
+                        attempt,
+                        Deadline(None, time.monotonic),
+                        attempt_timeout=_ATTEMPT,
+                        initial_backoff=0.2,
+                        max_backoff=0.2,
+                        stop=lambda: self._closed,
+                    )
 
             self._submit(retry)
         except EtcdError as exc:
@@ -596,6 +588,8 @@ class EtcdFencedTransaction(FencedTransaction):
         except EtcdAuthError as exc:
             keys = [self.entry_key.decode(errors="replace"), *(w.key for w in self.writes)]
             raise queue.backend.permission_denied("keys " + ", ".join(keys), exc) from exc
+        except EtcdError as exc:
+            raise BackendUnavailable(f"etcd refused the transaction: {exc}") from exc
         if reply.succeeded:
             return
         entry, *found = (r.response_range.kvs for r in reply.responses)

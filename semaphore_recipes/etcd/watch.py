@@ -24,29 +24,29 @@ import logging
 import queue
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from ._proto import etcd_api_pb2 as pb
-from .client import (
-    _WATCH_FILTER,
+from .callbacks import run_callback
+from .client import EtcdClient
+from .errors import (
     EtcdAuthError,
-    EtcdClient,
     EtcdCompacted,
     EtcdError,
-    Key,
-    WatchFilter,
-    _b,
-    _Backoff,
-    _error_for_cancel_reason,
-    _is_invalid_token,
-    _safe_callback,
+    error_for_cancel_reason,
+    is_invalid_token,
     map_rpc_error,
 )
+from .ops import Key, to_bytes
+from .retry import Backoff
 
-__all__ = ["Watcher"]
+__all__ = ["Event", "Watcher"]
+
+#: The message type of the events ``on_events`` gets (for annotations).
+Event = pb.Event
 
 logger = logging.getLogger("semaphore_recipes.etcd")
 
@@ -71,19 +71,15 @@ class Watcher:
         range_end: Key = b"",
         *,
         start_revision: int,
-        filters: Sequence[WatchFilter] = (),
         prev_kv: bool = False,
-        progress_notify: bool = False,
-        on_events: Callable[[list[pb.Event], int], None],
+        on_events: Callable[[list[Event], int], None],
         on_error: Callable[[Exception], None] | None = None,
         start: bool = True,
     ) -> None:
         self.client = client
-        self.key = _b(key)
-        self.range_end = _b(range_end)
-        self.filters = tuple(_WATCH_FILTER[f] for f in filters)
+        self.key = to_bytes(key)
+        self.range_end = to_bytes(range_end)
         self.prev_kv = prev_kv
-        self.progress_notify = progress_notify
         self._on_events = on_events
         self._on_error = on_error
         self._next_revision = start_revision
@@ -129,8 +125,6 @@ class Watcher:
                 key=self.key,
                 range_end=self.range_end,
                 start_revision=self._next_revision,
-                progress_notify=self.progress_notify,
-                filters=self.filters,
                 prev_kv=self.prev_kv,
             )
         )
@@ -139,7 +133,7 @@ class Watcher:
         self._error = err
         self._stopped = True
         logger.warning("etcd: watch on %r stopped: %s", self.key, err)
-        _safe_callback("on_error", self._on_error, err)
+        run_callback("on_error", self._on_error, err)
 
 
 _hubs: weakref.WeakKeyDictionary[EtcdClient, _WatchHub] = weakref.WeakKeyDictionary()
@@ -203,7 +197,7 @@ class _WatchHub:
 
     # ---- the reader thread ----------------------------------------------------------
     def _run(self) -> None:
-        backoff = _Backoff(0.05, 1.0)
+        backoff = Backoff(0.05, 1.0)
         while True:
             client = self._client()
             with self._lock:
@@ -252,7 +246,7 @@ class _WatchHub:
             waiting = list(self._creating)
         if not waiting:
             return
-        if all(w._auth_retried for w in waiting) or not _is_invalid_token(err):
+        if all(w._auth_retried for w in waiting) or not is_invalid_token(err):
             for watcher in waiting:
                 self._end(watcher, err)
             return
@@ -304,9 +298,9 @@ class _WatchHub:
             return
         if resp.canceled:
             reason = resp.cancel_reason or "canceled by the server"
-            err = _error_for_cancel_reason(reason)
+            err = error_for_cancel_reason(reason)
             if isinstance(err, EtcdAuthError) and (
-                watcher._auth_retried or not _is_invalid_token(err)
+                watcher._auth_retried or not is_invalid_token(err)
             ):
                 self._end(watcher, err)
                 return
@@ -328,7 +322,7 @@ class _WatchHub:
         events = list(resp.events)
         if events:
             watcher._next_revision = int(events[-1].kv.mod_revision) + 1
-            _safe_callback("on_events", watcher._on_events, events, int(resp.header.revision))
+            run_callback("on_events", watcher._on_events, events, int(resp.header.revision))
         elif (
             not resp.created
             and watcher.created.is_set()
@@ -358,9 +352,5 @@ class _WatchHub:
 
     def _refresh_token(self) -> None:
         client = self._client()
-        if client is None:
-            return
-        try:
-            client.refresh_token(client.metadata())
-        except EtcdError as exc:
-            logger.info("etcd: authentication failed: %s", exc)
+        if client is not None:
+            client.reauthenticate()

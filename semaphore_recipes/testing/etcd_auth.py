@@ -20,7 +20,9 @@ import grpc
 
 from ..etcd._proto import etcd_api_pb2 as pb
 from ..etcd._proto import etcd_api_pb2_grpc as _rpc_module
-from ..etcd.client import EtcdClient, map_rpc_error, prefix_range_end
+from ..etcd.client import EtcdClient
+from ..etcd.errors import map_rpc_error
+from ..etcd.ops import prefix_range_end
 
 _rpc: Any = _rpc_module  # generated without type hints
 

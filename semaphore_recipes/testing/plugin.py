@@ -367,7 +367,7 @@ def etcd_admin(etcd_server: Any) -> Iterator[Any]:
 
 def leftover_etcd_entries(admin: Any, namespace: str) -> list[str]:
     """Queue entry keys of every semaphore under the namespace prefix."""
-    from ..etcd.client import prefix_range_end
+    from ..etcd.ops import prefix_range_end
 
     prefix = (namespace.rstrip("/") + "/").encode()
     reply = admin.range(prefix, prefix_range_end(prefix), keys_only=True)

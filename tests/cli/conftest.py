@@ -197,7 +197,7 @@ class Store:
             if self.admin.exists(path) is None:
                 return []
             return [f"{path}/{c}" for c in sorted(self.admin.get_children(path))]
-        from semaphore_recipes.etcd.client import prefix_range_end
+        from semaphore_recipes.etcd.ops import prefix_range_end
 
         prefix = f"{self.namespace}/{name}/entries/".encode()
         return list(self.admin.range(prefix, prefix_range_end(prefix)).kvs)

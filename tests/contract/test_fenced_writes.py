@@ -72,7 +72,10 @@ def test_bad_writes_are_refused_before_any_io(service: Service) -> None:
             tx.set("", b"x")
         with pytest.raises(TypeError):
             tx.create("/k", "not bytes")  # type: ignore[arg-type]
-        assert tx.writes == []
+        tx.create("/k", b"x")
+        with pytest.raises(ValueError, match="twice"):
+            tx.set("/k", b"y")
+        assert [w.key for w in tx.writes] == ["/k"]
 
 
 def test_delete_semaphore_removes_capacity_entries_and_data(service: Service) -> None:

@@ -6,18 +6,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from semaphore_recipes.etcd.client import (
-    EtcdAuthError,
-    EtcdClient,
-    EtcdError,
-    LeaseKeeper,
-    retry_unavailable,
-)
+from semaphore_recipes.etcd.client import EtcdClient
+from semaphore_recipes.etcd.errors import EtcdAuthError, EtcdError
+from semaphore_recipes.etcd.lease import LeaseKeeper
 from semaphore_recipes.etcd.watch import Watcher
 from semaphore_recipes.testing.etcd_auth import EtcdAuthAdmin
 from semaphore_recipes.testing.etcd_server import EtcdServer
 
-from .helpers import wait_until
+from .helpers import retry, wait_until
 
 USER, PASSWORD = "root", "s3cret"
 
@@ -50,7 +46,7 @@ def test_invalid_token_reauthenticates_once(auth_server: EtcdServer) -> None:
         assert client._token != "not-a-token"
         # simple tokens do not survive a restart: the client gets a new one by itself
         auth_server.restart()
-        assert retry_unavailable(lambda: client.range("k").count, timeout=10) == 1
+        assert retry(lambda: client.range("k").count) == 1
 
 
 def test_streams_with_auth(auth_server: EtcdServer) -> None:

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 
+from semaphore_recipes._core.deadline import Deadline
 from semaphore_recipes.etcd._proto.etcd_api_pb2 import RangeResponse
-from semaphore_recipes.etcd.client import (
-    Compare,
-    EtcdClient,
-    EtcdCompacted,
-    EtcdError,
-    EtcdLeaseNotFound,
-    EtcdUnavailable,
-    Op,
-    channel_config,
-    prefix_range_end,
-    retry_unavailable,
-)
+from semaphore_recipes.etcd.channel import channel_config
+from semaphore_recipes.etcd.client import EtcdClient
+from semaphore_recipes.etcd.errors import EtcdError, EtcdLeaseNotFound, EtcdUnavailable
+from semaphore_recipes.etcd.ops import Compare, Op, prefix_range_end
+from semaphore_recipes.etcd.retry import retry_unavailable
 from semaphore_recipes.testing.etcd_server import EtcdServer, Metrics
+
+from .helpers import retry
 
 
 def test_prefix_range_end() -> None:
@@ -64,78 +62,37 @@ def test_range_options(client: EtcdClient, ns: str) -> None:
     assert everything.kvs[0].value == b"value-a"
     assert everything.kvs[0].create_revision == revs["a"]
 
-    limited = client.range(ns, end, limit=2)
-    assert keys(limited) == ["a", "b"] and limited.more and limited.count == 5
-
-    by_create_desc = client.range(ns, end, sort_order="descend", sort_target="create")
-    assert keys(by_create_desc) == ["d", "b", "e", "a", "c"]
-    by_create_asc = client.range(ns, end, sort_order="ascend", sort_target="create")
-    assert keys(by_create_asc) == ["c", "a", "e", "b", "d"]
-
-    # the predecessor query of the recipe: newest entry created before "b"
-    pred = client.range(
-        ns,
-        end,
-        limit=1,
-        sort_order="descend",
-        sort_target="create",
-        max_create_revision=revs["b"] - 1,
-    )
-    assert keys(pred) == ["e"]
-    assert pred.more
-    # count ignores the create-revision filters (see EtcdClient.range)
-    assert pred.count == 5
-    first = client.range(
-        ns,
-        end,
-        limit=1,
-        sort_order="descend",
-        sort_target="create",
-        max_create_revision=revs["c"] - 1,
-    )
-    assert keys(first) == [] and first.count == 5
-
-    newer = client.range(ns, end, min_create_revision=revs["e"])
-    assert sorted(keys(newer)) == ["b", "d", "e"]
-
-    counted = client.range(ns, end, count_only=True)
-    assert counted.count == 5 and len(counted.kvs) == 0
+    # the relist of the recipe: every entry created before "b", in key order
+    before_b = client.range(ns, end, max_create_revision=revs["b"] - 1)
+    assert keys(before_b) == ["a", "c", "e"]
+    assert before_b.count == 5  # count ignores the create-revision filter
+    assert keys(client.range(ns, end, max_create_revision=revs["c"] - 1)) == []
 
     key_only = client.range(ns, end, keys_only=True)
     assert keys(key_only) == ["a", "b", "c", "d", "e"]
     assert all(kv.value == b"" for kv in key_only.kvs)
     assert all(kv.create_revision > 0 for kv in key_only.kvs)
 
-    assert keys(client.range(ns, end, serializable=True)) == ["a", "b", "c", "d", "e"]
-
-    # a read at an old revision sees the store as it was
-    old = client.range(ns, end, revision=revs["a"])
-    assert keys(old) == ["a", "c"]
-
     single = client.range(ns + "c")
     assert keys(single) == ["c"] and single.count == 1
     assert client.range(ns + "zz").count == 0
 
 
-def test_put_and_delete_options(client: EtcdClient, ns: str) -> None:
-    first = client.put(ns + "k", "v1", prev_kv=True)
-    assert not first.HasField("prev_kv")
-    second = client.put(ns + "k", b"v2", prev_kv=True)
-    assert second.prev_kv.value == b"v1"
+def test_put_and_delete(client: EtcdClient, ns: str) -> None:
+    first = client.put(ns + "k", "v1")
+    second = client.put(ns + "k", b"v2")
     assert second.header.revision == first.header.revision + 1
     kv = client.range(ns + "k").kvs[0]
-    assert (kv.version, kv.create_revision, kv.mod_revision) == (
+    assert (kv.version, kv.create_revision, kv.mod_revision, kv.value) == (
         2,
         first.header.revision,
         second.header.revision,
+        b"v2",
     )
-    client.put(ns + "k", b"", ignore_value=True)
-    assert client.range(ns + "k").kvs[0].value == b"v2"
 
     client.put(ns + "j", "x")
-    deleted = client.delete_range(ns, prefix_range_end(ns), prev_kv=True)
-    assert deleted.deleted == 2
-    assert sorted(kv.key for kv in deleted.prev_kvs) == [(ns + "j").encode(), (ns + "k").encode()]
+    assert client.delete_range(ns, prefix_range_end(ns)).deleted == 2
+    assert client.range(ns, prefix_range_end(ns)).count == 0
     assert client.delete_range(ns + "k").deleted == 0
 
 
@@ -175,37 +132,32 @@ def test_guarded_delete(client: EtcdClient, ns: str) -> None:
     token = client.put(key, "x").header.revision
     stale = client.txn([Compare.create_revision(key, "==", token - 1)], [Op.delete(key)])
     assert not stale.succeeded and client.range(key).count == 1
-    ok = client.txn([Compare.create_revision(key, "==", token)], [Op.delete(key, prev_kv=True)])
+    ok = client.txn([Compare.create_revision(key, "==", token)], [Op.delete(key)])
     assert ok.succeeded
     assert ok.responses[0].response_delete_range.deleted == 1
     # the same delete again: the guard fails because the key is gone
     assert not client.txn([Compare.create_revision(key, "==", token)], [Op.delete(key)]).succeeded
 
 
-def test_other_compares_and_nested_txn(client: EtcdClient, ns: str) -> None:
-    lease, _ = client.lease_grant(30)
+def test_compare_ops_and_nested_txn(client: EtcdClient, ns: str) -> None:
     key = ns + "k"
-    put = client.put(key, "v", lease=lease)
+    token = client.put(key, "v").header.revision
     checks = [
-        Compare.version(key, "==", 1),
-        Compare.mod_revision(key, "==", put.header.revision),
-        Compare.value(key, "==", "v"),
-        Compare.value(key, "!=", "w"),
-        Compare.lease(key, "==", lease),
-        Compare.create_revision(key, ">", 0),
-        Compare.version(key, "<", 2),
-        Compare.version(ns, ">", 0, range_end=prefix_range_end(ns)),
+        Compare.create_revision(key, "==", token),
+        Compare.create_revision(key, "!=", 0),
+        Compare.create_revision(key, ">", token - 1),
+        Compare.create_revision(key, "<", token + 1),
     ]
     for check in checks:
         assert client.txn([check]).succeeded, check
+    # a create-if-absent nested in a fenced txn (the fenced transaction's create())
     resp = client.txn(
-        [Compare.version(key, "==", 1)],
-        [Op.txn([Compare.version(key, "==", 5)], [], [Op.range(key, count_only=True)])],
+        [Compare.create_revision(key, "==", token)],
+        [Op.txn([Compare.create_revision(key, "==", 0)], [Op.put(key, "w")], [Op.range(key)])],
     )
     assert resp.succeeded
     inner = resp.responses[0].response_txn
-    assert not inner.succeeded and inner.responses[0].response_range.count == 1
-    client.lease_revoke(lease)
+    assert not inner.succeeded and inner.responses[0].response_range.kvs[0].value == b"v"
 
 
 def test_errors(client: EtcdClient, ns: str) -> None:
@@ -213,12 +165,6 @@ def test_errors(client: EtcdClient, ns: str) -> None:
         client.put(ns + "k", "v", lease=0x1234567)
     assert isinstance(lease_err.value.__cause__, grpc.RpcError)
     assert lease_err.value.code == grpc.StatusCode.NOT_FOUND
-
-    rev = client.put(ns + "k", "v1").header.revision
-    client.put(ns + "k", "v2")
-    client.compact(rev + 1)
-    with pytest.raises(EtcdCompacted):
-        client.range(ns + "k", revision=rev)
 
 
 def test_unavailable_and_retry() -> None:
@@ -229,17 +175,54 @@ def test_unavailable_and_retry() -> None:
             dead.range("x")
         assert isinstance(err.value.__cause__, grpc.RpcError)
         with pytest.raises(EtcdUnavailable):
-            retry_unavailable(lambda: dead.range("x"), timeout=0.3)
+            retry(lambda: dead.range("x"), timeout=0.3)
     closed = EtcdClient(["127.0.0.1:1"])
     closed.close()
     with pytest.raises(EtcdError, match="closed"):
         closed.range("x")
 
 
-def test_status(client: EtcdClient) -> None:
-    status = client.status()
-    assert status.version.startswith("3.")
-    assert status.leader == status.header.member_id  # a single member leads itself
+def test_retry_unavailable_bounds_each_attempt_and_stops_when_asked() -> None:
+    """The one retry of the layer, against a port nobody serves: every attempt's timeout
+    is cut to what is left of the deadline; ``stop()`` ends the retries before the
+    deadline (the queue's unbounded background writes, when it closes); other errors
+    are not retried."""
+    from semaphore_recipes.testing.etcd_server import _free_port
+
+    with EtcdClient([f"127.0.0.1:{_free_port()}"]) as dead:
+        timeouts: list[float] = []
+
+        def attempt(timeout: float) -> RangeResponse:
+            timeouts.append(timeout)
+            return dead.range("x", timeout=timeout)
+
+        deadline = Deadline(0.5, time.monotonic)
+        with pytest.raises(EtcdUnavailable):
+            retry_unavailable(attempt, deadline, attempt_timeout=0.2)
+        assert deadline.expired() and len(timeouts) >= 2 and timeouts[0] == 0.2
+        # each attempt got at most what was left: together never more than the deadline
+        # (plus the 1 ms floor of an attempt made when nothing was left)
+        assert sum(timeouts) <= 0.5 + 0.001
+
+        timeouts.clear()
+        with pytest.raises(EtcdUnavailable):
+            retry_unavailable(
+                attempt,
+                Deadline(5.0, time.monotonic),  # (only so that a stop() ignored fails)
+                attempt_timeout=0.05,
+                stop=lambda: len(timeouts) == 3,
+            )
+        assert timeouts == [0.05] * 3
+
+    refused: list[int] = []
+
+    def refuse(timeout: float) -> None:
+        refused.append(1)
+        raise EtcdLeaseNotFound("NOT_FOUND: etcdserver: requested lease not found")
+
+    with pytest.raises(EtcdLeaseNotFound):
+        retry_unavailable(refuse, Deadline(None, time.monotonic), attempt_timeout=1.0)
+    assert refused == [1]
 
 
 def test_metrics_count_ranges(etcd_server: EtcdServer, client: EtcdClient, ns: str) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from semaphore_recipes.etcd.client import EtcdClient, LeaseKeeper
+from semaphore_recipes.etcd.client import EtcdClient
+from semaphore_recipes.etcd.lease import LeaseKeeper
 from semaphore_recipes.testing.etcd_server import EtcdServer
 
 from .helpers import wait_until

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from semaphore_recipes.etcd.client import EtcdClient, EtcdUnavailable
+from semaphore_recipes.etcd.client import EtcdClient
+from semaphore_recipes.etcd.errors import EtcdUnavailable
 from semaphore_recipes.testing.etcd_server import EtcdNotFound, EtcdServer, find_etcd_binary
 from semaphore_recipes.testing.programs import PROGRAMS
 

@@ -1,21 +1,17 @@
-"""Watcher against a real etcd: events, filters, resume after a restart, compaction."""
+"""Watcher against a real etcd: events, resume after a restart, compaction."""
 
 from __future__ import annotations
 
 import functools
 import threading
 
-from semaphore_recipes.etcd.client import (
-    EtcdClient,
-    EtcdCompacted,
-    Event,
-    prefix_range_end,
-    retry_unavailable,
-)
-from semaphore_recipes.etcd.watch import Watcher
+from semaphore_recipes.etcd.client import EtcdClient
+from semaphore_recipes.etcd.errors import EtcdCompacted
+from semaphore_recipes.etcd.ops import prefix_range_end
+from semaphore_recipes.etcd.watch import Event, Watcher
 from semaphore_recipes.testing.etcd_server import EtcdServer
 
-from .helpers import wait_until
+from .helpers import compact, retry, wait_until
 
 
 class Sink:
@@ -42,7 +38,7 @@ class Sink:
             return list(self.events)
 
 
-def test_delete_events_with_noput_filter(client: EtcdClient, ns: str) -> None:
+def test_put_and_delete_events_of_a_prefix(client: EtcdClient, ns: str) -> None:
     for name in ("a", "b", "c"):
         client.put(ns + name, "x")
     start = client.put(ns + "d", "x").header.revision + 1
@@ -52,21 +48,21 @@ def test_delete_events_with_noput_filter(client: EtcdClient, ns: str) -> None:
         ns,
         prefix_range_end(ns),
         start_revision=start,
-        filters=("noput",),
         on_events=sink.on_events,
         on_error=sink.on_error,
     )
     try:
         assert watcher.created.wait(5.0)
         client.delete_range(ns + "b")
-        client.put(ns + "e", "x")  # filtered out
+        client.put(ns + "e", "x")
         client.delete_range(ns, prefix_range_end(ns))  # a, c, d, e in one revision
-        wait_until(lambda: len(sink.events) == 5, 5.0, "five delete events")
+        wait_until(lambda: len(sink.events) == 6, 5.0, "six events")
         events = sink.snapshot()
-        assert [kind for kind, _, _ in events] == ["DELETE"] * 5
-        assert [key[len(ns) :] for _, key, _ in events] == ["b", "a", "c", "d", "e"]
+        assert [kind for kind, _, _ in events] == ["DELETE", "PUT"] + ["DELETE"] * 4
+        assert [key[len(ns) :] for _, key, _ in events] == ["b", "e", "a", "c", "d", "e"]
         revs = [rev for _, _, rev in events]
-        assert revs[1:] == [revs[1]] * 4 and revs[1] == revs[0] + 2
+        assert revs[0] == start and revs[1] == start + 1
+        assert revs[2:] == [start + 2] * 4
         assert sink.header_revisions[-1] >= revs[-1]
         assert watcher.next_revision == revs[-1] + 1
         assert sink.errors == []
@@ -126,7 +122,7 @@ def test_resume_after_restart_without_missing_events(scratch_server: EtcdServer,
 
             scratch_server.restart()  # the stream breaks while the callback is blocked
             missed = [
-                retry_unavailable(lambda: writer.put(ns + "k2", "x"), timeout=10).header.revision,
+                retry(lambda: writer.put(ns + "k2", "x")).header.revision,
                 writer.put(ns + "k3", "x").header.revision,
                 writer.delete_range(ns + "k1").header.revision,
             ]
@@ -143,7 +139,7 @@ def test_resume_after_restart_without_missing_events(scratch_server: EtcdServer,
 
             # a second restart, callback free this time
             scratch_server.restart()
-            last = retry_unavailable(lambda: writer.put(ns + "k4", "x"), timeout=10).header.revision
+            last = retry(lambda: writer.put(ns + "k4", "x")).header.revision
             wait_until(lambda: len(sink.events) == 5, 10.0, "the event after the 2nd restart")
             assert sink.snapshot()[-1] == ("PUT", ns + "k4", last)
             assert [rev for _, _, rev in sink.snapshot()] == [first, *missed, last]
@@ -157,7 +153,7 @@ def test_resume_after_restart_without_missing_events(scratch_server: EtcdServer,
 def test_compacted_start_revision_is_reported(client: EtcdClient, ns: str) -> None:
     old = client.put(ns + "k", "1").header.revision
     now = client.put(ns + "k", "2").header.revision
-    client.compact(now)
+    compact(client, now)
     sink = Sink()
     watcher = Watcher(
         client, ns + "k", start_revision=old, on_events=sink.on_events, on_error=sink.on_error

@@ -1,0 +1,235 @@
+"""Keeping one lease alive from a background thread, and saying when that fails."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from ._proto import etcd_api_pb2 as pb
+from .callbacks import run_callback
+from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, is_invalid_token, map_rpc_error
+from .retry import Backoff
+
+if TYPE_CHECKING:
+    from .client import EtcdClient
+
+__all__ = ["LeaseKeeper"]
+
+logger = logging.getLogger("semaphore_recipes.etcd")
+
+
+class LeaseKeeper:
+    """Keep a lease alive from a background daemon thread.
+
+    Sends a LeaseKeepAlive on one bidirectional stream every ``interval`` seconds
+    (default ``ttl / 3``) and records when the server last acknowledged one
+    (:attr:`last_ack`, ``time.monotonic()``).
+
+    * No acknowledgement for ``suspend_after`` seconds (default ``2/3 * ttl``):
+      ``on_suspended()`` is called, once per episode, and the stream is re-opened.
+      The lease may still be alive; treat what it protects as unsafe. A watchdog
+      thread of its own checks this, so it holds however the stream is stuck (a
+      connection reset while the stream waits for the channel to be ready, a black
+      hole, a server that stopped answering).
+    * Acknowledgements come back after a suspension: ``on_restored()``.
+    * The server answers TTL <= 0 or "lease not found": ``on_expired()`` is called once
+      and the thread ends. Connection loss alone never counts as expiry (a new etcd
+      leader renews every lease), so a keeper cut off for good stays suspended.
+
+    Stream errors are logged and the stream is re-opened with a backoff from 50 ms up
+    to ``ttl / 6``. Callbacks run on the keeper's threads, one at a time; exceptions
+    they raise are logged. :meth:`stop` ends the threads (it does not revoke the lease).
+    """
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        lease_id: int,
+        ttl: float,
+        *,
+        on_expired: Callable[[], None],
+        on_suspended: Callable[[], None],
+        on_restored: Callable[[], None],
+        interval: float | None = None,
+        suspend_after: float | None = None,
+        start: bool = True,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self.client = client
+        self.lease_id = lease_id
+        self.ttl = float(ttl)
+        self.interval = ttl / 3.0 if interval is None else float(interval)
+        self.suspend_after = 2.0 * ttl / 3.0 if suspend_after is None else float(suspend_after)
+        self._on_expired = on_expired
+        self._on_suspended = on_suspended
+        self._on_restored = on_restored
+        self._lock = threading.Lock()
+        self._report_lock = threading.Lock()  # one suspended/restored report at a time
+        self._stop = threading.Event()
+        self._last_ack = time.monotonic()
+        self._suspended = False
+        self._expired = False
+        self._call: Any = None
+        self._opened = self._last_ack  # when the current stream was opened
+        self._stale = False  # set by the watchdog when it cancels a silent stream
+        self._thread = threading.Thread(
+            target=self._run, name=f"etcd-lease-keeper-{lease_id:x}", daemon=True
+        )
+        self._watchdog = threading.Thread(
+            target=self._watch_acks, name=f"etcd-lease-watchdog-{lease_id:x}", daemon=True
+        )
+        if start:
+            self.start()
+
+    # -------------------------------------------------------------- public state
+
+    @property
+    def last_ack(self) -> float:
+        """``time.monotonic()`` of the last acknowledged keepalive (or of the start)."""
+        return self._last_ack
+
+    @property
+    def suspended(self) -> bool:
+        """True while acknowledgements are overdue."""
+        return self._suspended
+
+    @property
+    def expired(self) -> bool:
+        """True once the server said the lease is gone."""
+        return self._expired
+
+    @property
+    def running(self) -> bool:
+        """True while the keeper's thread runs."""
+        return self._thread.is_alive()
+
+    def start(self) -> None:
+        """Start the threads (done by the constructor unless ``start=False``)."""
+        self._last_ack = self._opened = time.monotonic()
+        self._thread.start()
+        self._watchdog.start()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop sending keepalives and join the threads (the lease is left to expire)."""
+        self._stop.set()
+        with self._lock:
+            call = self._call
+        if call is not None:
+            call.cancel()
+        for thread in (self._thread, self._watchdog):
+            if thread.is_alive() and threading.current_thread() is not thread:
+                thread.join(timeout)
+
+    # -------------------------------------------------------------- internals
+
+    def _overdue(self) -> bool:
+        return time.monotonic() - self._last_ack > self.suspend_after
+
+    def _check_suspended(self) -> None:
+        with self._report_lock:
+            if self._suspended or not self._overdue() or self._stop.is_set():
+                return
+            self._suspended = True
+            logger.warning(
+                "etcd: lease %x: no keepalive acknowledged for %.2f s, suspended",
+                self.lease_id,
+                time.monotonic() - self._last_ack,
+            )
+            run_callback("on_suspended", self._on_suspended)
+
+    def _acknowledged(self) -> None:
+        self._last_ack = time.monotonic()
+        if not self._suspended:
+            return
+        with self._report_lock:
+            if not self._suspended or self._stop.is_set():
+                return
+            self._suspended = False
+            logger.info("etcd: lease %x: keepalives acknowledged again", self.lease_id)
+            run_callback("on_restored", self._on_restored)
+
+    def _watch_acks(self) -> None:
+        """The watchdog: reports the suspension when acknowledgements are overdue and
+        cancels the silent stream so that ``_run`` opens a fresh one (once suspended, a
+        re-opened stream gets ``suspend_after`` of its own before it is recycled again).
+        It never reads the stream: a stream blocked waiting for a connection cannot
+        hold it up."""
+        cancelled: Any = None
+        while not self._stop.is_set() and not self.client.closed:
+            with self._lock:
+                call, opened = self._call, self._opened
+            ref = max(self._last_ack, opened) if self._suspended else self._last_ack
+            wait = ref + self.suspend_after - time.monotonic()
+            if wait <= 0:
+                self._check_suspended()
+                if call is not None and call is not cancelled:
+                    self._stale = True
+                    call.cancel()
+                    cancelled = call
+                wait = self.interval  # until the re-opened stream has had its chance
+            self._stop.wait(max(0.01, min(wait, self.interval)))
+
+    def _requests(self, done: threading.Event) -> Iterator[pb.LeaseKeepAliveRequest]:
+        """Runs on gRPC's request thread: one keepalive now, then every interval."""
+        req = pb.LeaseKeepAliveRequest(ID=self.lease_id)
+        while not done.is_set() and not self._stop.is_set():
+            yield req
+            done.wait(self.interval)
+
+    def _run(self) -> None:
+        backoff = Backoff(0.05, max(0.05, self.ttl / 6.0))
+        while not self._stop.is_set() and not self.client.closed:
+            done = threading.Event()
+            self._stale = False
+            try:
+                call = self.client.open_keepalive_stream(self._requests(done))
+                with self._lock:
+                    self._call, self._opened = call, time.monotonic()
+                if self._stop.is_set():
+                    call.cancel()
+                for resp in call:
+                    if resp.TTL <= 0:
+                        self._expire(f"server answered TTL {resp.TTL}")
+                        return
+                    backoff.reset()
+                    self._acknowledged()
+            except grpc.RpcError as exc:
+                if self._stop.is_set():
+                    return
+                err = map_rpc_error(exc)
+                if isinstance(err, EtcdLeaseNotFound):
+                    self._expire(str(err))
+                    return
+                if self._stale:
+                    logger.debug(
+                        "etcd: lease %x: re-opening a silent keepalive stream", self.lease_id
+                    )
+                else:
+                    logger.info("etcd: lease %x: keepalive stream failed: %s", self.lease_id, err)
+                if isinstance(err, EtcdAuthError) and is_invalid_token(exc):
+                    self.client.reauthenticate()
+            except EtcdError as exc:  # closed client, or authentication failed
+                if self._stop.is_set() or self.client.closed:
+                    return
+                logger.info("etcd: lease %x: cannot open keepalive stream: %s", self.lease_id, exc)
+            finally:
+                done.set()
+                with self._lock:
+                    self._call = None
+            self._check_suspended()
+            if self._stale:
+                continue  # re-open at once; the server may just have been slow
+            self._stop.wait(backoff.next())
+            self._check_suspended()
+
+    def _expire(self, why: str) -> None:
+        self._expired = True
+        self._stop.set()  # the watchdog too: a lease that is gone is not "suspended"
+        logger.warning("etcd: lease %x expired (%s)", self.lease_id, why)
+        run_callback("on_expired", self._on_expired)

@@ -1,0 +1,132 @@
+"""Request builders: keys, ranges, puts, deletes, and transactions' guards and operations.
+
+Only what the recipe and its test harness send: every range, whether a call of its own
+(:meth:`EtcdClient.range`) or an operation of a transaction (:meth:`Op.range`), is built
+by :func:`range_request`. No I/O here, so an asyncio face can reuse them with ``grpc.aio``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from ._proto import etcd_api_pb2 as pb
+
+__all__ = [
+    "Compare",
+    "CompareOp",
+    "Key",
+    "Op",
+    "delete_request",
+    "prefix_range_end",
+    "put_request",
+    "range_request",
+    "to_bytes",
+]
+
+Key = bytes | str
+CompareOp = Literal["==", "!=", "<", ">"]
+
+_COMPARE_RESULT = {
+    "==": pb.Compare.EQUAL,
+    "!=": pb.Compare.NOT_EQUAL,
+    "<": pb.Compare.LESS,
+    ">": pb.Compare.GREATER,
+}
+
+
+def to_bytes(value: Key) -> bytes:
+    """A key or value as etcd stores it (``str`` as UTF-8)."""
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+def prefix_range_end(prefix: Key) -> bytes:
+    """Return the ``range_end`` that selects every key starting with ``prefix``.
+
+    The last byte that is not 0xff is incremented and the rest dropped
+    (``b"a/" -> b"a0"``, ``b"a\\xff" -> b"b"``). An empty or all-0xff prefix gives
+    ``b"\\x00"``, which etcd reads as "every key >= key".
+    """
+    p = bytearray(to_bytes(prefix))
+    while p:
+        if p[-1] < 0xFF:
+            p[-1] += 1
+            return bytes(p)
+        p.pop()
+    return b"\x00"
+
+
+def range_request(
+    key: Key,
+    range_end: Key = b"",
+    *,
+    keys_only: bool = False,
+    max_create_revision: int = 0,
+) -> pb.RangeRequest:
+    """A read of ``key``, or of the keys in ``[key, range_end)`` in key order.
+
+    ``keys_only`` leaves the values out; ``max_create_revision`` keeps only the keys
+    created at or before that revision (the response's ``count`` ignores it).
+    """
+    return pb.RangeRequest(
+        key=to_bytes(key),
+        range_end=to_bytes(range_end),
+        keys_only=keys_only,
+        max_create_revision=max_create_revision,
+    )
+
+
+def put_request(key: Key, value: Key, *, lease: int = 0) -> pb.PutRequest:
+    """A write of ``key``; with ``lease`` the key is deleted when the lease ends."""
+    return pb.PutRequest(key=to_bytes(key), value=to_bytes(value), lease=lease)
+
+
+def delete_request(key: Key, range_end: Key = b"") -> pb.DeleteRangeRequest:
+    """A delete of ``key``, or of the keys in ``[key, range_end)``."""
+    return pb.DeleteRangeRequest(key=to_bytes(key), range_end=to_bytes(range_end))
+
+
+class Compare:
+    """Transaction guards: ``Compare.create_revision(key, "==", 0)`` ("``key`` does not
+    exist"), or ``== token`` ("the entry created at revision ``token`` is still there")."""
+
+    @staticmethod
+    def create_revision(key: Key, op: CompareOp, revision: int) -> pb.Compare:
+        """Compare the key's create_revision (0 when the key does not exist)."""
+        return pb.Compare(
+            result=_COMPARE_RESULT[op],
+            target=pb.Compare.CREATE,
+            key=to_bytes(key),
+            create_revision=revision,
+        )
+
+
+class Op:
+    """The operations of a transaction branch (also what a fenced transaction's
+    ``add()`` takes)."""
+
+    @staticmethod
+    def put(key: Key, value: Key, *, lease: int = 0) -> pb.RequestOp:
+        """A put; see :func:`put_request`."""
+        return pb.RequestOp(request_put=put_request(key, value, lease=lease))
+
+    @staticmethod
+    def range(key: Key, range_end: Key = b"") -> pb.RequestOp:
+        """A range; inside a txn it sees the writes of earlier ops of the same branch."""
+        return pb.RequestOp(request_range=range_request(key, range_end))
+
+    @staticmethod
+    def delete(key: Key, range_end: Key = b"") -> pb.RequestOp:
+        """A delete of ``key`` (or of ``[key, range_end)``)."""
+        return pb.RequestOp(request_delete_range=delete_request(key, range_end))
+
+    @staticmethod
+    def txn(
+        compare: Sequence[pb.Compare],
+        success: Sequence[pb.RequestOp] = (),
+        failure: Sequence[pb.RequestOp] = (),
+    ) -> pb.RequestOp:
+        """A nested transaction (etcd 3.3+)."""
+        return pb.RequestOp(
+            request_txn=pb.TxnRequest(compare=compare, success=success, failure=failure)
+        )
