@@ -20,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from .checker import CheckParams, check
+from .leaders import spontaneous
 from .runner import RunConfig, RunReport, fault_kinds, load_run, run_once
 
 CLIENTS = 5
@@ -38,7 +39,9 @@ def table(backend: str, reports: list[RunReport], elapsed: float, mode: str) -> 
     faults: Counter[str] = Counter()
     violations: Counter[str] = Counter()
     latencies: list[float] = []
+    unexplained = 0
     for report in reports:
+        unexplained += len(report.spontaneous_leader_changes)
         faults.update(f.kind.value for f in report.faults)
         violations.update(report.result.by_kind())
         latencies += report.result.release_latencies
@@ -52,6 +55,7 @@ def table(backend: str, reports: list[RunReport], elapsed: float, mode: str) -> 
         ("faults", str(sum(faults.values()))),
         ("faults per hour of wall time", f"{sum(faults.values()) * 3600 / elapsed:.0f}"),
         *((f"  {kind}", str(faults.get(kind, 0))) for kind in fault_kinds()),
+        ("spontaneous leader changes", str(unexplained)),
         ("violations", str(sum(violations.values()))),
         *((f"  {kind}", str(n)) for kind, n in sorted(violations.items())),
         ("leaks", str(violations.get("leak", 0))),
@@ -90,10 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.recheck is not None:
-        history, ops, faults = load_run(args.recheck)
-        result = check(history, ops, faults, CheckParams(session_timeout=args.session_timeout))
+        kept = load_run(args.recheck)
+        result = check(
+            kept.history, kept.ops, kept.faults, CheckParams(session_timeout=args.session_timeout),
+            leader_changes=kept.leader_changes,
+        )  # fmt: skip
         for violation in result.violations:
             print(f"{violation.kind.value}: {violation.detail}")
+        changes = kept.leader_changes
+        print(f"leader changes seen: {len(changes)}, spontaneous (no injected fault): "
+              f"{len(spontaneous(changes, kept.faults))}")  # fmt: skip
         print(f"{result.fenced_writes} fenced writes, {result.grants} grants, "
               f"violations {dict(result.by_kind()) or 'none'}")  # fmt: skip
         return 1 if result.violations else 0
@@ -121,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"[{backend} seed {seed}] {summary['seconds']} s: "
                 f"{summary['acquisitions']} acquisitions, {summary['fenced_writes']} fenced "
-                f"writes, {sum(summary['faults'].values())} faults, violations "
+                f"writes, {sum(summary['faults'].values())} faults, "
+                f"{len(summary['spontaneous_leader_changes'])} spontaneous leader changes, "
+                f"violations "
                 f"{summary['violations'] or 'none'}",
                 flush=True,
             )

@@ -16,6 +16,11 @@ nemesis log to violations by kind. Definitions (docs/reliability.md says why):
   + ``release_margin`` after the kill, when no server fault overlaps.
 * stall: more than 2 session timeouts without a grant while an acquire waits and no
   fault is active (fault windows extended by ``recovery``).
+
+Server faults are the nemesis's kills and restarts and the elections the runner saw
+(``leader_changes``, chaos/leaders.py: an election moves session and lease deadlines
+whoever caused it). They excuse liveness and latency (slow_release, stall, overtaking),
+never safety (over_capacity, write_after_delete, leak, lost_write).
 * lost_write: a fenced write acknowledged to its client is missing from the history.
 * unbounded_call: a call that took longer than its bound, or never returned though its
   process was not killed (calls overlapping a SIGSTOP of their process are exempt).
@@ -39,6 +44,7 @@ from .model import (
     FaultKind,
     FencedWrite,
     HistoryEvent,
+    LeaderChange,
     Marker,
     OpKind,
     Outcome,
@@ -102,8 +108,10 @@ def check(
     params: CheckParams,
     *,
     live_leases: Iterable[str] = (),
+    leader_changes: Iterable[LeaderChange] = (),
 ) -> CheckResult:
     result = CheckResult()
+    faults = [*faults, *(change.as_fault() for change in leader_changes)]
     granted = {
         (op.key, op.token) for op in ops if op.kind is OpKind.ACQUIRE and op.outcome is Outcome.OK
     }

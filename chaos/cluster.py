@@ -1,11 +1,13 @@
 """The cluster under test: a 3-node ZooKeeper ensemble or a 3-member etcd cluster from
 the project's harness, with what the nemesis and the runner need (kill/restart a
-member, find the leader, restart everything, write markers, read the history)."""
+member, find the leader, ask each member its term and leader, restart everything,
+write markers, read the history)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -15,10 +17,15 @@ from semaphore_recipes.testing.zookeeper_server import ZooKeeperEnsemble
 
 from . import history_etcd, history_zk
 from .layout import CLOCK_KEY, DATA_NODE, ETCD_PREFIX, MARKER_NODE, ZK_SEMAPHORE_PATH
+from .leaders import MemberView
 from .model import HistoryEvent
 
 # what clients ask of each request (URL parameter); their op logs' bounds build on it
 REQUEST_TIMEOUT = 2.0
+# one member's answer to the leader watch (chaos/leaders.py): short, it polls them in turn
+PROBE_TIMEOUT = 0.5
+_SRVR_ZXID = re.compile(r"^Zxid:\s*0x([0-9a-fA-F]+)", re.MULTILINE)
+_SRVR_MODE = re.compile(r"^Mode:\s*(\w+)", re.MULTILINE)
 
 
 class ZkCluster:
@@ -62,6 +69,21 @@ class ZkCluster:
 
     def leader(self) -> str:
         return str(self.ensemble.leader().myid)
+
+    def member_views(self) -> list[MemberView]:
+        """Each serving member's epoch (the high 32 bits of its last zxid: a new leader
+        starts a new epoch) from ``srvr``; the leader names itself, followers name none
+        (``srvr`` does not say whom they follow)."""
+        views = []
+        for server in self.ensemble.servers:
+            with contextlib.suppress(OSError):
+                out = server.four_letter("srvr", timeout=PROBE_TIMEOUT)
+                zxid, mode = _SRVR_ZXID.search(out), _SRVR_MODE.search(out)
+                if zxid is not None and mode is not None:  # else: not serving
+                    member = str(server.myid)
+                    leader = member if mode.group(1) == "leader" else None
+                    views.append(MemberView(member, int(zxid.group(1), 16) >> 32, leader))
+        return views
 
     def kill_all(self) -> None:
         for server in self.ensemble.servers:
@@ -113,6 +135,8 @@ class EtcdTestCluster:
         self.cluster = EtcdCluster(3)
         self.admin: Any = None
         self.end_revision = 0
+        self.probes: dict[str, Any] = {}  # member name -> a client of that member alone
+        self.names: dict[int, str] = {}  # member id -> name, learnt from Status answers
 
     @property
     def members(self) -> list[str]:
@@ -136,6 +160,7 @@ class EtcdTestCluster:
         self.cluster.start(timeout=30)
         self.admin = EtcdClient(self.cluster.endpoints, timeout=5.0)
         self.admin.put(DATA_NODE.encode(), b"", timeout=5.0)  # fenced writes set it
+        self.probes = {m.name: StatusProbe(m.endpoint) for m in self.cluster.members}
 
     def kill(self, member: str) -> None:
         self._member(member).kill()
@@ -147,6 +172,22 @@ class EtcdTestCluster:
 
     def leader(self) -> str:
         return str(self.cluster.leader(timeout=10).name)
+
+    def member_views(self) -> list[MemberView]:
+        """Each reachable member's raft term and the leader it knows (``Status``, which
+        a member answers by itself, without its leader: it answers while writes stall)."""
+        import grpc
+
+        answers = []
+        for name, probe in self.probes.items():
+            with contextlib.suppress(grpc.RpcError):
+                status = probe.status()
+                self.names[int(status.header.member_id)] = name
+                answers.append((name, int(status.raftTerm), int(status.leader)))
+        return [
+            MemberView(name, term, self.names.get(lead, f"{lead:x}") if lead else None)
+            for name, term, lead in answers
+        ]
 
     def kill_all(self) -> None:
         for m in self.cluster.members:
@@ -188,10 +229,34 @@ class EtcdTestCluster:
         return self.cluster.log_tail(40)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            if self.admin is not None:
-                self.admin.close()
+        for client in [self.admin, *self.probes.values()]:
+            with contextlib.suppress(Exception):
+                if client is not None:
+                    client.close()
         self.cluster.close()
+
+
+class StatusProbe:
+    """etcd's Maintenance ``Status`` of one member, asked of that member alone and failing
+    fast when it does not answer (the library's client waits for a member to be ready and
+    makes no Status call)."""
+
+    def __init__(self, endpoint: str) -> None:
+        import grpc
+
+        from semaphore_recipes.etcd._proto import etcd_api_pb2_grpc
+
+        stubs: Any = etcd_api_pb2_grpc  # generated without type hints
+        self.channel = grpc.insecure_channel(endpoint)
+        self._stub: Any = stubs.MaintenanceStub(self.channel)
+
+    def status(self) -> Any:
+        from semaphore_recipes.etcd._proto import etcd_api_pb2 as pb
+
+        return self._stub.Status(pb.StatusRequest(), timeout=PROBE_TIMEOUT)
+
+    def close(self) -> None:
+        self.channel.close()
 
 
 TestCluster = ZkCluster | EtcdTestCluster

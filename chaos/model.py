@@ -104,10 +104,21 @@ class FaultKind(enum.Enum):
     BLACKHOLE = "blackhole"
     DROP_REPLIES = "drop_replies"
     DELAY = "delay"  # bytes held both ways, delivered late
+    # Not injected: an election the runner saw by polling the members (chaos/leaders.py).
+    # Elections move every session's or lease's deadline, like a killed leader does.
+    LEADER_CHANGE = "leader_change"
 
     @property
     def server_side(self) -> bool:
-        return self in (FaultKind.KILL_LEADER, FaultKind.KILL_MEMBER, FaultKind.RESTART_CLUSTER)
+        return self in (
+            FaultKind.KILL_LEADER, FaultKind.KILL_MEMBER, FaultKind.RESTART_CLUSTER,
+            FaultKind.LEADER_CHANGE,
+        )  # fmt: skip
+
+    @property
+    def injected(self) -> bool:
+        """True for what a nemesis does (false for what the runner only observes)."""
+        return self is not FaultKind.LEADER_CHANGE
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,24 @@ class Fault:
     target: str  # client incarnation or member name
     start: float
     end: float  # when healed (restart done, SIGCONT sent, proxy restored, kill sent)
+
+
+@dataclass(frozen=True)
+class LeaderChange:
+    """An election seen by polling the members (chaos/leaders.py): the cluster's term
+    (etcd raft term, ZooKeeper epoch) went from ``old_term`` to ``new_term``, settled
+    with ``new_leader`` leading. It happened between ``start``, the last poll that saw
+    the old term, and ``end``, the first poll that saw the new one with a leader."""
+
+    start: float
+    end: float
+    old_leader: str
+    new_leader: str
+    old_term: int
+    new_term: int
+
+    def as_fault(self) -> Fault:
+        return Fault(FaultKind.LEADER_CHANGE, self.new_leader, self.start, self.end)
 
 
 class ViolationKind(enum.Enum):

@@ -24,6 +24,7 @@ from .client import CALL_MARGIN, OpLog, classify
 from .cluster import REQUEST_TIMEOUT, TestCluster, make_cluster
 from .fleet import ClientSlot, read_ops, wait_until
 from .layout import SEMAPHORE
+from .leaders import LOG_NAME, LeaderWatch, read_changes, spontaneous
 from .model import (
     CapacitySet,
     ClientOp,
@@ -34,6 +35,7 @@ from .model import (
     FaultKind,
     FencedWrite,
     HistoryEvent,
+    LeaderChange,
     Marker,
     OpKind,
     Outcome,
@@ -70,6 +72,12 @@ class RunReport:
     elapsed: float
     rundir: Path
     notes: list[str] = field(default_factory=list)
+    leader_changes: list[LeaderChange] = field(default_factory=list)  # every election seen
+
+    @property
+    def spontaneous_leader_changes(self) -> list[LeaderChange]:
+        """The elections no injected fault explains (chaos/leaders.py)."""
+        return spontaneous(self.leader_changes, self.faults)
 
     @property
     def acquisitions(self) -> int:
@@ -87,6 +95,12 @@ class RunReport:
             "acquisitions": self.acquisitions,
             "fenced_writes": self.result.fenced_writes,
             "faults": dict(Counter(f.kind.value for f in self.faults)),
+            "leader_changes": len(self.leader_changes),
+            "spontaneous_leader_changes": [
+                f"{c.old_leader} (term {c.old_term}) -> {c.new_leader} (term {c.new_term}) "
+                f"between {c.start:.3f} and {c.end:.3f}"
+                for c in self.spontaneous_leader_changes
+            ],
             "violations": dict(self.result.by_kind()),
             "release_latencies": [round(x, 3) for x in self.result.release_latencies],
             "notes": self.notes,
@@ -145,6 +159,7 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
     slots: list[ClientSlot] = []
     admin: _Admin | None = None
     nemesis: Nemesis | Storm | None = None
+    watch: LeaderWatch | None = None
     notes: list[str] = []
     failed = True
     # the admin's client libraries log every fault they see: into the run directory
@@ -153,6 +168,9 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
     logging.getLogger().addHandler(log_handler)
     try:
         cluster.start()
+        # elections the nemesis does not cause are server faults too (chaos/leaders.py)
+        watch = LeaderWatch(cluster.member_views, rundir / LOG_NAME)
+        watch.start()
         admin = _Admin(cluster, rundir, config.seed)
         request_bound = max(REQUEST_TIMEOUT, config.session_timeout)
         command = ["--backend", config.backend, "--threads", str(config.threads),
@@ -205,6 +223,9 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
                 notes.append(f"{slot.owner} did not exit on SIGTERM within 20 s: killed")
         time.sleep(config.session_timeout + 2.0)
         cluster.mark(END)
+        watch.stop()  # before the history: ZooKeeper's is read from stopped members
+        if watch.error is not None:
+            raise RuntimeError(f"the leader watch failed: {watch.error!r}") from watch.error
         history, problems, leases = cluster.history()
         with (rundir / "history.jsonl").open("w") as out:  # for a post-mortem
             for event in history:
@@ -216,11 +237,13 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
         faults = list(nemesis.faults)
         result = check(
             history, ops, faults, CheckParams(session_timeout=config.session_timeout),
-            live_leases=leases,
+            live_leases=leases, leader_changes=watch.changes,
         )  # fmt: skip
         for problem in problems:
             result.add(ViolationKind.BAD_HISTORY, problem)
-        report = RunReport(config, result, faults, ops, time.time() - started, rundir, notes)
+        report = RunReport(
+            config, result, faults, ops, time.time() - started, rundir, notes, watch.changes
+        )
         (rundir / "result.json").write_text(json.dumps(report.summary(), indent=1))
         failed = bool(result.violations)
         if failed:
@@ -236,6 +259,8 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
     finally:
         if nemesis is not None:
             nemesis.stopping.set()
+        if watch is not None:
+            watch.stop()  # (idempotent)
         if admin is not None:
             with contextlib.suppress(Exception):
                 admin.stop()  # (idempotent) its threads and its session
@@ -255,8 +280,17 @@ _EVENT_TYPES = {
 }
 
 
-def load_run(rundir: Path) -> tuple[list[HistoryEvent], list[ClientOp], list[Fault]]:
-    """A kept run directory's history, op logs and faults (for ``--recheck``)."""
+@dataclass(frozen=True)
+class KeptRun:
+    history: list[HistoryEvent]
+    ops: list[ClientOp]
+    faults: list[Fault]
+    leader_changes: list[LeaderChange]
+
+
+def load_run(rundir: Path) -> KeptRun:
+    """A kept run directory's history, op logs, faults and the elections seen (for
+    ``--recheck``)."""
     history: list[HistoryEvent] = []
     for line in (rundir / "history.jsonl").read_text().splitlines():
         doc = json.loads(line)
@@ -271,7 +305,7 @@ def load_run(rundir: Path) -> tuple[list[HistoryEvent], list[ClientOp], list[Fau
     for line in (rundir / "nemesis.jsonl").read_text().splitlines():
         doc = json.loads(line)
         faults.append(Fault(FaultKind(doc["kind"]), doc["target"], doc["start"], doc["end"]))
-    return history, ops, faults
+    return KeptRun(history, ops, faults, read_changes(rundir))
 
 
 def _plain(event: Any) -> dict[str, Any]:
@@ -279,4 +313,5 @@ def _plain(event: Any) -> dict[str, Any]:
 
 
 def fault_kinds() -> list[str]:
-    return [k.value for k in FaultKind]
+    """The kinds of fault a nemesis injects (the soak table's rows)."""
+    return [k.value for k in FaultKind if k.injected]

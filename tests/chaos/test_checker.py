@@ -16,6 +16,7 @@ from chaos.model import (
     FaultKind,
     FencedWrite,
     HistoryEvent,
+    LeaderChange,
     Marker,
     OpKind,
     Outcome,
@@ -68,15 +69,18 @@ def test_a_clean_history_passes() -> None:
     assert kinds(history, ops) == []
 
 
-def test_over_capacity_is_flagged() -> None:
-    history: list[HistoryEvent] = [
+def over_capacity_history() -> list[HistoryEvent]:
+    return [
         CapacitySet(1, 1.0, 3),
         created(2, "a", 2),
         created(3, "b", 2),
         write(4, "a", 2),
         write(5, "b", 3),  # 2 + 2 > 3
     ]
-    assert kinds(history) == [ViolationKind.OVER_CAPACITY]
+
+
+def test_over_capacity_is_flagged() -> None:
+    assert kinds(over_capacity_history()) == [ViolationKind.OVER_CAPACITY]
 
 
 def test_a_capacity_shrink_under_a_holder_is_not_over_capacity() -> None:
@@ -319,3 +323,69 @@ def test_a_kill_overlapping_other_clients_faults_is_still_judged() -> None:
     assert kinds(history, [], faults) == [ViolationKind.SLOW_RELEASE]
     server = Fault(FaultKind.KILL_LEADER, "m0", 101.0, 102.0)
     assert kinds(history, [], [*faults, server]) == []
+
+
+# Elections the nemesis did not inject (chaos/leaders.py): the runner saw the cluster's
+# term change between two polls. They excuse latency and liveness like a killed leader,
+# never safety.
+
+
+def election(start: float, end: float) -> LeaderChange:
+    return LeaderChange(start, end, "m0", "m1", 4, 5)
+
+
+def killed_c1_released_after_4_s() -> tuple[list[HistoryEvent], list[Fault]]:
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(50, "a", owner="c1.0"),
+        deleted(104, "a", 50, DeleteCause.SESSION_END),  # 4 s > 2 + 1
+    ]
+    return history, [Fault(FaultKind.KILL_CLIENT, "c1.0", 100.0, 100.0)]
+
+
+def test_a_slow_release_overlapping_a_spontaneous_election_is_not_judged() -> None:
+    history, faults = killed_c1_released_after_4_s()
+    result = check(history, [], faults, PARAMS, leader_changes=[election(101.2, 101.7)])
+    assert result.violations == [] and result.release_latencies == []
+
+
+def test_a_slow_release_with_no_election_in_its_window_is_still_flagged() -> None:
+    history, faults = killed_c1_released_after_4_s()
+    # one ended before the kill, one started after the bound (kill + 2 s + 1 s)
+    changes = [election(97.0, 99.9), election(103.1, 103.4)]
+    result = check(history, [], faults, PARAMS, leader_changes=changes)
+    assert [v.kind for v in result.violations] == [ViolationKind.SLOW_RELEASE]
+
+
+def test_a_stall_is_judged_only_after_an_election_and_its_recovery() -> None:
+    ops = [waiting(100.0, 120.0), grant("x", 1, 101.0)]
+    assert stall_spans(ops, []) == ["101.000 .. 120.000"]
+    # election seen 103 .. 104: judged again from 104 + recovery (2 * 2 s + 2 s)
+    spans = [
+        v.detail.split("(")[1].split(")")[0]
+        for v in check([], ops, [], PARAMS, leader_changes=[election(103.0, 104.0)]).violations
+    ]
+    assert spans == ["110.000 .. 120.000"]
+
+
+def test_safety_violations_are_flagged_whatever_election_overlaps() -> None:
+    everything = [election(0.0, 1000.0)]
+    after_delete: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(2, "a"),
+        deleted(3, "a", 2),
+        write(4, "a", 2),
+    ]
+    leaked: list[HistoryEvent] = [CapacitySet(1, 1.0, 3), created(2, "a"), Marker(3, 3.0, END)]
+    lost: list[HistoryEvent] = [CapacitySet(1, 1.0, 3), created(2, "a")]
+    ack = ClientOp("c0.0", 0, OpKind.COMMIT, 2.5, 3.5, Outcome.OK, 5.0, "a", 2)
+    for history, ops, expected in [
+        (over_capacity_history(), [], ViolationKind.OVER_CAPACITY),
+        (after_delete, [], ViolationKind.WRITE_AFTER_DELETE),
+        (leaked, [], ViolationKind.LEAK),
+        (lost, [ack], ViolationKind.LOST_WRITE),
+    ]:
+        result = check(history, ops, [], PARAMS, leader_changes=everything)
+        assert [v.kind for v in result.violations] == [expected]
+    result = check([], [], [], PARAMS, live_leases=["7"], leader_changes=everything)
+    assert [v.kind for v in result.violations] == [ViolationKind.LEAK]
