@@ -20,6 +20,9 @@ documentation: docs/user-guide.md, "Testing code that uses semaphores". Fixtures
   process, else a testcontainers container; otherwise the test fails naming the install
   commands. ``etcd_cluster``: 3 members (shared, healed after each test). ``etcd_url``,
   ``etcd_admin`` (an ``EtcdClient``) and ``etcd_backend`` mirror the ZooKeeper ones.
+* ``zookeeper_harness``, ``etcd_harness``: the single server as a harness with fault verbs
+  (``semaphore_recipes.testing.harness``); ``zookeeper_cluster_harness``,
+  ``etcd_cluster_harness``: the 3-member ones (``kill_leader``).
 
 When a test fails, the tail of each server's log is attached to its report.
 """
