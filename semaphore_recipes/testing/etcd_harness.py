@@ -51,15 +51,9 @@ class EtcdHarness(NetworkHarness):
             else {}
         )
 
-    def connect(
-        self,
-        url: str | None = None,
-        *,
-        session_timeout: float | None = None,
-        proxied: bool = False,
-        **options: Any,
-    ) -> EtcdBackend:
-        backend = super().connect(url, session_timeout=session_timeout, proxied=proxied, **options)
+    def connect(self, *args: Any, **kwargs: Any) -> EtcdBackend:
+        """As :meth:`Harness.connect`, typed for this store."""
+        backend = super().connect(*args, **kwargs)
         if not isinstance(backend, EtcdBackend):
             raise TypeError(f"the etcd harness opened {backend!r}")
         return backend

@@ -50,15 +50,9 @@ class ZooKeeperHarness(NetworkHarness):
             missing[Verb.KILL_LEADER] = "a single server (zookeeper_cluster_harness has one)"
         self.missing = missing
 
-    def connect(
-        self,
-        url: str | None = None,
-        *,
-        session_timeout: float | None = None,
-        proxied: bool = False,
-        **options: Any,
-    ) -> ZooKeeperBackend:
-        backend = super().connect(url, session_timeout=session_timeout, proxied=proxied, **options)
+    def connect(self, *args: Any, **kwargs: Any) -> ZooKeeperBackend:
+        """As :meth:`Harness.connect`, typed for this store."""
+        backend = super().connect(*args, **kwargs)
         if not isinstance(backend, ZooKeeperBackend):
             raise TypeError(f"the ZooKeeper harness opened {backend!r}")
         return backend
