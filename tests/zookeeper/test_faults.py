@@ -19,10 +19,13 @@ from semaphore_recipes.zookeeper.queue import ZooKeeperQueue
 from ..conftest import wait_until
 
 
-def test_a_lost_permit_is_not_kept_by_the_lone_client_path(zk: ZooKeeperHarness) -> None:
-    """A lost permit is never released: the new session must drop what the driver kept
-    of its entry for the lone-client fast path (the contract suite's
-    ``test_a_holder_whose_session_ends_loses_its_permit`` checks the rest)."""
+def test_a_new_session_drops_what_the_lone_client_path_kept_of_the_old_one(
+    zk: ZooKeeperHarness,
+) -> None:
+    """The driver remembers the entries it knows alone in the queue; they died with the
+    expired session, and the new session must drop them itself, whether or not the lost
+    permit is ever released (the contract suite's
+    ``test_a_holder_whose_session_ends_loses_its_permit`` checks the permit)."""
     backend = zk.connect()
     sem = backend.semaphore("expire-h", capacity=1)
     store = cast(ZooKeeperQueue, sem._store)
@@ -30,10 +33,10 @@ def test_a_lost_permit_is_not_kept_by_the_lone_client_path(zk: ZooKeeperHarness)
     assert store._alone != {}
     zk.expire_session(backend)
     assert permit.lost.wait(5)
+    wait_until(lambda: store._alone == {})  # before any release: the new session did it
     permit.release()  # a no-op now
     other = zk.connect().semaphore("expire-h", capacity=1)
     other.acquire(timeout=5).release()
-    wait_until(lambda: store._alone == {})
 
 
 def test_a_holder_cut_off_for_a_whole_session_timeout_is_lost(zk: ZooKeeperHarness) -> None:
