@@ -7,50 +7,39 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from semaphore_recipes.testing.harness import Harness, Verb, VerbNotSupported
 
 from .secured import _secured_etcd, secured  # noqa: F401  (fixtures of the permission tests)
 
 WORKER = str(Path(__file__).with_name("worker.py"))
 
 
-@dataclass
-class Service:
-    """One backend under test, seen the same way whatever the store."""
-
-    kind: str
-    url: str
-    connect: Callable[..., Any]
-    entries: Callable[[], list[str]]
-
-    def url_with(self, **params: object) -> str:
-        base = self.url.split("?")[0]
-        return base + "?" + "&".join(f"{k}={v}" for k, v in params.items())
+@pytest.fixture(params=["zookeeper", "etcd"])
+def service(request: pytest.FixtureRequest) -> Harness:
+    """One backend under test, seen the same way whatever the store: a harness of the
+    plugin (``<kind>_harness``), with its fault verbs."""
+    harness: Harness = request.getfixturevalue(f"{request.param}_harness")
+    return harness
 
 
 @pytest.fixture(params=["zookeeper", "etcd"])
-def service(request: pytest.FixtureRequest) -> Service:
-    if request.param == "zookeeper":
-        from semaphore_recipes.testing.plugin import leftover_entries
+def cluster(request: pytest.FixtureRequest) -> Harness:
+    """A 3-member ensemble/cluster under test (``kill_leader``)."""
+    harness: Harness = request.getfixturevalue(f"{request.param}_cluster_harness")
+    return harness
 
-        make = request.getfixturevalue("zookeeper_backend")
-        admin = request.getfixturevalue("zookeeper_admin")
-        ns = request.getfixturevalue("sr_namespace")
-        url = request.getfixturevalue("zookeeper_url")
-        return Service("zookeeper", url, make, lambda: leftover_entries(admin, ns))
-    if request.param == "etcd":
-        from semaphore_recipes.testing.plugin import leftover_etcd_entries
 
-        make = request.getfixturevalue("etcd_backend")
-        admin = request.getfixturevalue("etcd_admin")
-        ns = request.getfixturevalue("sr_namespace")
-        url = request.getfixturevalue("etcd_url")
-        return Service("etcd", url, make, lambda: leftover_etcd_entries(admin, ns))
-    raise AssertionError(request.param)
+def needs(harness: Harness, *verbs: Verb) -> None:
+    """Skip the test, saying why, where the harness lacks one of ``verbs``."""
+    try:
+        harness.require(*verbs)
+    except VerbNotSupported as exc:
+        pytest.skip(exc.reason)
 
 
 class Workers:

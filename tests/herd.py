@@ -14,7 +14,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .conftest import Service, Workers, wait_until
+from semaphore_recipes.testing.harness import Harness
+
+from .conftest import Workers, wait_until
 
 HANDOFFS = 8
 Counters = Callable[[], Mapping[str, float]]
@@ -26,7 +28,7 @@ def _delta(read: Counters, before: Mapping[str, float]) -> dict[str, float]:
 
 
 def measure(
-    service: Service, read: Counters, workers: Workers, tmp_path: Path, waiters: int
+    service: Harness, read: Counters, workers: Workers, tmp_path: Path, waiters: int
 ) -> dict[str, float]:
     """Server work per release (per counter) with ``waiters`` blocked waiters."""
     name = f"herd{waiters}"

@@ -20,6 +20,9 @@ documentation: docs/user-guide.md, "Testing code that uses semaphores". Fixtures
   process, else a testcontainers container; otherwise the test fails naming the install
   commands. ``etcd_cluster``: 3 members (shared, healed after each test). ``etcd_url``,
   ``etcd_admin`` (an ``EtcdClient``) and ``etcd_backend`` mirror the ZooKeeper ones.
+* ``zookeeper_harness``, ``etcd_harness``: the single server as a harness with fault verbs
+  (``semaphore_recipes.testing.harness``); ``zookeeper_cluster_harness``,
+  ``etcd_cluster_harness``: the 3-member ones (``kill_leader``).
 
 When a test fails, the tail of each server's log is attached to its report.
 """
@@ -198,16 +201,19 @@ def zookeeper_admin(zookeeper_server: Any) -> Iterator[Any]:
     client.close()
 
 
-def leftover_entries(admin: Any, namespace: str) -> list[str]:
-    """Queue entry nodes under every semaphore of the namespace."""
+def leftover_entries(admin: Any, namespace: str, name: str | None = None) -> list[str]:
+    """Queue entry nodes under every semaphore of the namespace (or of ``name``)."""
     root = f"{namespace}/semaphore_recipes"
     if admin.exists(root) is None:
         return []
+    if name is None:
+        semaphores = admin.get_children(root)
+    else:
+        semaphores = [name] if admin.exists(f"{root}/{name}") is not None else []
     found = []
-    for name in admin.get_children(root):
-        found += [
-            f"{root}/{name}/{c}" for c in admin.get_children(f"{root}/{name}") if c.startswith("e-")
-        ]
+    for semaphore in semaphores:
+        path = f"{root}/{semaphore}"
+        found += [f"{path}/{c}" for c in admin.get_children(path) if c.startswith("e-")]
     return found
 
 
@@ -365,11 +371,11 @@ def etcd_admin(etcd_server: Any) -> Iterator[Any]:
         yield client
 
 
-def leftover_etcd_entries(admin: Any, namespace: str) -> list[str]:
-    """Queue entry keys of every semaphore under the namespace prefix."""
+def leftover_etcd_entries(admin: Any, namespace: str, name: str | None = None) -> list[str]:
+    """Queue entry keys of every semaphore under the namespace prefix (or of ``name``)."""
     from ..etcd.ops import prefix_range_end
 
-    prefix = (namespace.rstrip("/") + "/").encode()
+    prefix = (namespace.rstrip("/") + "/" + ("" if name is None else f"{name}/entries/")).encode()
     reply = admin.range(prefix, prefix_range_end(prefix), keys_only=True)
     return [kv.key.decode() for kv in reply.kvs if b"/entries/" in kv.key]
 
@@ -430,6 +436,105 @@ def _first_varint(message: bytes) -> int:
 def etcd_backend(etcd_url: str, etcd_admin: Any, sr_namespace: str) -> Iterator[Callable[..., Any]]:
     """Like ``zookeeper_backend``, for etcd."""
     yield from _backend_factory(etcd_url, lambda: leftover_etcd_entries(etcd_admin, sr_namespace))
+
+
+# ---- harnesses: backends plus fault verbs (semaphore_recipes.testing.harness) ------------
+
+
+@pytest.fixture
+def zookeeper_harness(
+    zookeeper_url: str,
+    zookeeper_backend: Callable[..., Any],
+    zookeeper_server: Any,
+    zookeeper_admin: Any,
+    sr_namespace: str,
+) -> Iterator[Any]:
+    """A ``ZooKeeperHarness`` of the single server, into ``sr_namespace``."""
+    from .zookeeper_harness import ZooKeeperHarness
+
+    harness = ZooKeeperHarness(
+        zookeeper_url,
+        zookeeper_backend,
+        servers=[zookeeper_server.host_port],
+        namespace=sr_namespace,
+        admin=zookeeper_admin,
+    )
+    yield harness
+    harness.close()
+
+
+@pytest.fixture
+def etcd_harness(
+    etcd_url: str,
+    etcd_backend: Callable[..., Any],
+    etcd_server: Any,
+    etcd_admin: Any,
+    sr_namespace: str,
+) -> Iterator[Any]:
+    """An ``EtcdHarness`` of the single member, into ``sr_namespace``."""
+    from .etcd_harness import EtcdHarness
+
+    harness = EtcdHarness(
+        etcd_url,
+        etcd_backend,
+        servers=[etcd_server.endpoint],
+        namespace=sr_namespace,
+        admin=etcd_admin,
+    )
+    yield harness
+    harness.close()
+
+
+CLUSTER_SESSION_TIMEOUT = 8  #: outlives a leader election of the test clusters
+
+
+@pytest.fixture
+def zookeeper_cluster_harness(
+    zookeeper_ensemble: ZooKeeperEnsemble, sr_namespace: str
+) -> Iterator[Any]:
+    """A ``ZooKeeperHarness`` of the 3-member ensemble (``kill_leader`` works); at
+    teardown, like ``zookeeper_backend``, no entry may be left."""
+    from kazoo.client import KazooClient
+
+    from .zookeeper_harness import ZooKeeperHarness
+
+    hosts = zookeeper_ensemble.connect_string
+    admin = KazooClient(hosts=hosts)
+    admin.start(timeout=15)
+    url = f"zookeeper://{hosts}{sr_namespace}?session_timeout={CLUSTER_SESSION_TIMEOUT}"
+    factory = _backend_factory(url, lambda: harness.entries())
+    harness = ZooKeeperHarness(
+        url,
+        next(factory),
+        servers=hosts.split(","),
+        namespace=sr_namespace,
+        admin=admin,
+        ensemble=zookeeper_ensemble,
+    )
+    try:
+        yield harness
+        harness.close()
+        next(factory, None)  # closes the backends, then the leak check
+    finally:
+        admin.stop()
+        admin.close()
+
+
+@pytest.fixture
+def etcd_cluster_harness(etcd_cluster: Any, sr_namespace: str) -> Iterator[Any]:
+    """An ``EtcdHarness`` of the 3-member cluster (``kill_leader`` works); at teardown,
+    like ``etcd_backend``, no entry may be left."""
+    from .etcd_harness import EtcdHarness
+
+    endpoints = list(etcd_cluster.endpoints)
+    url = f"etcd://{','.join(endpoints)}{sr_namespace}?session_timeout={CLUSTER_SESSION_TIMEOUT}"
+    factory = _backend_factory(url, lambda: harness.entries())
+    harness = EtcdHarness(
+        url, next(factory), servers=endpoints, namespace=sr_namespace, cluster=etcd_cluster
+    )
+    yield harness
+    harness.close()
+    next(factory, None)  # closes the backends, then the leak check
 
 
 @pytest.hookimpl(wrapper=True)

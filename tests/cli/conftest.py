@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ..conftest import Service
+from semaphore_recipes.testing.harness import Harness
 
 CLI = [sys.executable, "-m", "semaphore_recipes.cli"]
 
@@ -172,7 +172,7 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
 class Store:
     """The service of the test plus ways to look at and break what is stored."""
 
-    service: Service
+    service: Harness
     admin: Any
     namespace: str
 
@@ -214,7 +214,7 @@ class Store:
 
 
 @pytest.fixture
-def store(service: Service, request: pytest.FixtureRequest, sr_namespace: str) -> Store:
+def store(service: Harness, request: pytest.FixtureRequest, sr_namespace: str) -> Store:
     admin_fixture = "zookeeper_admin" if service.kind == "zookeeper" else "etcd_admin"
     return Store(service, request.getfixturevalue(admin_fixture), sr_namespace)
 

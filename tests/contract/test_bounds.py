@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.testing.harness import Harness
 from semaphore_recipes.testing.proxy import FaultProxy
 
-from ..conftest import Service, wait_until
+from ..conftest import wait_until
 
 REQUEST_TIMEOUT = 2.0
 SESSION_TIMEOUT = 20  # longer than the calls made while cut off take
@@ -44,13 +45,13 @@ def call_with_a_bound(call: Callable[[], Any], limit: float) -> tuple[float, Any
 
 
 @pytest.fixture
-def proxy(service: Service) -> Iterator[FaultProxy]:
+def proxy(service: Harness) -> Iterator[FaultProxy]:
     upstream = service.url.split("//", 1)[1].split("/", 1)[0]
     with FaultProxy(upstream) as p:
         yield p
 
 
-def _proxied_backend(service: Service, proxy: FaultProxy, **params: object) -> Any:
+def _proxied_backend(service: Harness, proxy: FaultProxy, **params: object) -> Any:
     path = "/" + service.url.split("//", 1)[1].split("/", 1)[1].split("?")[0]
     query = "&".join(f"{k}={v}" for k, v in params.items())
     return service.connect(url=f"{service.kind}://{proxy.address}{path}?{query}")
@@ -58,7 +59,7 @@ def _proxied_backend(service: Service, proxy: FaultProxy, **params: object) -> A
 
 @pytest.mark.parametrize("fault", ["blackhole", "cut"])
 def test_every_call_is_bounded_by_request_timeout_while_cut_off(
-    service: Service, proxy: FaultProxy, fault: str
+    service: Harness, proxy: FaultProxy, fault: str
 ) -> None:
     backend = _proxied_backend(
         service, proxy, session_timeout=SESSION_TIMEOUT, request_timeout=REQUEST_TIMEOUT
@@ -99,7 +100,7 @@ def test_every_call_is_bounded_by_request_timeout_while_cut_off(
 
 @pytest.mark.parametrize("timeout", [0, 0.001])
 def test_timeout_zero_on_a_free_semaphore_is_granted_every_time(
-    service: Service, timeout: float
+    service: Harness, timeout: float
 ) -> None:
     sem = service.connect().semaphore("zero-free", capacity=2)
     for _ in range(50):
@@ -112,7 +113,7 @@ def test_timeout_zero_on_a_free_semaphore_is_granted_every_time(
 
 @pytest.mark.parametrize("timeout", [0, 0.001])
 def test_timeout_zero_on_a_full_semaphore_times_out_and_leaves_no_entry(
-    service: Service, timeout: float
+    service: Harness, timeout: float
 ) -> None:
     sem = service.connect().semaphore("zero-full", capacity=2)
     other = service.connect().semaphore("zero-full", capacity=2)
@@ -125,7 +126,7 @@ def test_timeout_zero_on_a_full_semaphore_times_out_and_leaves_no_entry(
 
 
 def test_the_largest_capacity_and_permits_work_and_larger_ones_are_refused(
-    service: Service,
+    service: Harness,
 ) -> None:
     backend = service.connect()
     with pytest.raises(ValueError, match="at most"):

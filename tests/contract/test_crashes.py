@@ -8,13 +8,15 @@ from __future__ import annotations
 import signal
 import time
 
-from ..conftest import Service, Workers, wait_until, waiter_thread
+from semaphore_recipes.testing.harness import Harness
+
+from ..conftest import Workers, wait_until, waiter_thread
 
 SESSION = 2  # session timeout / lease TTL (s) of the processes that crash or pause
 
 
 def test_kill_9_of_a_holder_returns_its_permit_within_the_session_timeout(
-    service: Service, workers: Workers
+    service: Harness, workers: Workers
 ) -> None:
     sem = service.connect().semaphore("crash", capacity=1)
     holder = workers.start(service.url_with(session_timeout=SESSION), "crash", "1", "hold")
@@ -34,7 +36,7 @@ def test_kill_9_of_a_holder_returns_its_permit_within_the_session_timeout(
     out[0][1].release()
 
 
-def test_a_holder_paused_past_its_session_is_fenced_off(service: Service, workers: Workers) -> None:
+def test_a_holder_paused_past_its_session_is_fenced_off(service: Harness, workers: Workers) -> None:
     sem = service.connect().semaphore("pause", capacity=1)
     holder = workers.start(service.url_with(session_timeout=SESSION), "pause", "1", "hold")
     token = int(Workers.expect(holder, "HELD").split()[1])

@@ -8,8 +8,7 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.backend import Backend
-
-from ..conftest import Service
+from semaphore_recipes.testing.harness import Harness as Service
 
 
 def _fresh(service: Service, name: str) -> tuple[Backend, sr.Semaphore, str]:

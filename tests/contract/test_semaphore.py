@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.testing.harness import Harness
 
-from ..conftest import Service, Workers, read_checker, wait_until
+from ..conftest import Workers, read_checker, wait_until
 
 
 def test_weighted_cycles_in_six_processes_never_exceed_capacity(
-    service: Service, workers: Workers, tmp_path: Path
+    service: Harness, workers: Workers, tmp_path: Path
 ) -> None:
     checker = tmp_path / "checker.json"
     checker.write_text("")
@@ -44,7 +45,7 @@ def test_weighted_cycles_in_six_processes_never_exceed_capacity(
     assert state["grants"] == sum(cycles) and min(cycles) > 0
 
 
-def test_fifo_across_processes(service: Service, workers: Workers, tmp_path: Path) -> None:
+def test_fifo_across_processes(service: Harness, workers: Workers, tmp_path: Path) -> None:
     sem = service.connect().semaphore("fifo", capacity=1)
     order = tmp_path / "order"
     holder = sem.acquire()
@@ -71,7 +72,7 @@ def test_fifo_across_processes(service: Service, workers: Workers, tmp_path: Pat
 
 
 def test_a_blocked_large_request_is_not_overtaken(
-    service: Service, workers: Workers, tmp_path: Path
+    service: Harness, workers: Workers, tmp_path: Path
 ) -> None:
     sem = service.connect().semaphore("big", capacity=3)
     order = tmp_path / "order"
@@ -112,7 +113,7 @@ def test_a_blocked_large_request_is_not_overtaken(
 
 
 @pytest.mark.parametrize("capacity", [2, 3])
-def test_releasing_any_holder_wakes_the_head(service: Service, capacity: int) -> None:
+def test_releasing_any_holder_wakes_the_head(service: Harness, capacity: int) -> None:
     sem = service.connect().semaphore("ooo", capacity=capacity)
     for released in range(capacity):  # release the lowest, a middle one, the highest
         holders = [sem.acquire() for _ in range(capacity)]
@@ -134,7 +135,7 @@ def test_releasing_any_holder_wakes_the_head(service: Service, capacity: int) ->
             p.release()
 
 
-def test_timeout_removes_the_entry(service: Service) -> None:
+def test_timeout_removes_the_entry(service: Harness) -> None:
     sem = service.connect().semaphore("t", capacity=1)
     with sem.acquire():
         start = time.monotonic()
@@ -145,7 +146,7 @@ def test_timeout_removes_the_entry(service: Service) -> None:
     assert service.entries() == []
 
 
-def test_would_block_removes_the_entry(service: Service) -> None:
+def test_would_block_removes_the_entry(service: Harness) -> None:
     sem = service.connect().semaphore("nb", capacity=2)
     with sem.acquire(permits=2), pytest.raises(sr.WouldBlock):
         sem.acquire(blocking=False)
@@ -154,7 +155,7 @@ def test_would_block_removes_the_entry(service: Service) -> None:
         assert p.state is sr.PermitState.HELD
 
 
-def test_an_exception_in_the_with_block_releases(service: Service) -> None:
+def test_an_exception_in_the_with_block_releases(service: Harness) -> None:
     sem = service.connect().semaphore("exc", capacity=1)
     with pytest.raises(ZeroDivisionError), sem.acquire() as permit:
         1 / 0  # noqa: B018
@@ -162,7 +163,7 @@ def test_an_exception_in_the_with_block_releases(service: Service) -> None:
     assert service.entries() == []
 
 
-def test_keyboard_interrupt_while_waiting_removes_the_entry(service: Service) -> None:
+def test_keyboard_interrupt_while_waiting_removes_the_entry(service: Harness) -> None:
     sem = service.connect().semaphore("kbd", capacity=1)
     with sem.acquire():
         timer = threading.Timer(0.5, _thread.interrupt_main)
@@ -174,7 +175,7 @@ def test_keyboard_interrupt_while_waiting_removes_the_entry(service: Service) ->
     assert service.entries() == []
 
 
-def test_a_killed_waiter_leaves_no_entry(service: Service, workers: Workers) -> None:
+def test_a_killed_waiter_leaves_no_entry(service: Harness, workers: Workers) -> None:
     sem = service.connect().semaphore("killed", capacity=1)
     with sem.acquire():
         p = workers.start(
@@ -186,7 +187,7 @@ def test_a_killed_waiter_leaves_no_entry(service: Service, workers: Workers) -> 
     assert service.entries() == []
 
 
-def test_status_shows_holders_and_waiters_in_queue_order(service: Service) -> None:
+def test_status_shows_holders_and_waiters_in_queue_order(service: Harness) -> None:
     backend = service.connect(owner="me@test")
     sem = backend.semaphore("st", capacity=3)
     a = sem.acquire(permits=2)
@@ -207,7 +208,7 @@ def test_status_shows_holders_and_waiters_in_queue_order(service: Service) -> No
     b.release()
 
 
-def test_set_capacity_wakes_waiters_and_is_shared(service: Service) -> None:
+def test_set_capacity_wakes_waiters_and_is_shared(service: Harness) -> None:
     sem = service.connect().semaphore("cap", capacity=1)
     other = service.connect().semaphore("cap", capacity=1)
     held = sem.acquire()
@@ -226,7 +227,7 @@ def test_set_capacity_wakes_waiters_and_is_shared(service: Service) -> None:
     got[0].release()
 
 
-def test_release_is_idempotent_and_check_reports_the_state(service: Service) -> None:
+def test_release_is_idempotent_and_check_reports_the_state(service: Harness) -> None:
     sem = service.connect().semaphore("idem", capacity=1)
     permit = sem.acquire()
     permit.check()
@@ -235,10 +236,10 @@ def test_release_is_idempotent_and_check_reports_the_state(service: Service) -> 
     assert permit.state is sr.PermitState.RELEASED
     with pytest.raises(sr.PermitLost):
         permit.check()
-    assert sem.acquire(timeout=2).release() is None
+    assert sem.acquire(timeout=2).release() is None  # type: ignore[func-returns-value]
 
 
-def test_fenced_transaction_commits_only_while_held(service: Service) -> None:
+def test_fenced_transaction_commits_only_while_held(service: Harness) -> None:
     sem = service.connect().semaphore("fence", capacity=1)
     permit = sem.acquire()
     tx = permit.transaction()
@@ -252,7 +253,7 @@ def test_fenced_transaction_commits_only_while_held(service: Service) -> None:
 
 
 @pytest.mark.parametrize("name", ["a/b", "..", ".", "a\x00b", "x" * 129, "", "sp ace", "../../etc"])
-def test_bad_names_fail_before_any_write(service: Service, name: str) -> None:
+def test_bad_names_fail_before_any_write(service: Harness, name: str) -> None:
     backend = service.connect()
     with pytest.raises(sr.InvalidName):
         backend.semaphore(name, capacity=1)
@@ -260,27 +261,27 @@ def test_bad_names_fail_before_any_write(service: Service, name: str) -> None:
 
 
 @pytest.mark.parametrize("capacity", [0, -1])
-def test_bad_capacity(service: Service, capacity: int) -> None:
+def test_bad_capacity(service: Harness, capacity: int) -> None:
     with pytest.raises(ValueError):
         service.connect().semaphore("c", capacity=capacity)
 
 
 @pytest.mark.parametrize("permits", [0, -1, 4])
-def test_permits_outside_one_to_capacity(service: Service, permits: int) -> None:
+def test_permits_outside_one_to_capacity(service: Harness, permits: int) -> None:
     sem = service.connect().semaphore("p", capacity=3)
     with pytest.raises(ValueError):
         sem.acquire(permits=permits)
     assert service.entries() == []
 
 
-def test_bad_timeout(service: Service) -> None:
+def test_bad_timeout(service: Harness) -> None:
     sem = service.connect().semaphore("to", capacity=3)
     with pytest.raises(ValueError):
         sem.acquire(timeout=-1)
     assert service.entries() == []
 
 
-def test_an_unreachable_server_is_backend_unavailable(service: Service) -> None:
+def test_an_unreachable_server_is_backend_unavailable(service: Harness) -> None:
     url = f"{service.kind}://127.0.0.1:9/x?connect_timeout=1"
     start = time.monotonic()
     with pytest.raises(sr.BackendUnavailable):
@@ -296,7 +297,7 @@ def test_malformed_urls_fail_before_io(url: str) -> None:
         sr.connect(url)
 
 
-def test_interrupts_at_any_point_of_an_acquire_leave_nothing_behind(service: Service) -> None:
+def test_interrupts_at_any_point_of_an_acquire_leave_nothing_behind(service: Harness) -> None:
     """KeyboardInterrupt at random moments: during the create, the listing, the watch
     reads, the wait. Every interrupted acquire cleans up after itself."""
     import random
@@ -336,7 +337,7 @@ def test_interrupts_at_any_point_of_an_acquire_leave_nothing_behind(service: Ser
     holder.release()
 
 
-def test_deadlines_that_expire_mid_round_trip_leave_nothing_behind(service: Service) -> None:
+def test_deadlines_that_expire_mid_round_trip_leave_nothing_behind(service: Harness) -> None:
     sem = service.connect().semaphore("zero", capacity=1)
     with sem.acquire():
         for _ in range(30):
@@ -346,7 +347,7 @@ def test_deadlines_that_expire_mid_round_trip_leave_nothing_behind(service: Serv
     wait_until(lambda: service.entries() == [])
 
 
-def test_watch_entry_reports_a_deletion_from_outside_at_once(service: Service) -> None:
+def test_watch_entry_reports_a_deletion_from_outside_at_once(service: Harness) -> None:
     sem = service.connect().semaphore("watched", capacity=1)
     permit = sem.acquire(watch_entry=True)
     plain = service.connect().semaphore("watched-too", capacity=1).acquire()
@@ -361,7 +362,7 @@ def test_watch_entry_reports_a_deletion_from_outside_at_once(service: Service) -
     assert not plain.lost.is_set()
 
 
-def _delete_from_outside(service: Service, entry: str) -> None:
+def _delete_from_outside(service: Harness, entry: str) -> None:
     if service.kind == "zookeeper":
         from kazoo.client import KazooClient
 

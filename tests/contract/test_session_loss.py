@@ -5,42 +5,28 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Any
 
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.testing.harness import Harness, Verb
 
-from ..conftest import Service, wait_until
+from ..conftest import needs, wait_until
 
 WEIGHTS = (1, 2, 1, 2, 1, 2, 1, 2)  # eight threads of one backend, capacity 2
 CAPACITY = 2
 
 
-def end_session(service: Service, request: pytest.FixtureRequest, backend: Any) -> None:
-    """End the backend's session on the server, for real: etcd revokes its lease,
-    ZooKeeper expires its session."""
-    if service.kind == "etcd":
-        request.getfixturevalue("etcd_admin").lease_revoke(backend.lease_id)
-    else:
-        from semaphore_recipes.testing.zookeeper_server import expire_session
-
-        expire_session(backend.client)
-
-
 def test_threads_of_one_backend_waiting_across_a_session_loss_drain_the_queue(
-    service: Service, request: pytest.FixtureRequest
+    service: Harness,
 ) -> None:
     """Every thread waiting on one backend when its session ends enters the queue again
     on the new session, and each gets its permit in turn once the holder leaves; never
     above capacity; nothing is left in the store (no entry, no lease) but the live
     sessions' own."""
-    leases_before: set[int] = set()
-    if service.kind == "etcd":
-        from semaphore_recipes.testing.plugin import alive_etcd_leases
-
-        admin = request.getfixturevalue("etcd_admin")
-        leases_before = alive_etcd_leases(admin)
+    needs(service, Verb.EXPIRE_SESSION)
+    lists_sessions = service.supports(Verb.LIST_SESSIONS)
+    sessions_before = service.sessions() if lists_sessions else set()
     holder_backend = service.connect()
     holder_sem = holder_backend.semaphore("drain", capacity=CAPACITY)
     waiters_backend = service.connect()
@@ -73,7 +59,7 @@ def test_threads_of_one_backend_waiting_across_a_session_loss_drain_the_queue(
     wait_until(lambda: len(holder_sem.status().waiters) == len(WEIGHTS), timeout=20)
     before = {w.token for w in holder_sem.status().waiters}
 
-    end_session(service, request, waiters_backend)
+    service.expire_session(waiters_backend)
 
     def all_queued_again() -> bool:
         waiters = holder_sem.status().waiters
@@ -89,15 +75,16 @@ def test_threads_of_one_backend_waiting_across_a_session_loss_drain_the_queue(
     assert inside[1] <= CAPACITY
     # nothing left before any backend closes (closing would revoke what leaked)
     assert service.entries() == []
-    if service.kind == "etcd":
-        alive = alive_etcd_leases(admin) - leases_before
-        assert alive == {holder_backend.lease_id, waiters_backend.lease_id}, "a stray lease"
+    if lists_sessions:  # etcd: a lease made for an attempt that was given up must go
+        alive = service.sessions() - sessions_before
+        mine = {service.session_of(holder_backend), service.session_of(waiters_backend)}
+        assert alive == mine, "a stray session"
     # and a newcomer is served
     service.connect().semaphore("drain", capacity=CAPACITY).acquire(timeout=10).release()
 
 
 def test_a_released_permits_transaction_fails_once_its_key_serves_a_newer_permit(
-    service: Service,
+    service: Harness,
 ) -> None:
     """etcd reuses a released entry's key for the backend's next entry; the old permit's
     fence must still fail (as ZooKeeper's does, whose entry names are never reused)."""

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ..conftest import Service
+from semaphore_recipes.testing.etcd_harness import EtcdHarness
 
 
 @pytest.fixture
-def ed(request: pytest.FixtureRequest) -> Service:
-    from semaphore_recipes.testing.plugin import leftover_etcd_entries
-
-    admin = request.getfixturevalue("etcd_admin")
-    ns = request.getfixturevalue("sr_namespace")
-    return Service(
-        "etcd",
-        request.getfixturevalue("etcd_url"),
-        request.getfixturevalue("etcd_backend"),
-        lambda: leftover_etcd_entries(admin, ns),
-    )
+def ed(etcd_harness: EtcdHarness) -> EtcdHarness:
+    return etcd_harness

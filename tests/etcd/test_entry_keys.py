@@ -12,11 +12,14 @@ import semaphore_recipes as sr
 from semaphore_recipes._core.codec import EntryData
 from semaphore_recipes._core.deadline import Deadline
 from semaphore_recipes.backend import Waiter
+from semaphore_recipes.testing.etcd_harness import EtcdHarness
 
-from ..conftest import Service, wait_until, waiter_thread
+from ..conftest import wait_until, waiter_thread
 
 
-def test_one_client_cycling_reuses_one_key(ed: Service, etcd_admin: Any, sr_namespace: str) -> None:
+def test_one_client_cycling_reuses_one_key(
+    ed: EtcdHarness, etcd_admin: Any, sr_namespace: str
+) -> None:
     backend = ed.connect()
     sem = backend.semaphore("cycle", capacity=3)
     keys, tokens = set(), []
@@ -41,7 +44,7 @@ def test_one_client_cycling_reuses_one_key(ed: Service, etcd_admin: Any, sr_name
     assert ed.entries() == []
 
 
-def test_a_reused_key_is_not_taken_for_the_entry_it_replaced(ed: Service) -> None:
+def test_a_reused_key_is_not_taken_for_the_entry_it_replaced(ed: EtcdHarness) -> None:
     """A waiter lists holder K; K is released and its key reused by a newer entry that
     queues behind the waiter. Reading K must say "gone", or the two would wait for each
     other (the waiter for the new K, the new K for the waiter)."""
@@ -72,7 +75,7 @@ def test_a_reused_key_is_not_taken_for_the_entry_it_replaced(ed: Service) -> Non
     [("1-0", 0), ("1-0", -5), ("../x", 1), ("zz", 1), ("1-0/x", 1), ("1-00", 1)],
 )
 def test_a_planted_entry_is_corrupt_state_for_status_and_acquire(
-    ed: Service, etcd_admin: Any, sr_namespace: str, uid: str, weight: int
+    ed: EtcdHarness, etcd_admin: Any, sr_namespace: str, uid: str, weight: int
 ) -> None:
     """One decoder, one verdict: an entry the library would never write (weight < 1,
     a key that is not ``<lease hex>-<slot>``) is CorruptState for ``status()`` and

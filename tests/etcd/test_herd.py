@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..conftest import Service, Workers
+from semaphore_recipes.testing.etcd_harness import EtcdHarness
+
+from ..conftest import Workers
 from ..herd import assert_flat, measure
 
 COUNTERS = (
@@ -16,7 +18,7 @@ COUNTERS = (
 
 
 def test_server_work_per_release_is_flat_in_the_number_of_waiters(
-    ed: Service, etcd_server: Any, workers: Workers, tmp_path: Path
+    ed: EtcdHarness, etcd_server: Any, workers: Workers, tmp_path: Path
 ) -> None:
     def read() -> dict[str, float]:
         m = etcd_server.metrics()

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ..conftest import Service
+from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 
 
 @pytest.fixture
-def zk(request: pytest.FixtureRequest) -> Service:
-    from semaphore_recipes.testing.plugin import leftover_entries
-
-    admin = request.getfixturevalue("zookeeper_admin")
-    ns = request.getfixturevalue("sr_namespace")
-    return Service(
-        "zookeeper",
-        request.getfixturevalue("zookeeper_url"),
-        request.getfixturevalue("zookeeper_backend"),
-        lambda: leftover_entries(admin, ns),
-    )
+def zk(zookeeper_harness: ZooKeeperHarness) -> ZooKeeperHarness:
+    return zookeeper_harness

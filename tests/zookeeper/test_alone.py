@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 
-from ..conftest import Service, wait_until
+from ..conftest import wait_until
 
 
 def test_a_client_cycling_alone_sends_one_request_per_acquire(
-    zk: Service, zookeeper_server: Any
+    zk: ZooKeeperHarness, zookeeper_server: Any
 ) -> None:
     sem = zk.connect().semaphore("alone", capacity=2)
     sem.acquire().release()  # this one lists, and finds itself alone
@@ -26,7 +27,7 @@ def test_a_client_cycling_alone_sends_one_request_per_acquire(
     assert (after - before) / 40 < 2.3
 
 
-def test_an_entry_made_between_two_cycles_is_seen(zk: Service) -> None:
+def test_an_entry_made_between_two_cycles_is_seen(zk: ZooKeeperHarness) -> None:
     sem = zk.connect().semaphore("alone-guard", capacity=1)
     other = zk.connect().semaphore("alone-guard", capacity=1)
     sem.acquire().release()  # the next acquire of sem skips the listing if it can
@@ -40,7 +41,7 @@ def test_an_entry_made_between_two_cycles_is_seen(zk: Service) -> None:
     assert zk.entries() == []
 
 
-def test_a_capacity_lowered_just_before_an_acquire_is_obeyed(zk: Service) -> None:
+def test_a_capacity_lowered_just_before_an_acquire_is_obeyed(zk: ZooKeeperHarness) -> None:
     sem = zk.connect().semaphore("alone-capacity", capacity=3)
     admin = zk.connect().semaphore("alone-capacity", capacity=3)
     for _ in range(15):

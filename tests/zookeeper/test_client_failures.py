@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 
-from ..conftest import Service, wait_until
+from ..conftest import wait_until
 
 MARGIN = 3.0  # a loaded machine may start things late
 
@@ -111,7 +112,7 @@ def _kill_the_connection_loop_at_the_next_reply(client: Any) -> None:
 
 # kazoo's connection thread ends with the injected RuntimeError: that is the point
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_a_dead_kazoo_connection_loop_fails_waiters_and_loses_permits(zk: Service) -> None:
+def test_a_dead_kazoo_connection_loop_fails_waiters_and_loses_permits(zk: ZooKeeperHarness) -> None:
     backend = zk.connect(session_timeout=4)
     other = zk.connect()
     busy = other.semaphore("busy", capacity=1).acquire()

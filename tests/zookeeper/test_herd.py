@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..conftest import Service, Workers
+from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
+
+from ..conftest import Workers
 from ..herd import assert_flat, measure
 
 COUNTERS = (
@@ -19,7 +21,7 @@ COUNTERS = (
 
 
 def test_server_work_per_release_is_flat_in_the_number_of_waiters(
-    zk: Service, zookeeper_server: Any, workers: Workers, tmp_path: Path
+    zk: ZooKeeperHarness, zookeeper_server: Any, workers: Workers, tmp_path: Path
 ) -> None:
     def read() -> dict[str, float]:
         m = zookeeper_server.mntr()

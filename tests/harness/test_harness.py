@@ -1,0 +1,85 @@
+"""The harness itself: what it says it lacks, and the errors a scenario relies on."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+
+from semaphore_recipes.backend import Backend
+from semaphore_recipes.testing.etcd_harness import EtcdHarness
+from semaphore_recipes.testing.harness import Harness, Verb, VerbNotSupported
+from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
+
+from ..conftest import needs, wait_until
+
+
+class InProcessHarness(Harness):
+    """A store without a network, as the in-memory one: it can end a session only."""
+
+    kind = "inprocess"
+    missing = MappingProxyType(
+        {
+            Verb.CUT: "no network to cut",
+            Verb.LOSE_NEXT_REPLY: "no network: nothing replies",
+            Verb.KILL_LEADER: "no leader",
+            Verb.LIST_SESSIONS: "not listed",
+        }
+    )
+
+    def entries(self, name: str | None = None) -> list[str]:
+        return []
+
+
+def _never_connects(**_: Any) -> Backend:
+    raise AssertionError("the harness must not open a backend here")
+
+
+def test_a_verb_the_harness_lacks_raises_with_the_reason_and_skips_the_scenario() -> None:
+    harness = InProcessHarness("inprocess://x", _never_connects)
+    assert not harness.supports(Verb.CUT)
+    with pytest.raises(VerbNotSupported) as caught:
+        harness.require(Verb.EXPIRE_SESSION, Verb.CUT)
+    assert caught.value.verb is Verb.CUT
+    assert caught.value.reason == "the inprocess harness has no cut: no network to cut"
+    with pytest.raises(VerbNotSupported, match="no network to cut"):
+        harness.connect(proxied=True)  # before any I/O
+    with pytest.raises(VerbNotSupported, match="no leader"):
+        harness.kill_leader()
+    with pytest.raises(pytest.skip.Exception, match="no network: nothing replies"):
+        needs(harness, Verb.LOSE_NEXT_REPLY)
+    needs(harness, Verb.EXPIRE_SESSION)  # offered: no skip
+
+
+def test_what_the_single_server_harnesses_lack(
+    zookeeper_harness: ZooKeeperHarness, etcd_harness: EtcdHarness
+) -> None:
+    offered = {Verb.EXPIRE_SESSION, Verb.CUT, Verb.LOSE_NEXT_REPLY}
+    for harness in (zookeeper_harness, etcd_harness):
+        assert {v for v in Verb if harness.supports(v)} >= offered
+        with pytest.raises(VerbNotSupported, match="a single"):
+            harness.kill_leader()
+    assert etcd_harness.supports(Verb.LIST_SESSIONS)
+    assert not zookeeper_harness.supports(Verb.LIST_SESSIONS)
+
+
+@pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
+def test_cut_needs_a_proxied_backend_and_cuts_only_it(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    harness: Harness = request.getfixturevalue(f"{kind}_harness")
+    direct = harness.connect()
+    with pytest.raises(ValueError, match="proxied=True"):
+        harness.cut(direct)
+    with pytest.raises(ValueError, match="harness's URL"):
+        harness.connect(url=harness.url, proxied=True)
+    proxied = harness.connect(proxied=True, session_timeout=6)
+    sem = proxied.semaphore("cut-one", capacity=1)
+    held = sem.acquire(timeout=10)
+    harness.cut(proxied)
+    # the direct backend still works while the proxied one is cut off
+    assert direct.semaphore("cut-one", capacity=1).status().holders[0].token == held.token
+    harness.restore(proxied)
+    held.release()
+    wait_until(lambda: harness.entries("cut-one") == [], timeout=10)
