@@ -8,16 +8,16 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.backend import Backend
-from semaphore_recipes.testing.harness import Harness as Service
+from semaphore_recipes.testing.harness import Harness
 
 
-def _fresh(service: Service, name: str) -> tuple[Backend, sr.Semaphore, str]:
+def _fresh(service: Harness, name: str) -> tuple[Backend, sr.Semaphore, str]:
     backend = service.connect()
     sem = backend.semaphore(name, capacity=1)
     return backend, sem, backend.data_key(name, "value")
 
 
-def test_create_set_delete_round_trip(service: Service) -> None:
+def test_create_set_delete_round_trip(service: Harness) -> None:
     backend, sem, key = _fresh(service, "fw-round")
     with sem.acquire(timeout=10) as permit:
         assert backend.read(key) is None
@@ -30,7 +30,7 @@ def test_create_set_delete_round_trip(service: Service) -> None:
 
 
 @pytest.mark.parametrize("kind", ["create-existing", "set-missing", "delete-missing"])
-def test_a_failed_condition_writes_nothing(service: Service, kind: str) -> None:
+def test_a_failed_condition_writes_nothing(service: Harness, kind: str) -> None:
     backend, sem, key = _fresh(service, "fw-cond")
     other = backend.data_key("fw-cond", "other")
     with sem.acquire(timeout=10) as permit:
@@ -51,7 +51,7 @@ def test_a_failed_condition_writes_nothing(service: Service, kind: str) -> None:
         assert permit.state is sr.PermitState.HELD  # a conflict is not a lost permit
 
 
-def test_the_fence_fails_after_release_before_any_condition(service: Service) -> None:
+def test_the_fence_fails_after_release_before_any_condition(service: Harness) -> None:
     backend, sem, key = _fresh(service, "fw-fence")
     permit = sem.acquire(timeout=10)
     permit.transaction().create(key, b"v").commit()
@@ -63,7 +63,7 @@ def test_the_fence_fails_after_release_before_any_condition(service: Service) ->
     assert backend.read(key) == b"v"
 
 
-def test_bad_writes_are_refused_before_any_io(service: Service) -> None:
+def test_bad_writes_are_refused_before_any_io(service: Harness) -> None:
     _, sem, _ = _fresh(service, "fw-bad")
     with sem.acquire(timeout=10) as permit:
         tx = permit.transaction()
@@ -77,7 +77,7 @@ def test_bad_writes_are_refused_before_any_io(service: Service) -> None:
         assert [w.key for w in tx.writes] == ["/k"]
 
 
-def test_delete_semaphore_removes_capacity_entries_and_data(service: Service) -> None:
+def test_delete_semaphore_removes_capacity_entries_and_data(service: Harness) -> None:
     backend, sem, key = _fresh(service, "fw-drop")
     with sem.acquire(timeout=10) as permit:
         permit.transaction().create(key, b"v").commit()
