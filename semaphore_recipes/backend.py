@@ -307,8 +307,9 @@ class QueueDriver(ABC):
         self.backend.unregister_waiter(waiter)
 
     def apply_capacity(self, capacity: int, version: int) -> None:
-        """Apply a capacity read at store ``version`` (older reads are ignored): waiters
-        are woken, and holders without a held mark write theirs if it went down."""
+        """Apply a capacity read at store ``version``, a number that grows with every
+        write of the capacity (older reads are ignored): waiters are woken, and holders
+        without a held mark write theirs if it went down."""
         with self._lock:
             if version < self._capacity_version:
                 return  # an older read finishing late
@@ -322,7 +323,7 @@ class QueueDriver(ABC):
             return
         log.info("semaphore %r: capacity %d -> %d", self.name, old, capacity)
         for waiter in waiters:
-            waiter.post(waiter.generation, CapacityChanged(capacity))
+            waiter.post(waiter.generation, CapacityChanged(capacity, version))
         # A newcomer that read the lower capacity may take an unmarked holder for not
         # admitted and watch only it: the mark is what wakes it (docs/design.md).
         for write_mark in unmarked:
@@ -352,6 +353,12 @@ class QueueDriver(ABC):
             return
         with self._lock:
             self._unmarked[me.key] = lambda: self.write_mark(me.key, token, mark, _ignore)
+
+    def capacity_answer(self) -> tuple[int, int]:
+        """``(capacity, version)`` as last applied, read together: what an enqueue
+        answers with (``Enqueued.capacity``, ``Enqueued.capacity_version``)."""
+        with self._lock:
+            return self.capacity, self._capacity_version
 
     def forget_mark(self, key: str) -> None:
         """The entry ``key`` leaves: a mark kept for a capacity decrease is dropped."""

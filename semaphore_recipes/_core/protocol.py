@@ -36,12 +36,14 @@ class Enqueue:
 
 @dataclass(frozen=True)
 class Enqueued:
-    """``later_entries``: the listing already held entries created after ours."""
+    """``later_entries``: the listing already held entries created after ours.
+    ``capacity_version``: the store version of ``capacity`` (see CapacityChanged)."""
 
     me: Entry
     lower: tuple[Entry, ...]
     capacity: int
     later_entries: bool
+    capacity_version: int
 
 
 @dataclass(frozen=True)
@@ -119,9 +121,13 @@ class EntryChanged:
 
 @dataclass(frozen=True)
 class CapacityChanged:
-    """Event: the semaphore's stored capacity is now ``capacity``."""
+    """Event: the semaphore's stored capacity is ``capacity`` as of store ``version``
+    (a number that grows with every write of the capacity: ZooKeeper's mzxid, etcd's
+    mod_revision). A waiter keeps the newest version it has seen: an event can be older
+    than the capacity its enqueue answered with, or overtaken by a newer one."""
 
     capacity: int
+    version: int
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,7 @@ def apply_event(position: QueuePosition, event: Event) -> None:
     elif isinstance(event, EntryChanged):
         position.watch_fired(event.key)
     elif isinstance(event, CapacityChanged):
-        position.set_capacity(event.capacity)
+        position.set_capacity(event.capacity, event.version)
 
 
 def acquire_protocol(
@@ -178,7 +184,9 @@ def acquire_protocol(
         answer = yield Enqueue(first=first)
         first = False
         assert isinstance(answer, Enqueued)
-        position = QueuePosition(answer.me, answer.lower, answer.capacity)
+        position = QueuePosition(
+            answer.me, answer.lower, answer.capacity, capacity_version=answer.capacity_version
+        )
         # A successor that lists us after our listing sees at most the lower entries we
         # saw, so it finds us admissible by itself. Only successors already in our
         # listing, or ones that listed us while we waited, need the mark.

@@ -85,9 +85,12 @@ class QueuePosition:
     a store whose watch outlives a held mark says so with :meth:`armed`.
     """
 
-    def __init__(self, me: Entry, lower: Iterable[Entry], capacity: int) -> None:
+    def __init__(
+        self, me: Entry, lower: Iterable[Entry], capacity: int, *, capacity_version: int = 0
+    ) -> None:
         self.me = me
         self.capacity = capacity
+        self.capacity_version = capacity_version
         self._lower: dict[str, Entry] = {}
         for e in sorted(lower, key=lambda e: e.order):
             if e.order >= me.order:
@@ -176,5 +179,8 @@ class QueuePosition:
         """A watch fired for a reason the event did not tell: read it again."""
         self._armed.discard(key)
 
-    def set_capacity(self, capacity: int) -> None:
-        self.capacity = capacity
+    def set_capacity(self, capacity: int, version: int) -> None:
+        """The capacity stored at ``version``; an older one than we know is ignored (a
+        capacity applied by the driver can reach us after a newer one)."""
+        if version > self.capacity_version:
+            self.capacity, self.capacity_version = capacity, version

@@ -290,7 +290,8 @@ class EtcdQueue(QueueDriver):
                 later = True
         # our own entry is what we just wrote: not decoded again
         me = Entry(key=uid, order=token, weight=waiter.weight, held=False)
-        return Enqueued(me=me, lower=tuple(lower), capacity=self.capacity, later_entries=later)
+        capacity, version = self.capacity_answer()
+        return Enqueued(me, tuple(lower), capacity, later_entries=later, capacity_version=version)
 
     def _decode(self, kv: Any) -> tuple[str, int, EntryData]:
         """``(key, weight, data)`` of a listed entry; CorruptState unless it is one the

@@ -127,7 +127,7 @@ class ZooKeeperQueue(QueueDriver):
         if created:
             log.info("created semaphore %r with capacity %d", self.name, capacity)
         stored = decode_capacity(self.name, raw)
-        self._capacity_version = stat.version
+        self._capacity_version = stat.mzxid
         self._capacity_settled = True
         if capacity is not None and stored != capacity and not adopt:
             raise CapacityMismatch(self.name, capacity, stored)
@@ -164,7 +164,7 @@ class ZooKeeperQueue(QueueDriver):
         except Exception as exc:  # CorruptState or a connection error: keep the old value
             log.error("semaphore %r: cannot read the new capacity: %s", self.name, exc)
             return
-        self.apply_capacity(capacity, stat.version)
+        self.apply_capacity(capacity, stat.mzxid)
         self._capacity_settled = True
 
     def _capacity_current(self) -> bool:
@@ -199,7 +199,7 @@ class ZooKeeperQueue(QueueDriver):
 
         stat = self._bounded(write, f"writing {self.path}")
         log.info("semaphore %r: capacity set to %d", self.name, capacity)
-        self.apply_capacity(capacity, stat.version)
+        self.apply_capacity(capacity, stat.mzxid)
 
     def _result(self, async_result: Any, deadline: Deadline) -> Any:
         try:
@@ -269,7 +269,7 @@ class ZooKeeperQueue(QueueDriver):
                 path, stat, children, parent = found
             except SessionExpiredError:
                 continue  # a create in the dead session died with it; kazoo makes a new one
-            if parent.version != self._capacity_version and not self._refresh_capacity(deadline):
+            if parent.mzxid != self._capacity_version and not self._refresh_capacity(deadline):
                 continue  # the session ended meanwhile: that entry is gone with it
             if self.backend.session_id != session:
                 continue  # raced a session change: that entry is gone with its session
@@ -289,7 +289,7 @@ class ZooKeeperQueue(QueueDriver):
                 continue
             except (SessionExpiredError, NoNodeError):
                 return False
-            self.apply_capacity(decode_capacity(self.name, raw), stat.version)
+            self.apply_capacity(decode_capacity(self.name, raw), stat.mzxid)
             return True
 
     def _enqueue_alone(
@@ -318,7 +318,8 @@ class ZooKeeperQueue(QueueDriver):
             self._alone[node] = seq
         waiter.created(node, czxid)
         me = Entry(key=node, order=seq, weight=waiter.weight)
-        return Enqueued(me=me, lower=(), capacity=self.capacity, later_entries=False)
+        capacity, version = self.capacity_answer()
+        return Enqueued(me, (), capacity, later_entries=False, capacity_version=version)
 
     def _enqueued(self, waiter: Waiter, path: str, czxid: int, children: list[str]) -> Enqueued:
         node = path.rsplit("/", 1)[1]
@@ -340,8 +341,9 @@ class ZooKeeperQueue(QueueDriver):
             with self._lock:
                 self._alone[node] = my_seq
         me = Entry(key=node, order=my_seq, weight=weight)
+        capacity, version = self.capacity_answer()
         return Enqueued(
-            me=me, lower=tuple(lower), capacity=self.capacity, later_entries=later_entries
+            me, tuple(lower), capacity, later_entries=later_entries, capacity_version=version
         )
 
     def _find_after_lost_reply(

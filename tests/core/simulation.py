@@ -71,6 +71,8 @@ class Client:
     events: deque[Event] = field(default_factory=deque)
     clock: float = 0.0
     known_capacity: int = 0
+    #: the largest capacity stored since the entry was created: what may admit it
+    capacity_bound: int = 0
     mark_pending: bool = False
     unmarked: bool = False  # admitted without a mark: marked if the capacity drops
     mark_lower: tuple[str, ...] | None = None
@@ -89,6 +91,7 @@ class Simulation:
         mark_held: bool = True,
         record_lower: bool = True,
         persistent_watches: bool = False,
+        stale_capacity_events: bool = True,
     ) -> None:
         self.rng = rng
         self.store: dict[str, StoredEntry] = {}
@@ -100,6 +103,10 @@ class Simulation:
         self.record_lower = record_lower
         # etcd-like: a watch outlives a held mark, whose event carries the mark
         self.persistent_watches = persistent_watches
+        # capacity events posted during an enqueue stay in the inbox (as a driver's do),
+        # and two of them may arrive in the other order
+        self.stale_capacity_events = stale_capacity_events
+        self.capacity_version = 0
         self.next_order = 0
         self.clients = [
             Client(
@@ -154,7 +161,11 @@ class Simulation:
     def _prepare(self, c: Client) -> None:
         step = c.step
         if isinstance(step, Enqueue):
+            # a new generation: what was posted for an earlier entry is dropped; what is
+            # posted from now on (a capacity the process applies while we enqueue, which
+            # may be older than the one the listing brings) is kept
             c.created, c.key = False, None
+            c.events = deque(e for e in c.events if isinstance(e, SessionLost))
         elif isinstance(step, Arm):
             c.to_arm, c.arm_results = list(step.keys), {}
         elif isinstance(step, MarkHeld):
@@ -167,9 +178,11 @@ class Simulation:
         me = self.store[c.key] if c.key else None
         assert me is not None
         prefix = sum(e.weight for e in self._lower(me)) + me.weight
-        if prefix > c.known_capacity:
+        if prefix > c.capacity_bound:
             raise OverAdmission(
-                f"client {c.cid} admitted with prefix {prefix} > {c.known_capacity}"
+                f"client {c.cid} admitted with prefix {prefix} > {c.capacity_bound} (the "
+                f"largest capacity stored since its entry was created; it knew "
+                f"{c.known_capacity})"
             )
         c.state, c.gen, c.step = "holding", None, None
         self.admissions += 1
@@ -222,9 +235,19 @@ class Simulation:
                     if x.state == "holding" and x.unmarked:
                         x.unmarked, x.mark_pending = False, True
             self.capacity = new
+            self.capacity_version += 1
+            event = CapacityChanged(new, self.capacity_version)
             for x in self.clients:
+                if x.key is not None:
+                    x.capacity_bound = max(x.capacity_bound, new)
                 if x.state == "waiting":
-                    x.events.append(CapacityChanged(new))
+                    # A driver posts a capacity it applied after releasing its lock, so
+                    # two posts may land in either order (stale_capacity_events).
+                    older = [i for i, e in enumerate(x.events) if isinstance(e, CapacityChanged)]
+                    if self.stale_capacity_events and older and self.rng.random() < 0.5:
+                        x.events.insert(older[-1], event)
+                    else:
+                        x.events.append(event)
             return
         assert c is not None
         if action == "start":
@@ -236,6 +259,7 @@ class Simulation:
             self._prepare(c)
         elif action == "create":
             c.key = f"k{self.next_order}"
+            c.capacity_bound = self.capacity
             self.store[c.key] = StoredEntry(c.key, self.next_order, c.weight)
             self.next_order += 1
             c.created = True
@@ -245,8 +269,16 @@ class Simulation:
             lower = tuple(Entry(e.key, e.order, e.weight) for e in self._lower(me))  # names only
             later = any(e.order > me.order for e in self.store.values())
             c.known_capacity = self.capacity
-            c.events.clear()
-            self._send(c, Enqueued(Entry(me.key, me.order, me.weight), lower, self.capacity, later))
+            if not self.stale_capacity_events:
+                c.events.clear()
+            answer = Enqueued(
+                Entry(me.key, me.order, me.weight),
+                lower,
+                self.capacity,
+                later,
+                capacity_version=self.capacity_version,
+            )
+            self._send(c, answer)
         elif action == "arm":
             key = c.to_arm.pop(self.rng.randrange(len(c.to_arm)))
             stored = self.store.get(key)
@@ -263,10 +295,10 @@ class Simulation:
             c.relists += 1
             self._send(c, [Entry(e.key, e.order, e.weight) for e in self._lower(me)])
         elif action == "deliver":
-            event = c.events.popleft()
-            if isinstance(event, CapacityChanged):
-                c.known_capacity = event.capacity
-            self._send(c, event)
+            delivered = c.events.popleft()
+            if isinstance(delivered, CapacityChanged):
+                c.known_capacity = delivered.capacity
+            self._send(c, delivered)
         elif action == "mark":
             c.mark_pending = False
             if c.key in self.store and not self.store[c.key].held:

@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from semaphore_recipes import PermitState
-from semaphore_recipes._url import ServiceURL
 from semaphore_recipes.backend import (
-    Backend,
     Deadline,
     Enqueued,
     Entry,
@@ -19,46 +17,12 @@ from semaphore_recipes.backend import (
     EntryState,
     QueueDriver,
     SessionLost,
-    SessionState,
     Waiter,
     session_lost,
 )
 from semaphore_recipes.semaphore import Semaphore
 
-
-class Hub(Backend):
-    """Only the session bookkeeping every backend inherits."""
-
-    scheme = "face-test"
-
-    def __init__(self) -> None:
-        super().__init__(owner="owner", request_timeout=5.0)
-
-    @classmethod
-    def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> Backend:
-        raise AssertionError("not used")
-
-    def open_queue(
-        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> QueueDriver:
-        raise AssertionError("not used")
-
-    def describe(self) -> str:
-        return "the face's test hub"
-
-    @property
-    def session_state(self) -> SessionState:
-        return SessionState.CONNECTED
-
-    def read(self, key: str) -> bytes | None:
-        return None
-
-    def data_key(self, semaphore: str, name: str = "data") -> str:
-        return f"{semaphore}/{name}"
-
-    def delete_semaphore(self, name: str) -> None: ...
-
-    def close(self) -> None: ...
+from .fakes import Hub
 
 
 class OneShotStore(QueueDriver):
@@ -75,7 +39,7 @@ class OneShotStore(QueueDriver):
         waiter.created("k", 7)
         self.backend.publish(session_lost("session expired"))  # no permit is listening yet
         self.backend.requeue_waiters()  # ...and the waiter is told, as the backends do
-        return Enqueued(Entry("k", 1, 1), (), 1, later_entries=False)
+        return Enqueued(Entry("k", 1, 1), (), 1, later_entries=False, capacity_version=1)
 
     def write_mark(
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
@@ -124,7 +88,7 @@ class InterruptedAfterAdmission(OneShotStore):
         waiter.creating("id")
         waiter.created("k", 7)
         # a later entry exists: the held mark is written at once (MarkHeld.now)
-        return Enqueued(Entry("k", 1, 1), (), 1, later_entries=True)
+        return Enqueued(Entry("k", 1, 1), (), 1, later_entries=True, capacity_version=1)
 
     def write_mark(
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]

@@ -35,7 +35,7 @@ def test_a_zero_deadline_still_gets_the_first_reply_and_is_admitted() -> None:
     protocol = acquire_protocol("s", 1, Deadline(0, Clock()))
     step = next(protocol)
     assert step == Enqueue(first=True)
-    step = protocol.send(Enqueued(ME, (), capacity=2, later_entries=False))
+    step = protocol.send(Enqueued(ME, (), capacity=2, later_entries=False, capacity_version=1))
     assert isinstance(step, MarkHeld)
     with pytest.raises(StopIteration) as done:
         protocol.send(None)
@@ -48,14 +48,16 @@ def test_a_passed_deadline_raises_before_arming_a_watch() -> None:
     next(protocol)
     clock.now += 1.0  # the enqueue's reply came after the deadline
     with pytest.raises(AcquireTimeout):
-        protocol.send(Enqueued(ME, (HOLDER,), capacity=2, later_entries=False))
+        protocol.send(Enqueued(ME, (HOLDER,), capacity=2, later_entries=False, capacity_version=1))
 
 
 def test_only_the_first_enqueue_is_the_first_try() -> None:
     clock = Clock()
     protocol = acquire_protocol("s", 1, Deadline(10, clock))
     assert next(protocol) == Enqueue(first=True)
-    step = protocol.send(Enqueued(ME, (HOLDER,), capacity=2, later_entries=False))
+    step = protocol.send(
+        Enqueued(ME, (HOLDER,), capacity=2, later_entries=False, capacity_version=1)
+    )
     assert isinstance(step, Arm)
     step = protocol.send({"holder": EntryState(held=True)})
     assert isinstance(step, AwaitEvent)
@@ -65,7 +67,7 @@ def test_only_the_first_enqueue_is_the_first_try() -> None:
 def test_a_failed_backend_ends_the_wait() -> None:
     protocol = acquire_protocol("s", 1, Deadline(None, Clock()))
     next(protocol)
-    protocol.send(Enqueued(ME, (HOLDER,), capacity=2, later_entries=False))
+    protocol.send(Enqueued(ME, (HOLDER,), capacity=2, later_entries=False, capacity_version=1))
     protocol.send({"holder": EntryState(held=True)})
     with pytest.raises(BackendUnavailable, match="client died"):
         protocol.send(BackendFailed("client died"))

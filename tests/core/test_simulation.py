@@ -134,8 +134,9 @@ def test_simulation_catches_ignoring_entries_already_behind_us(
         lower: tuple[Entry, ...],
         capacity: int,
         later_entries: bool,
+        capacity_version: int,
     ) -> None:
-        real_init(self, me, lower, capacity, False)
+        real_init(self, me, lower, capacity, False, capacity_version)
 
     monkeypatch.setattr(protocol.Enqueued, "__init__", never_later)
     assert find_lost_wakeup() is not None
@@ -157,3 +158,24 @@ def test_simulation_catches_a_mark_event_that_is_ignored(monkeypatch: pytest.Mon
         except LostWakeup:
             return
     raise AssertionError("no lost wake-up found")
+
+
+def test_simulation_catches_a_stale_capacity_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capacity event older than what the waiter knows (posted during its enqueue, or
+    overtaken by a newer post) must not be applied: found by the fault campaign
+    (ZooKeeper storm, seed 823), where a waiter admitted itself on a capacity of 6
+    while 5 was stored. With the version check removed the simulation over-admits."""
+    from .simulation import OverAdmission
+
+    def apply_any(self: core_queue.QueuePosition, capacity: int, version: int) -> None:
+        self.capacity = capacity
+
+    monkeypatch.setattr(core_queue.QueuePosition, "set_capacity", apply_any)
+    for seed in range(RUNS):
+        rng = random.Random(seed)
+        sim = Simulation(rng, clients=6, capacity=3, max_weight=2, capacity_changes=True)
+        try:
+            sim.run()
+        except OverAdmission:
+            return
+    raise AssertionError("no run over-admitted on stale capacity events")
