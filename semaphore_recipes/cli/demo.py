@@ -40,6 +40,7 @@ from typing import Any, TextIO
 from urllib.parse import parse_qsl, urlencode
 
 from .._core.names import join_path
+from ..devserver import DevServer
 from ._common import CliError, ExitCode, describe_url, resolve_url, status_table
 
 SESSION = 2  # seconds: the session timeout / lease TTL of the workers that crash or pause
@@ -530,7 +531,7 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 def cmd_demo(args: argparse.Namespace, command: list[str]) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     out = sys.stdout
-    dev: Any = None
+    dev: DevServer | None = None
     demo: Demo | None = None
     try:
         if args.url is None:
