@@ -118,7 +118,12 @@ def _harness_modules_after(code: str) -> list[str]:
         f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({HARNESS!r}))))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=PACKAGE_ROOT.parent,  # this checkout's package, whatever the current directory
     )
     assert result.returncode == 0, result.stderr
     loaded: list[str] = json.loads(result.stdout.splitlines()[-1])
