@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from semaphore_recipes.testing.etcd_server import EtcdCluster
-from semaphore_recipes.testing.zookeeper_server import ZooKeeperEnsemble
+from semaphore_recipes.etcd.server import EtcdCluster
+from semaphore_recipes.zookeeper.server import ZooKeeperEnsemble
 
 from . import history_etcd, history_zk
 from .layout import CLOCK_KEY, DATA_NODE, ETCD_PREFIX, MARKER_NODE, ZK_SEMAPHORE_PATH
@@ -94,7 +94,7 @@ class ZkCluster:
 
     def wait_healthy(self) -> None:
         for member in self.members:
-            if not self._server(member).is_running:
+            if not self._server(member).running:
                 self.revive(member)
         self.ensemble.wait_for_quorum(timeout=60)
 

@@ -22,8 +22,8 @@ from ._url import parse_url as _parse_url
 from .errors import BackendNotInstalled
 
 if TYPE_CHECKING:
-    from ._process import DevServer
     from .backend import Backend
+    from .devserver import DevServer
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -162,10 +162,12 @@ def spec_for_client(client: object) -> BackendSpec | None:
 
 
 def dev_server_launcher(scheme: str) -> Callable[[int | None], DevServer]:
-    """``start_dev_server(port)`` of ``scheme``; ValueError if it has none."""
-    found = spec(scheme)
-    if found.dev_server is None:
-        raise ValueError(f"the {scheme} backend has no development server")
+    """``start_dev_server(port)`` of ``scheme``; ValueError, naming the schemes that
+    have one, for any other."""
+    found = spec(scheme) if scheme in schemes() else None
+    if found is None or found.dev_server is None:
+        known = ", ".join(sorted(dev_server_schemes()))
+        raise ValueError(f"no dev server for {scheme!r} (known: {known})")
     return cast("Callable[[int | None], DevServer]", _load(found.dev_server, scheme, found.extra))
 
 

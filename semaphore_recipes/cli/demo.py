@@ -40,6 +40,7 @@ from typing import Any, TextIO
 from urllib.parse import parse_qsl, urlencode
 
 from ..backend import Backend
+from ..devserver import DevServer
 from ..semaphore import Semaphore
 from ._common import CliError, ExitCode, describe_url, resolve_url, status_table
 
@@ -516,7 +517,7 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 def cmd_demo(args: argparse.Namespace, command: list[str]) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     out = sys.stdout
-    dev: Any = None
+    dev: DevServer | None = None
     demo: Demo | None = None
     try:
         if args.url is None:

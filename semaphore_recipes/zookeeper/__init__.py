@@ -8,8 +8,24 @@ Connection loss (SUSPENDED): waiters keep waiting (ZooKeeper re-arms their watch
 the same session reconnects); holders' permits are SUSPENDED, and LOST if the session
 does not come back within its timeout. Session expiry (LOST): holders' permits are LOST
 and ``permit.lost`` is set; waiters re-enter the queue with kazoo's new session.
+
+``ZooKeeperBackend`` is imported on first use, so that ``zookeeper.server`` (the
+development server, which needs Java but not kazoo) imports without kazoo.
 """
 
-from .backend import ZooKeeperBackend
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backend import ZooKeeperBackend
 
 __all__ = ["ZooKeeperBackend"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ZooKeeperBackend":
+        from .backend import ZooKeeperBackend
+
+        return ZooKeeperBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

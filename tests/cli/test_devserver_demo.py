@@ -63,6 +63,28 @@ def test_dev_server_on_a_busy_port_exits_69() -> None:
     assert "in use" in result.stderr
 
 
+def test_dev_server_without_etcd_exits_69_naming_the_install(tmp_path: Path) -> None:
+    env = clean_env(ETCD_BINARY=str(tmp_path / "no-etcd"), TMPDIR=str(tmp_path))
+    result = cli("dev-server", "--port", "0", env=env)
+    assert result.returncode == 69
+    assert_one_line_error(result)
+    assert "apt-get install -y etcd-server" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dev_server_that_does_not_start_exits_69_leaving_no_directory(tmp_path: Path) -> None:
+    # a classpath without ZooKeeper's classes: java starts, finds no server, exits
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = clean_env(ZOOKEEPER_CLASSPATH=str(tmp_path / "missing.jar"), TMPDIR=str(scratch))
+    result = cli("dev-server", "--backend", "zookeeper", "--port", "0", env=env, timeout=120)
+    assert result.returncode == 69
+    assert_one_line_error(result)
+    assert "zookeeper server did not start" in result.stderr
+    assert "exited with code" in result.stderr
+    assert list(scratch.iterdir()) == []
+
+
 def test_demo_on_the_embedded_etcd_passes_and_exits_0() -> None:
     started = time.monotonic()
     result = cli("demo", timeout=120)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.testing.etcd_server import _free_port, find_etcd_binary
+from semaphore_recipes._process import free_port
+from semaphore_recipes.etcd.server import find_etcd_binary
 from semaphore_recipes.testing.programs import find_program
 
 
@@ -79,7 +80,7 @@ def _make_certs(d: Path) -> None:
 @pytest.fixture
 def tls_etcd(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     _make_certs(tmp_path)
-    client_port, peer_port = _free_port(), _free_port()
+    client_port, peer_port = free_port(), free_port()
     url = f"https://127.0.0.1:{client_port}"
     peer = f"http://127.0.0.1:{peer_port}"
     log = (tmp_path / "etcd.log").open("wb")

@@ -1,4 +1,5 @@
-"""Tests for semaphore_recipes.testing.zookeeper_server against real ZooKeeper JVMs."""
+"""Tests for semaphore_recipes.zookeeper.server (and the testing module's expire_session)
+against real ZooKeeper JVMs."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from semaphore_recipes.testing.programs import PROGRAMS
-from semaphore_recipes.testing.zookeeper_server import (
+from semaphore_recipes._programs import PROGRAMS
+from semaphore_recipes.testing.zookeeper_server import expire_session
+from semaphore_recipes.zookeeper.server import (
     ZooKeeperEnsemble,
     ZooKeeperNotFound,
     ZooKeeperServer,
-    expire_session,
     find_zookeeper_classpath,
 )
 
@@ -119,7 +120,8 @@ def test_missing_java_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_module_imports_without_kazoo() -> None:
     code = (
         "import sys; sys.modules['kazoo'] = None\n"
-        "import semaphore_recipes.testing.zookeeper_server as m\n"
+        "import semaphore_recipes.zookeeper.server as m\n"
+        "import semaphore_recipes.testing.zookeeper_server\n"
         "import semaphore_recipes.testing.proxy\n"
         "s = m.ZooKeeperServer(); print(s.host_port); s.close()\n"
     )
@@ -141,9 +143,9 @@ def test_standalone_lifecycle_with_kazoo() -> None:
     server = ZooKeeperServer(tick_time_ms=200, min_session_timeout_ms=1000)
     workdir = server.workdir
     try:
-        assert not server.is_running
+        assert not server.running
         server.start()
-        assert server.is_running
+        assert server.running
         assert server.host_port == f"127.0.0.1:{server.port}"
         assert server.mode() == "standalone"
         config = server.config_path.read_text()
@@ -163,7 +165,7 @@ def test_standalone_lifecycle_with_kazoo() -> None:
             assert client.get("/persisted")[0] == b"v1"
 
         server.stop()
-        assert not server.is_running
+        assert not server.running
         with pytest.raises(OSError):
             server.four_letter("ruok", timeout=1.0)
 
@@ -172,7 +174,7 @@ def test_standalone_lifecycle_with_kazoo() -> None:
             assert client.get("/persisted")[0] == b"v1"
 
         server.kill()
-        assert not server.is_running
+        assert not server.running
         server.start()
         assert server.mode() == "standalone"
         log = server.log_tail(100_000)
@@ -181,7 +183,7 @@ def test_standalone_lifecycle_with_kazoo() -> None:
     finally:
         server.close()
     assert not workdir.exists()
-    assert not server.is_running
+    assert not server.running
 
 
 def test_four_letter_words(zk: ZooKeeperServer) -> None:
@@ -208,12 +210,12 @@ def test_mntr_parses_numbers(zk: ZooKeeperServer) -> None:
 def test_pause_and_resume(zk: ZooKeeperServer) -> None:
     zk.pause()
     try:
-        assert zk.is_running and zk.is_paused
+        assert zk.running and zk.paused
         with pytest.raises(OSError):
             zk.four_letter("srvr", timeout=0.3)
     finally:
         zk.resume()
-    assert not zk.is_paused
+    assert not zk.paused
     assert zk.mode() == "standalone"
 
 
@@ -221,7 +223,7 @@ def test_start_failure_raises_with_log_tail(tmp_path: Path) -> None:
     server = ZooKeeperServer(workdir=tmp_path, classpath=str(tmp_path / "missing.jar"))
     with pytest.raises(RuntimeError, match="QuorumPeerMain"):
         server.start(timeout=20)
-    assert not server.is_running
+    assert not server.running
     server.close()
     assert tmp_path.exists()  # not ours to remove
 
