@@ -201,12 +201,12 @@ def test_session_password_lets_a_second_client_attach_to_the_session(
 def test_session_timeout_is_the_negotiated_one(
     zookeeper_server: Any, clients: list[KazooClient]
 ) -> None:
-    # the test server's minSessionTimeout is 1 s: it raises a request of 0.5 s to 1 s
-    client = _started(clients, zookeeper_server.host_port, timeout=0.5)
+    # the test server's maxSessionTimeout is 60 s: it lowers a request of 100 s
+    client = _started(clients, zookeeper_server.host_port, timeout=100)
     sid = compat.session_id(client)
     assert sid is not None
     negotiated_ms = _server_sessions(zookeeper_server)[sid]
-    assert negotiated_ms == 1000
+    assert negotiated_ms < 100_000
     assert compat.session_timeout(client) == negotiated_ms / 1000
 
     within_range = _started(clients, zookeeper_server.host_port, timeout=4)
@@ -216,17 +216,20 @@ def test_session_timeout_is_the_negotiated_one(
 def test_session_timeout_before_a_connection_seen_is_the_one_asked_for(
     zookeeper_server: Any, clients: list[KazooClient]
 ) -> None:
-    client = KazooClient(hosts=zookeeper_server.host_port, timeout=0.5)
+    client = KazooClient(hosts=zookeeper_server.host_port, timeout=100)
     clients.append(client)
     client.start(timeout=15)
     compat.track_negotiated_session_timeout(client)  # too late for this connection
-    compat.track_negotiated_session_timeout(client)  # and a second call changes nothing
-    assert compat.session_timeout(client) == 0.5
+    assert compat.session_timeout(client) == 100.0
 
 
-def test_the_backend_reports_the_negotiated_session_timeout(zk: Service) -> None:
-    backend = zk.connect(session_timeout=0.5)
-    assert backend.session_timeout == 1.0  # the test server's minSessionTimeout
+def test_the_backend_reports_the_negotiated_session_timeout(
+    zk: Service, zookeeper_server: Any
+) -> None:
+    backend = zk.connect(session_timeout=100)  # more than the test server's maximum
+    negotiated_ms = _server_sessions(zookeeper_server)[backend.session_id]
+    assert negotiated_ms < 100_000
+    assert backend.session_timeout == negotiated_ms / 1000
 
 
 # ---- watches and kazoo's threads --------------------------------------------------
