@@ -228,6 +228,8 @@ class ZooKeeperBackend(SessionHub):
 
     @property
     def session_timeout(self) -> float:
+        """Seconds: the timeout ZooKeeper negotiated (for a client given already connected,
+        the one it asked for until it next connects). Disconnected this long: LOST."""
         return _kazoo_compat.session_timeout(self.client)
 
     @property
