@@ -65,6 +65,8 @@ def expire_session(
     from kazoo.client import KazooClient
     from kazoo.protocol.states import KazooState, KeeperState
 
+    from ..zookeeper import _kazoo_compat
+
     lost = threading.Event()
 
     def listener(state: Any) -> bool:
@@ -75,10 +77,10 @@ def expire_session(
 
     client_id = client.client_id
     if client_id is None:  # suspended right now; the session may still be alive
-        session_id = getattr(client, "_session_id", None)
-        if not session_id:
+        session_id = _kazoo_compat.session_id(client)
+        if session_id is None:
             raise RuntimeError("client has no ZooKeeper session to expire")
-        client_id = (session_id, client._session_passwd)
+        client_id = (session_id, _kazoo_compat.session_password(client))
     session_id = client_id[0]
     if hosts is None:
         hosts = _hosts_string(client)

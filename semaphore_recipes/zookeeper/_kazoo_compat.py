@@ -1,17 +1,177 @@
-"""What the ZooKeeper backend reads of kazoo beyond its public API, in one place.
+"""Everything the library reads or relies on of kazoo beyond its public API, in one place.
 
-Checked against kazoo 2.11. (Older reads of kazoo internals, ``_session_id``,
-``_session_timeout`` and ``_data_watchers``, are still where they are used; an issue
-moves them here.)
+kazoo is declared as ``>=2.9,<2.12`` in pyproject.toml; each function below was checked
+against the source of kazoo 2.9.0, 2.10.0 and 2.11.0 (the attributes and behaviours used
+are the same in all three), and ``tests/zookeeper/test_kazoo_compat.py`` pins each one
+against the installed kazoo with a real ZooKeeper (``scripts/kazoo-versions`` runs it
+with the oldest and the newest supported release). No other module of the project names
+a kazoo private attribute (``tests/zookeeper/test_kazoo_compat.py`` scans for them).
+
+The names read here are listed in :data:`PRIVATE_NAMES`: add any new one there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
+import weakref
+from collections.abc import Callable
 from typing import Any
 
+#: The kazoo attributes and methods outside its public API that this module uses: the
+#: repository scan fails when any other file names one of them.
+PRIVATE_NAMES = (
+    "_session_id",
+    "_session_timeout",
+    "_session_passwd",
+    "_data_watchers",
+    "_child_watchers",
+    "_connection",
+    "_stopped",
+    "_socket",
+    "_connect",
+    "_read_response",
+    "_write_sock",
+    "_call",
+    "dispatch_callback",
+)
 
+
+# ---- the session ------------------------------------------------------------------
+def session_id(client: Any) -> int | None:
+    """The id of the session the client has or is trying to resume; None before the
+    first connection and after the session ended (expired or closed).
+
+    kazoo's public ``client_id`` is None while the client is disconnected, but its
+    ``_session_id`` keeps the session it is trying to resume (kazoo sends it in every
+    reconnect attempt; it is cleared when the session expires or the client is stopped).
+    SUSPENDED and CONNECTED compare it to tell "same session back" from "new session".
+    """
+    sid = getattr(client, "_session_id", None)
+    return int(sid) if sid else None
+
+
+def session_timeout(client: Any) -> float:
+    """The session timeout, in seconds: the one ZooKeeper negotiated when
+    :func:`track_negotiated_session_timeout` saw the client connect, else the one the
+    client asks for.
+
+    The server clamps the timeout a client asks for to its ``minSessionTimeout``..
+    ``maxSessionTimeout`` (by default 2 to 20 ticks) and expires the session after the
+    negotiated one. kazoo keeps only the one asked for (``_session_timeout``, in
+    milliseconds); the negotiated one is a local variable of its connect.
+    """
+    negotiated = _negotiated_timeouts.get(client)
+    if negotiated is not None:
+        return negotiated
+    return float(client._session_timeout) / 1000.0
+
+
+#: client -> the session timeout the server negotiated at its last connection (seconds)
+_negotiated_timeouts: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+
+def track_negotiated_session_timeout(client: Any) -> None:
+    """From now on, note the session timeout ZooKeeper negotiates each time ``client``
+    connects, for :func:`session_timeout`. Call it before ``start()``: a client already
+    connected is seen at its next connection only. Calling it again does nothing.
+
+    kazoo's connection handler ``_connect`` connects and returns ``(read_timeout,
+    connect_timeout)`` in milliseconds, where ``read_timeout`` is two thirds of the
+    negotiated session timeout. It runs on kazoo's connection thread and returns before
+    that thread reads anything else, so the value is noted before any later state
+    change (the CONNECTED one is reported from within it, just before).
+    """
+    connection = client._connection
+    connect = connection._connect
+    if getattr(connect, "_records_negotiated_timeout", False):
+        return
+
+    def connect_and_record(*args: Any, **kwargs: Any) -> Any:
+        read_timeout, connect_timeout = connect(*args, **kwargs)
+        # milliseconds, rounded: kazoo computes read_timeout as negotiated * 2.0 / 3.0
+        _negotiated_timeouts[client] = round(read_timeout * 3 / 2) / 1000.0
+        return read_timeout, connect_timeout
+
+    connect_and_record._records_negotiated_timeout = True  # type: ignore[attr-defined]
+    connection._connect = connect_and_record
+
+
+def session_password(client: Any) -> bytes:
+    """The password of the client's session: with :func:`session_id`, what a second
+    client needs to attach to the same session (the test harness's real expiry).
+
+    kazoo keeps it as ``_session_passwd`` (16 zero bytes when there is no session)."""
+    return bytes(client._session_passwd)
+
+
+# ---- watches and kazoo's threads --------------------------------------------------
+def data_watch_registered(client: Any, path: str, watcher: Callable[..., Any]) -> bool:
+    """Is ``watcher`` registered with kazoo as a data watch of ``path`` right now?
+
+    ``path`` is the full path, chroot included: kazoo's key. kazoo's connection thread
+    adds the watcher to ``_data_watchers[path]`` as it reads the reply of the read that
+    set it, and pops the path's watchers as it reads the watch event, before it reads
+    any later reply. False when kazoo has no such table (the caller then reads again).
+    """
+    watchers = getattr(client, "_data_watchers", None)
+    return watchers is not None and watcher in watchers.get(path, ())
+
+
+def run_on_callback_thread(client: Any, fn: Callable[[], None]) -> None:
+    """Run ``fn()`` soon on kazoo's callback thread (where kazoo runs watch callbacks
+    and ``rawlink`` functions), in order with them; returns at once.
+
+    kazoo's handler interface has ``dispatch_callback(Callback(type, func, args))``,
+    documented for kazoo's own watch callbacks; the threading handler puts the call on
+    its callback queue. Exceptions ``fn`` raises are logged by kazoo and dropped.
+    """
+    client.handler.dispatch_callback(_callback_type()("semaphore_recipes", fn, ()))
+
+
+@functools.cache
+def _callback_type() -> Any:
+    # imported on first use, once: this module is imported without kazoo installed
+    from kazoo.protocol.states import Callback
+
+    return Callback
+
+
+def interrupted_request(exc: BaseException, client: Any) -> bool:
+    """Is ``exc``, raised by a request of ``client``, a KeyboardInterrupt that kazoo
+    swallowed rather than the client being closed?
+
+    ``KazooClient._call`` queues the request, then wakes its connection thread with a
+    one-byte send inside a bare ``except:``; any exception there, a KeyboardInterrupt
+    landing on that line included, is set on the request as ConnectionClosedError. The
+    request stays queued and may still be sent. kazoo gives that error to a closed
+    client's requests too; the client's state tells the two apart.
+    """
+    from kazoo.exceptions import ConnectionClosedError
+    from kazoo.protocol.states import KeeperState
+
+    return isinstance(exc, ConnectionClosedError) and client.client_state != KeeperState.CLOSED
+
+
+def wake_connection_thread(client: Any) -> None:
+    """Wake kazoo's connection thread as ``KazooClient._call`` does after queueing a
+    request (one byte on its wake-up socket), for a request whose own wake-up an
+    interrupt may have cut short (:func:`interrupted_request`).
+
+    kazoo's connection thread sends one queued request per byte it reads there. A
+    request whose byte was never sent stays queued until the next request's byte sends
+    it, and that request then waits for the one after: every later request, the close
+    of ``stop()`` included, lags one behind. A byte too many is harmless: kazoo reads
+    it, finds the queue empty and goes on.
+    """
+    write_sock = getattr(getattr(client, "_connection", None), "_write_sock", None)
+    if write_sock is not None:
+        with contextlib.suppress(OSError):
+            write_sock.send(b"\0")
+
+
+# ---- kazoo's connection loop ------------------------------------------------------
 def connection_loop_died(client: Any) -> bool:
     """Did the client's connection loop end without ``stop()`` being called?
 
@@ -41,3 +201,45 @@ def drop_connection(client: Any) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+# ---- for tests: kazoo's failures, made on purpose ------------------------------------
+def kill_connection_loop_at_next_reply(client: Any) -> None:
+    """Make the client's connection loop die for real at the next reply it reads, the
+    way a reply with an unexpected xid kills it: kazoo's own ``_read_response`` sets the
+    RuntimeError on the request and raises it out of the loop. Only that one reply is
+    touched. For tests of :func:`connection_loop_died`."""
+    connection = client._connection
+    original = connection._read_response
+
+    def read_response(header: Any, buffer: Any, offset: Any) -> Any:
+        connection._read_response = original
+        header = type(header)(header.xid + 1, header.zxid, header.err)
+        return original(header, buffer, offset)
+
+    connection._read_response = read_response
+
+
+class _InterruptingWakeSocket:
+    """Stands in for kazoo's wake-up socket for one send: raises KeyboardInterrupt
+    there, as a Ctrl-C arriving on that line would, then puts the real one back."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.real = connection._write_sock
+
+    def send(self, data: bytes) -> int:
+        self.connection._write_sock = self.real
+        raise KeyboardInterrupt
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def interrupt_next_wakeup(client: Any) -> None:
+    """Raise KeyboardInterrupt inside the next request's wake-up of kazoo's connection
+    thread (the bare ``except:`` of ``KazooClient._call``), once. The request stays
+    queued but is not sent until something else wakes the thread. For tests of
+    :func:`interrupted_request`."""
+    connection = client._connection
+    connection._write_sock = _InterruptingWakeSocket(connection)

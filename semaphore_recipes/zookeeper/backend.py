@@ -93,6 +93,7 @@ class ZooKeeperBackend(Backend):
         self._failure: str | None = None  # why this backend can no longer be used
         if client.state == KazooState.CONNECTED:
             self._connected.set()
+        _kazoo_compat.track_negotiated_session_timeout(client)  # seen from its next connect
         client.add_listener(self._on_state)
 
     # ---- construction -------------------------------------------------------
@@ -123,6 +124,7 @@ class ZooKeeperBackend(Backend):
             )
         hosts = url.hosts_string
         client = KazooClient(hosts=hosts, timeout=session_timeout, **kwargs)
+        _kazoo_compat.track_negotiated_session_timeout(client)
         deadline = Deadline(connect_timeout, time.monotonic)
         try:
             # Not client.start(timeout): when it times out it stops the client and waits
@@ -315,14 +317,14 @@ class ZooKeeperBackend(Backend):
     # ---- session ------------------------------------------------------------
     @property
     def session_id(self) -> int | None:
-        # kazoo's public client_id is None while disconnected; _session_id keeps the
-        # session we are trying to resume, which is what SUSPENDED/CONNECTED compare.
-        sid = getattr(self.client, "_session_id", None)
-        return int(sid) if sid else None
+        # kept while disconnected (unlike client_id): SUSPENDED/CONNECTED compare it
+        return _kazoo_compat.session_id(self.client)
 
     @property
     def session_timeout(self) -> float:
-        return float(self.client._session_timeout) / 1000.0
+        """Seconds: the timeout ZooKeeper negotiated (for a client given already connected,
+        the one it asked for until it next connects). Disconnected this long: LOST."""
+        return _kazoo_compat.session_timeout(self.client)
 
     @property
     def failure(self) -> str | None:

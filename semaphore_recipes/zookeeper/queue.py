@@ -33,7 +33,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import Callback, EventType, KeeperState
+from kazoo.protocol.states import EventType
 
 from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
 from .._core.deadline import Deadline
@@ -56,6 +56,7 @@ from ..errors import (
     SemaphoreNotFound,
     WriteConflict,
 )
+from . import _kazoo_compat
 
 if TYPE_CHECKING:
     from .backend import ZooKeeperBackend
@@ -172,11 +173,8 @@ class ZooKeeperQueue(QueueDriver):
         ZooKeeper sends a change's watch event before the reply to any later request,
         and kazoo's connection thread unregisters the watcher as it reads that event, so
         a registered watcher whose read has been applied means no change was missed."""
-        watchers = getattr(self.client, "_data_watchers", None)
-        return (
-            self._capacity_settled
-            and watchers is not None
-            and self._capacity_event in watchers.get(self._watch_path, ())
+        return self._capacity_settled and _kazoo_compat.data_watch_registered(
+            self.client, self._watch_path, self._capacity_event
         )
 
     def set_capacity(self, capacity: int) -> None:
@@ -214,12 +212,10 @@ class ZooKeeperQueue(QueueDriver):
                             f"semaphore {self.name!r}: no answer from ZooKeeper in time"
                         ) from None
         except ConnectionClosedError as exc:
-            if self.client.client_state != KeeperState.CLOSED:
-                # kazoo quirk: KazooClient._call wakes its connection thread inside a
-                # bare `except:`, so a KeyboardInterrupt landing there is swallowed and
-                # reported as ConnectionClosedError, while the request stays queued and
-                # may still be sent. Give the caller its interrupt back; the cleanup
-                # then finds any entry by its id.
+            if _kazoo_compat.interrupted_request(exc, self.client):
+                # kazoo swallowed a KeyboardInterrupt (the request may still be sent):
+                # give the caller its interrupt back; the cleanup finds any entry by its id
+                _kazoo_compat.wake_connection_thread(self.client)  # else requests lag behind
                 raise KeyboardInterrupt("interrupted while kazoo was sending a request") from exc
             raise BackendUnavailable("the ZooKeeper client was closed") from exc
         except NoAuthError as exc:
@@ -485,7 +481,7 @@ class ZooKeeperQueue(QueueDriver):
             data = mark.encode()
             self.client.set_async(path, data).rawlink(marked)
 
-        self.client.handler.dispatch_callback(Callback("mark", send, ()))
+        _kazoo_compat.run_on_callback_thread(self.client, send)
 
     def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
         path = f"{self.path}/{key}"

@@ -1,5 +1,6 @@
 """ZooKeeper URL parameters checked before any I/O, a bounded connect to something that
-is not ZooKeeper, and a kazoo client whose connection loop died."""
+is not ZooKeeper, a kazoo client whose connection loop died, and an interrupt that kazoo
+swallowed."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
+from semaphore_recipes.zookeeper import _kazoo_compat
 
 from ..conftest import wait_until
 
@@ -95,21 +96,6 @@ def test_connect_timeout_holds_against_a_port_that_is_not_zookeeper(not_zookeepe
     assert took <= 3 + MARGIN, f"connect_timeout=3 took {took:.1f} s"
 
 
-def _kill_the_connection_loop_at_the_next_reply(client: Any) -> None:
-    """Make kazoo's connection loop die for real, the way a reply with an unexpected
-    xid kills it: kazoo's own _read_response sets the RuntimeError on the request and
-    raises it out of the loop. Only this one reply is touched."""
-    connection = client._connection
-    original = connection._read_response
-
-    def read_response(header: Any, buffer: Any, offset: Any) -> Any:
-        connection._read_response = original
-        header = type(header)(header.xid + 1, header.zxid, header.err)
-        return original(header, buffer, offset)
-
-    connection._read_response = read_response
-
-
 # kazoo's connection thread ends with the injected RuntimeError: that is the point
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_dead_kazoo_connection_loop_fails_waiters_and_loses_permits(zk: ZooKeeperHarness) -> None:
@@ -131,7 +117,7 @@ def test_a_dead_kazoo_connection_loop_fails_waiters_and_loses_permits(zk: ZooKee
     waiter.start()
     wait_until(lambda: len(other.semaphore("busy", capacity=1).status().waiters) == 1)
 
-    _kill_the_connection_loop_at_the_next_reply(backend.client)
+    _kazoo_compat.kill_connection_loop_at_next_reply(backend.client)
     to_release.release()  # its reply is the one that kills the loop: must not raise
     assert to_release.state is sr.PermitState.RELEASED
 
@@ -150,3 +136,23 @@ def test_a_dead_kazoo_connection_loop_fails_waiters_and_loses_permits(zk: ZooKee
     busy.release()
     # the server expires the dead client's session: its entries go
     wait_until(lambda: zk.entries() == [], timeout=4 + 10)
+
+
+def test_an_interrupt_kazoo_swallowed_leaves_the_backend_working(
+    zk: ZooKeeperHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kazoo turns a KeyboardInterrupt that lands in its wake-up of the connection thread
+    into ConnectionClosedError; the request stays queued. The acquire raises the
+    interrupt; its entry is cleaned up and later requests are not held back."""
+    backend = zk.connect()
+    sem = backend.semaphore("interrupted", capacity=1)
+    _kazoo_compat.interrupt_next_wakeup(backend.client)  # the enqueue's create
+    with pytest.raises(KeyboardInterrupt):
+        sem.acquire(timeout=30)
+    wait_until(lambda: zk.entries() == [])  # the entry created after all is removed
+    permit = sem.acquire(timeout=10)
+    assert permit.state is sr.PermitState.HELD
+    permit.release()
+    assert sem.status().holders == ()
+    backend.close()
+    assert "did not acknowledge the close" not in caplog.text
