@@ -45,6 +45,25 @@ def test_expire_session_loses_the_permits_and_lets_the_next_in_at_once(
     a.semaphore("x", capacity=1).acquire(blocking=False).release()
 
 
+def test_an_expiry_tells_the_sessions_permits_before_anyone_sees_its_entries_go(
+    memory_backend: Connect,
+) -> None:
+    """A waiter of the session that wakes on the deletion of the session's entries must
+    find the session's end already told (else it could be granted on a dead session)."""
+    backend = memory_backend()
+    permit = backend.semaphore("order", capacity=1).acquire()
+    told: list[str] = []
+    backend.add_permit_listener(lambda event: told.append(event.change.value))
+    path = backend.semaphore_path("order")
+    backend.store.watch_entries(
+        path, [permit.key], lambda key: lambda entry: told.append("deleted")
+    )
+
+    backend.expire_session()
+
+    assert told == ["lost", "deleted"]
+
+
 def test_waiters_of_an_expired_session_queue_again_behind_the_others(
     memory_backend: Connect,
 ) -> None:
