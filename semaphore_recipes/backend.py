@@ -84,6 +84,7 @@ __all__ = [
     "session_lost",
     "split_queue",
     "validate_capacity",
+    "validate_name",
 ]
 
 log = logging.getLogger("semaphore_recipes")

@@ -19,14 +19,14 @@ def pay_invoice(backend: sr.Backend, invoice: str) -> None:
     sem = backend.semaphore(f"invoice-{invoice}", capacity=1)
     with sem.acquire(timeout=5) as permit:
         tx = permit.transaction()
-        tx.create(backend.data_key(f"paid-{invoice}"), b"paid")
+        tx.create(backend.data_key(sem.name, "paid"), b"paid")
         tx.commit()
 
 
 def test_an_invoice_is_paid_once(memory_url: str) -> None:
     with sr.connect(memory_url) as backend:  # memory://<a store of this test's own>
         pay_invoice(backend, "17")
-        assert backend.read(backend.data_key("paid-17")) == b"paid"
+        assert backend.read(backend.data_key("invoice-17", "paid")) == b"paid"
         with pytest.raises(sr.WriteConflict):  # a second payment is refused
             pay_invoice(backend, "17")
 
@@ -37,11 +37,11 @@ def test_a_run_that_lost_its_permit_records_nothing(memory_backend: Callable[...
     machine_a.expire_session()  # as a server expiring machine A's session would
     assert permit.state is sr.PermitState.LOST  # told at once
     tx = permit.transaction()
-    tx.create(machine_a.data_key("paid-18"), b"paid")
+    tx.create(machine_a.data_key("invoice-18", "paid"), b"paid")
     with pytest.raises(sr.PermitLost):
         tx.commit()
     pay_invoice(machine_b, "18")  # the lost run does not block the next one
-    assert machine_b.read(machine_b.data_key("paid-18")) == b"paid"
+    assert machine_b.read(machine_b.data_key("invoice-18", "paid")) == b"paid"
 
 
 # --- user guide example: end

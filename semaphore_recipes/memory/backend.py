@@ -34,8 +34,10 @@ from ..backend import (
     Backend,
     Deadline,
     SessionState,
+    call_with_sigint_held,
     default_owner,
     session_lost,
+    validate_name,
 )
 from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
 from .queue import MemoryQueue
@@ -180,7 +182,6 @@ class MemoryBackend(Backend):
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
     ) -> MemoryQueue:
-        self.request()
         return MemoryQueue(self, name, capacity, adopt_capacity=adopt_capacity, create=create)
 
     def semaphore_path(self, name: str) -> str:
@@ -206,8 +207,13 @@ class MemoryBackend(Backend):
         self.request()
         return self.store.read(key)
 
-    def data_key(self, name: str) -> str:
-        return f"{self.prefix}/{name}"
+    def data_key(self, semaphore: str, name: str = "data") -> str:
+        return f"{self.semaphore_path(validate_name(semaphore))}/data/{validate_name(name)}"
+
+    def delete_semaphore(self, name: str) -> None:
+        path = self.semaphore_path(validate_name(name))
+        self.request()
+        call_with_sigint_held(lambda: self.store.delete_semaphore(path))
 
     def close(self) -> None:
         """End the session: its entries are deleted at once, held permits go LOST and

@@ -98,7 +98,9 @@ class MemoryQueue(QueueDriver):
                 owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
             )
             try:
-                create = functools.partial(self.store.create_entry, self.path, key, session, data)
+                create = functools.partial(
+                    self.store.create_entry, self.path, key, session, data, self.capacity
+                )
                 entry, lower, capacity, version = self.run(create, deadline)
             except SessionEnded:
                 continue  # expired meanwhile: the backend has a new session
@@ -199,7 +201,8 @@ class MemoryQueue(QueueDriver):
 
     # ---- reading and fencing ------------------------------------------------------------------
     def status(self) -> Status:
-        capacity, entries = self.run(lambda: self.store.queue(self.path))
+        stored, entries = self.run(lambda: self.store.queue(self.path))
+        capacity = self.capacity if stored is None else stored  # (deleted: as etcd does)
         rows = [
             EntryStatus(e.key, e.data.owner, _weight(e), e.token, e.data.held, e.data.since)
             for e in entries

@@ -37,6 +37,7 @@ __all__ = [
 DEFAULT_STORE = ""
 
 Delivery = Callable[[], None]
+_Listener = weakref.WeakMethod[Callable[[int, int], None]]
 #: An entry watch's callback: the entry as now marked held, or None when it is deleted.
 EntryWatch = Callable[["StoredEntry | None"], None]
 
@@ -60,9 +61,6 @@ class _Semaphore:
     capacity: int
     version: int  # the store revision of the last capacity write
     entries: dict[str, StoredEntry] = field(default_factory=dict)  # in token order
-    capacity_listeners: dict[int, weakref.WeakMethod[Callable[[int, int], None]]] = field(
-        default_factory=dict
-    )
 
 
 class MemoryStore:
@@ -75,6 +73,8 @@ class MemoryStore:
         self._ids = itertools.count(1)  # sessions, entry numbers, watch ids
         self._sessions: set[int] = set()
         self._semaphores: dict[str, _Semaphore] = {}
+        # path -> listener id -> apply_capacity of a queue (kept across delete_semaphore)
+        self._capacity_listeners: dict[str, dict[int, _Listener]] = {}
         self._data: dict[str, bytes] = {}
         self._watches: dict[tuple[str, str], dict[int, EntryWatch]] = {}
 
@@ -143,42 +143,72 @@ class MemoryStore:
                     return None
                 self._revision += 1
                 semaphore = self._semaphores[path] = _Semaphore(capacity, self._revision)
-            semaphore.capacity_listeners[next(self._ids)] = weakref.WeakMethod(listener)
+            listeners = self._capacity_listeners.setdefault(path, {})
+            listeners[next(self._ids)] = weakref.WeakMethod(listener)
             return semaphore.capacity, semaphore.version
+
+    def _semaphore(self, path: str, capacity: int) -> _Semaphore:
+        """The semaphore at ``path``, made again with ``capacity`` if it was deleted
+        (waiters and ``set_capacity`` re-create a deleted semaphore, as on a server)."""
+        semaphore = self._semaphores.get(path)
+        if semaphore is None:
+            self._revision += 1
+            semaphore = self._semaphores[path] = _Semaphore(capacity, self._revision)
+        return semaphore
 
     def set_capacity(self, path: str, capacity: int) -> None:
         with self._lock:
-            semaphore = self._semaphores[path]
+            semaphore = self._semaphore(path, capacity)
             self._revision += 1
             semaphore.capacity, semaphore.version = capacity, self._revision
             listeners = []
-            for listener_id, ref in list(semaphore.capacity_listeners.items()):
+            refs = self._capacity_listeners.get(path, {})
+            for listener_id, ref in list(refs.items()):
                 listener = ref()
                 if listener is None:
-                    del semaphore.capacity_listeners[listener_id]
+                    del refs[listener_id]
                 else:
                     listeners.append(listener)
             version = self._revision
         for listener in listeners:
             listener(capacity, version)
 
-    def queue(self, path: str) -> tuple[int, list[StoredEntry]]:
-        """The capacity and the entries (in queue order) of a semaphore, read at once."""
+    def queue(self, path: str) -> tuple[int | None, list[StoredEntry]]:
+        """The capacity (None: deleted) and the entries (in queue order) of a semaphore,
+        read at once."""
         with self._lock:
-            semaphore = self._semaphores[path]
+            semaphore = self._semaphores.get(path)
+            if semaphore is None:
+                return None, []
             return semaphore.capacity, list(semaphore.entries.values())
+
+    def delete_semaphore(self, path: str) -> None:
+        """Delete the semaphore at ``path``: its capacity, its entries (their watchers
+        are told) and the data keys under it."""
+        with self._lock:
+            deliveries: list[Delivery] = []
+            semaphore = self._semaphores.get(path)
+            if semaphore is not None:
+                for key in list(semaphore.entries):
+                    deliveries += self._delete_locked(path, semaphore, key)
+                del self._semaphores[path]
+            for key in [k for k in self._data if k.startswith(path + "/")]:
+                del self._data[key]
+            self._revision += 1
+        _all(deliveries)()
 
     # ---- queue entries ------------------------------------------------------------------
     def create_entry(
-        self, path: str, key: str, session: int, data: EntryData
+        self, path: str, key: str, session: int, data: EntryData, capacity: int
     ) -> tuple[StoredEntry, list[StoredEntry], int, int]:
         """Create the entry ``key`` on ``session``; return it, the entries lower than it
-        (all the others: it is the newest), and the capacity with its version.
-        SessionEnded when the session has ended."""
+        (all the others: it is the newest), and the capacity with its version (the
+        semaphore is made again with ``capacity`` if it was deleted). SessionEnded when
+        the session has ended."""
         with self._lock:
             if session not in self._sessions:
                 raise SessionEnded(session)
-            semaphore = self._semaphores[path]
+            semaphore = self._semaphore(path, capacity)
             self._revision += 1
             entry = StoredEntry(key, self._revision, session, data)
             lower = list(semaphore.entries.values())
@@ -188,7 +218,8 @@ class MemoryStore:
     def entries(self, path: str, below: int | None = None) -> list[StoredEntry]:
         """The entries of a semaphore in queue order (those with a token below ``below``)."""
         with self._lock:
-            entries = self._semaphores[path].entries.values()
+            semaphore = self._semaphores.get(path)
+            entries = () if semaphore is None else semaphore.entries.values()
             return [e for e in entries if below is None or e.token < below]
 
     def watch_entries(
@@ -198,10 +229,10 @@ class MemoryStore:
         in one atomic step: ``{key: (entry or None, watch id or None)}``. The watch stays
         across a held mark; a deletion ends it."""
         with self._lock:
-            semaphore = self._semaphores[path]
+            semaphore = self._semaphores.get(path)
             found: dict[str, tuple[StoredEntry | None, int | None]] = {}
             for key in keys:
-                entry = semaphore.entries.get(key)
+                entry = None if semaphore is None else semaphore.entries.get(key)
                 if entry is None:
                     found[key] = (None, None)
                     continue
@@ -222,9 +253,9 @@ class MemoryStore:
         """Write the held mark on entry ``key`` if it still has ``token``: False when it
         is gone (the mark never re-creates an entry)."""
         with self._lock:
-            semaphore = self._semaphores[path]
-            entry = semaphore.entries.get(key)
-            if entry is None or entry.token != token:
+            semaphore = self._semaphores.get(path)
+            entry = None if semaphore is None else semaphore.entries.get(key)
+            if semaphore is None or entry is None or entry.token != token:
                 return False
             self._revision += 1
             marked = replace(entry, data=mark)

@@ -177,3 +177,17 @@ def test_memory_works_without_kazoo_or_grpc_installed(tmp_path: Any) -> None:
     assert any(line.startswith("ACQUIRED ") and line.endswith(" b'v'") for line in lines)
     assert {"BLOCKED kazoo", "BLOCKED grpc", "BLOCKED google.protobuf"} <= set(lines)
     assert "LOADED []" in lines
+
+
+def test_open_without_create_writes_nothing_and_checks_the_capacity(
+    memory_backend: Callable[..., Any],
+) -> None:
+    backend = memory_backend()
+    with pytest.raises(sr.SemaphoreNotFound):
+        backend.semaphore("later", create=False)
+    with pytest.raises(sr.SemaphoreNotFound):  # the failed open made nothing
+        backend.status("later")
+    backend.semaphore("later", capacity=4)
+    assert memory_backend().semaphore("later", create=False).capacity == 4
+    with pytest.raises(sr.CapacityMismatch):
+        memory_backend().semaphore("later", capacity=3, create=False)
