@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..backend import Backend
@@ -21,7 +22,7 @@ class MemoryHarness(Harness):
     """
 
     kind = "memory"
-    missing = {
+    missing: Mapping[Verb, str] = {
         Verb.CUT: "an in-process store has no network (backend.disconnect() instead)",
         Verb.LOSE_NEXT_REPLY: "an in-process store has no network to lose a reply",
         Verb.KILL_LEADER: "one in-process store, no members to elect a leader",
