@@ -112,6 +112,7 @@ class MemoryQueue(QueueDriver):
                 lower=tuple(_entry(e) for e in lower),
                 capacity=capacity,
                 later_entries=False,  # the listing is atomic with the create
+                capacity_version=version,
             )
 
     def arm(
