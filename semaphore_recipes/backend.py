@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from ._core.codec import EntryData
 from ._core.deadline import Deadline
-from ._core.names import validate_name, validate_open_capacity
+from ._core.names import validate_capacity, validate_name, validate_open_capacity
 from ._core.protocol import (
     BackendFailed,
     CapacityChanged,
@@ -47,7 +47,8 @@ from ._core.protocol import (
     SessionLost,
 )
 from ._core.queue import Entry, EntryState
-from ._core.status import EntryStatus, Status
+from ._core.status import EntryStatus, Status, split_queue
+from ._interrupts import call_with_sigint_held
 from ._url import ServiceURL
 
 if TYPE_CHECKING:
@@ -78,8 +79,12 @@ __all__ = [
     "Waiter",
     "Write",
     "WriteKind",
+    "call_with_sigint_held",
     "default_owner",
     "session_lost",
+    "split_queue",
+    "validate_capacity",
+    "validate_name",
 ]
 
 log = logging.getLogger("semaphore_recipes")

@@ -19,7 +19,7 @@ from .secured import _secured_etcd, secured  # noqa: F401  (fixtures of the perm
 WORKER = str(Path(__file__).with_name("worker.py"))
 
 
-@pytest.fixture(params=["zookeeper", "etcd"])
+@pytest.fixture(params=["zookeeper", "etcd", "memory"])
 def service(request: pytest.FixtureRequest) -> Harness:
     """One backend under test, seen the same way whatever the store: a harness of the
     plugin (``<kind>_harness``), with its fault verbs."""
@@ -80,7 +80,9 @@ class Workers:
 
 
 @pytest.fixture
-def workers() -> Iterator[Workers]:
+def workers(request: pytest.FixtureRequest) -> Iterator[Workers]:
+    if "service" in request.fixturenames and request.getfixturevalue("service").kind == "memory":
+        pytest.skip("worker processes cannot share an in-process memory store")
     w = Workers()
     yield w
     for proc in w.procs:

@@ -68,15 +68,21 @@ def test_a_run_whose_session_expires_makes_way(zookeeper_backend: Callable[..., 
 
 
 def test_the_user_guide_shows_this_example() -> None:
+    assert_the_guide_shows(__file__)
+
+
+def assert_the_guide_shows(path: str) -> None:
+    """The example between the markers of the test file ``path`` is a code block of the
+    user guide's testing section."""
     import re
     from pathlib import Path
 
-    source = Path(__file__).read_text()
+    source = Path(path).read_text()
     example = source.split("# --- user guide example: start\n")[1]
     example = example.split("# --- user guide example: end\n")[0]
     guide = (Path(__file__).resolve().parents[1] / "docs" / "user-guide.md").read_text()
     section = guide.split("## Testing code that uses semaphores")[1]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert example.strip() in [b.strip() for b in blocks], (
-        "docs/user-guide.md does not show tests/test_user_guide_example.py"
+        f"docs/user-guide.md does not show {Path(path).name}"
     )

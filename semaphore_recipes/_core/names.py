@@ -56,6 +56,8 @@ MAX_CAPACITY = 10**9
 
 
 def validate_capacity(capacity: object) -> int:
+    """Return ``capacity`` if it is an int from 1 to MAX_CAPACITY, else raise
+    TypeError/ValueError."""
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         raise TypeError(f"capacity must be an int, not {capacity!r}")
     if not 1 <= capacity <= MAX_CAPACITY:

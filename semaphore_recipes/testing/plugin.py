@@ -22,7 +22,12 @@ documentation: docs/user-guide.md, "Testing code that uses semaphores". Fixtures
   ``etcd_admin`` (an ``EtcdClient``) and ``etcd_backend`` mirror the ZooKeeper ones.
 * ``zookeeper_harness``, ``etcd_harness``: the single server as a harness with fault verbs
   (``semaphore_recipes.testing.harness``); ``zookeeper_cluster_harness``,
-  ``etcd_cluster_harness``: the 3-member ones (``kill_leader``).
+  ``etcd_cluster_harness``: the 3-member ones (``kill_leader``); ``memory_harness``: the
+  test's own memory store (``expire_session``, ``sessions``; no network verbs).
+
+* ``memory_url``: ``memory://<fresh store>`` (a store of this test's own, forgotten
+  after it); ``memory_backend``: a factory of backends on it, like ``zookeeper_backend``
+  (no server, no optional dependency).
 
 When a test fails, the tail of each server's log is attached to its report.
 """
@@ -535,6 +540,39 @@ def etcd_cluster_harness(etcd_cluster: Any, sr_namespace: str) -> Iterator[Any]:
     yield harness
     harness.close()
     next(factory, None)  # closes the backends, then the leak check
+
+
+# ---- memory ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def memory_url() -> Iterator[str]:
+    """``memory://<name>``: an in-process store of this test's own."""
+    from ..memory import drop_store
+
+    name = f"sr-test-{uuid.uuid4().hex[:12]}"
+    yield f"memory://{name}"
+    drop_store(name)
+
+
+@pytest.fixture
+def memory_backend(memory_url: str) -> Iterator[Callable[..., Any]]:
+    """Like ``zookeeper_backend``, on the test's own memory store (``memory_url``)."""
+    from ..memory import store_named
+
+    store = store_named(memory_url.removeprefix("memory://"))
+    yield from _backend_factory(memory_url, store.entry_paths)
+
+
+@pytest.fixture
+def memory_harness(memory_url: str, memory_backend: Callable[..., Any]) -> Iterator[Any]:
+    """A ``MemoryHarness`` of the test's own memory store (``expire_session`` and
+    ``sessions``; no network verbs)."""
+    from .memory_harness import MemoryHarness
+
+    harness = MemoryHarness(memory_url, memory_backend)
+    yield harness
+    harness.close()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.testing.harness import Harness
+from semaphore_recipes.testing.harness import Harness, Verb
 from semaphore_recipes.testing.proxy import FaultProxy
 
-from ..conftest import wait_until
+from ..conftest import needs, wait_until
 
 REQUEST_TIMEOUT = 2.0
 SESSION_TIMEOUT = 20  # longer than the calls made while cut off take
@@ -46,6 +46,7 @@ def call_with_a_bound(call: Callable[[], Any], limit: float) -> tuple[float, Any
 
 @pytest.fixture
 def proxy(service: Harness) -> Iterator[FaultProxy]:
+    needs(service, Verb.CUT)
     upstream = service.url.split("//", 1)[1].split("/", 1)[0]
     with FaultProxy(upstream) as p:
         yield p

@@ -1,0 +1,224 @@
+"""One semaphore's queue in a memory store: the store's side of the protocol steps.
+
+Entries are ordered by their token, the store revision that created them (it only
+grows, across the whole store); the listing of an enqueue is atomic with its create, so
+it never holds a later entry. Watches are etcd's: they stay across a held mark (whose
+event carries the mark) and end with the entry's deletion.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from ..backend import (
+    Deadline,
+    Enqueued,
+    Entry,
+    EntryData,
+    EntryDeleted,
+    EntryMarked,
+    EntryState,
+    EntryStatus,
+    QueueDriver,
+    SessionLost,
+    Status,
+    Waiter,
+    call_with_sigint_held,
+    split_queue,
+    validate_capacity,
+)
+from ..errors import CapacityMismatch, SemaphoreNotFound
+from .store import SessionEnded, StoredEntry
+from .transaction import MemoryFencedTransaction
+
+if TYPE_CHECKING:
+    from .backend import MemoryBackend
+    from .store import EntryWatch
+
+T = TypeVar("T")
+
+
+class MemoryQueue(QueueDriver):
+    backend: MemoryBackend
+
+    def __init__(
+        self,
+        backend: MemoryBackend,
+        name: str,
+        capacity: int | None,
+        *,
+        adopt_capacity: bool,
+        create: bool,
+    ) -> None:
+        super().__init__(name, backend)
+        self.store = backend.store
+        self.path = backend.semaphore_path(name)
+        self._watches: dict[Waiter, list[tuple[str, int]]] = {}  # waiter -> (key, watch id)
+        self._holder_watches: dict[str, int] = {}  # key -> watch id (acquire(watch_entry))
+        opened = self.run(
+            lambda: self.store.open_semaphore(
+                self.path, capacity if create else None, self.apply_capacity
+            )
+        )
+        if opened is None:
+            raise SemaphoreNotFound(name, f"memory store {self.store.name!r} at {self.path}")
+        stored, version = opened
+        with self._lock:  # a change applied meanwhile by the listener is newer
+            if version > self._capacity_version:
+                self._capacity_version, self.capacity = version, stored
+        if capacity is not None and stored != capacity and not adopt_capacity:
+            raise CapacityMismatch(name, capacity, stored)
+
+    def run(self, request: Callable[[], T], deadline: Deadline | None = None) -> T:
+        """One request to the store, once connected (see ``MemoryBackend.request``).
+        On the main thread Ctrl-C waits until it returns: a change and the events it
+        owes the watchers are never torn apart."""
+        self.backend.request(deadline)
+        return call_with_sigint_held(request)
+
+    # ---- capacity ------------------------------------------------------------------------
+    def set_capacity(self, capacity: int) -> None:
+        validate_capacity(capacity)
+        self.run(lambda: self.store.set_capacity(self.path, capacity))
+
+    # ---- the protocol steps ----------------------------------------------------------------
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        self._drop_watches(waiter)
+        while True:
+            # A generation per attempt: the end of a session this attempt gave up on is
+            # reported to the attempt that made an entry on it, not to this one.
+            waiter.new_generation()
+            session = self.backend.request(deadline)
+            key = self.store.new_entry_key(session)
+            waiter.creating(key)  # before the create: an interrupted acquire finds it
+            data = EntryData(
+                owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
+            )
+            try:
+                create = functools.partial(
+                    self.store.create_entry, self.path, key, session, data, self.capacity
+                )
+                entry, lower, capacity, version = self.run(create, deadline)
+            except SessionEnded:
+                continue  # expired meanwhile: the backend has a new session
+            waiter.created(key, entry.token)
+            self.apply_capacity(capacity, version)
+            me = Entry(key=key, order=entry.token, weight=waiter.weight)
+            return Enqueued(
+                me=me,
+                lower=tuple(_entry(e) for e in lower),
+                capacity=capacity,
+                later_entries=False,  # the listing is atomic with the create
+                capacity_version=version,
+            )
+
+    def arm(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Mapping[str, EntryState | None] | SessionLost:
+        generation = waiter.generation
+
+        def watch(key: str) -> EntryWatch:
+            def changed(entry: StoredEntry | None) -> None:
+                if entry is None:
+                    waiter.post(generation, EntryDeleted(key))
+                else:
+                    waiter.post(generation, EntryMarked(key, entry.data.lower))
+
+            return changed
+
+        found = self.run(lambda: self.store.watch_entries(self.path, keys, watch), deadline)
+        states: dict[str, EntryState | None] = {}
+        with self._lock:
+            armed = self._watches.setdefault(waiter, [])
+            for key, (entry, watch_id) in found.items():
+                if entry is None or watch_id is None:
+                    states[key] = None
+                    continue
+                armed.append((key, watch_id))
+                states[key] = EntryState(held=entry.data.held, lower=entry.data.lower)
+        return states
+
+    def relist(self, waiter: Waiter, deadline: Deadline) -> Sequence[Entry] | SessionLost:
+        token = waiter.token
+        assert token is not None
+        return [_entry(e) for e in self.run(lambda: self.store.entries(self.path, token), deadline)]
+
+    def write_mark(
+        self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
+    ) -> None:
+        self.forget_mark(key)
+
+        def write() -> None:
+            if not call_with_sigint_held(lambda: self.store.mark_held(self.path, key, token, mark)):
+                on_lost("the entry was gone when its held mark was written")
+
+        self.backend.send(write)
+
+    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
+        def changed(entry: StoredEntry | None) -> None:
+            if entry is None:
+                on_lost("the entry was deleted (session ended, or by hand)")
+
+        def watch(key: str) -> EntryWatch:
+            return changed
+
+        found = self.run(lambda: self.store.watch_entries(self.path, (key,), watch))
+        entry, watch_id = found[key]
+        if entry is None or watch_id is None or entry.token != token:
+            on_lost("the entry was gone when the holder began watching it")
+            return
+        with self._lock:
+            self._holder_watches[key] = watch_id
+
+    # ---- leaving ----------------------------------------------------------------------------
+    def unregister(self, waiter: Waiter) -> None:
+        super().unregister(waiter)
+        self._drop_watches(waiter)
+
+    def _drop_watches(self, waiter: Waiter) -> None:
+        with self._lock:
+            armed = self._watches.pop(waiter, [])
+        for key, watch_id in armed:
+            self.store.unwatch(self.path, key, watch_id)
+
+    def remove(self, key: str) -> None:
+        self.forget_mark(key)
+        with self._lock:
+            watch_id = self._holder_watches.pop(key, None)
+        if watch_id is not None:  # first: our own delete is no loss to report
+            self.store.unwatch(self.path, key, watch_id)
+        self.backend.send(
+            lambda: call_with_sigint_held(lambda: self.store.delete_entry(self.path, key))
+        )
+
+    def abandon(self, waiter: Waiter) -> None:
+        # The entry id is the entry's key, chosen before the create.
+        key = waiter.key or waiter.entry_id
+        if key is not None:
+            self.remove(key)
+
+    # ---- reading and fencing ------------------------------------------------------------------
+    def status(self) -> Status:
+        stored, entries = self.run(lambda: self.store.queue(self.path))
+        capacity = self.capacity if stored is None else stored  # (deleted: as etcd does)
+        rows = [
+            EntryStatus(e.key, e.data.owner, _weight(e), e.token, e.data.held, e.data.since)
+            for e in entries
+        ]
+        return split_queue(self.name, capacity, rows)
+
+    def transaction(self, key: str, token: int) -> MemoryFencedTransaction:
+        return MemoryFencedTransaction(self, key, token)
+
+
+def _weight(entry: StoredEntry) -> int:
+    weight = entry.data.weight
+    assert weight is not None  # every entry is created with its weight
+    return weight
+
+
+def _entry(stored: StoredEntry) -> Entry:
+    return Entry(key=stored.key, order=stored.token, weight=_weight(stored), held=stored.data.held)

@@ -1,0 +1,364 @@
+"""The process-wide named stores of the memory backend: what a server would hold.
+
+A :class:`MemoryStore` is one server's state: a revision counter that only grows,
+sessions, semaphores (capacity with its version, queue entries in creation order), the
+key space fenced transactions write, and watches. Every backend connected to
+``memory://NAME`` is one session of the store NAME (:func:`store_named`).
+
+Every operation is atomic under the store's lock. What it tells others (entry watches,
+capacity changes) is collected under the lock and delivered after it is released, by
+the thread that made the change, before the operation returns: no callback ever runs
+under the lock (a callback may call the store again), and a test that drives the store
+from one thread sees every effect at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from ..backend import EntryData, Write, WriteKind
+from ..errors import PermitLost, WriteConflict
+
+__all__ = [
+    "DEFAULT_STORE",
+    "MemoryStore",
+    "SessionEnded",
+    "StoredEntry",
+    "drop_store",
+    "store_named",
+]
+
+#: The store of ``memory://`` (no name).
+DEFAULT_STORE = ""
+
+Delivery = Callable[[], None]
+_Listener = weakref.WeakMethod[Callable[[int, int], None]]
+#: An entry watch's callback: the entry as now marked held, or None when it is deleted.
+EntryWatch = Callable[["StoredEntry | None"], None]
+
+
+class SessionEnded(Exception):
+    """The session named in a request has ended (expired or closed)."""
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """One queue entry: ``token`` is the store revision that created it (its order)."""
+
+    key: str
+    token: int
+    session: int
+    data: EntryData
+
+
+@dataclass
+class _Semaphore:
+    capacity: int
+    version: int  # the store revision of the last capacity write
+    entries: dict[str, StoredEntry] = field(default_factory=dict)  # in token order
+
+
+class MemoryStore:
+    """One in-process "server". Made by :func:`store_named`; used by the backends."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._revision = 0
+        self._ids = itertools.count(1)  # sessions, entry numbers, watch ids
+        self._sessions: set[int] = set()
+        self._semaphores: dict[str, _Semaphore] = {}
+        # path -> listener id -> apply_capacity of a queue (kept across delete_semaphore)
+        self._capacity_listeners: dict[str, dict[int, _Listener]] = {}
+        self._data: dict[str, bytes] = {}
+        self._watches: dict[tuple[str, str], dict[int, EntryWatch]] = {}
+
+    def __repr__(self) -> str:
+        return f"<MemoryStore {self.name!r} revision={self._revision}>"
+
+    @property
+    def revision(self) -> int:
+        """The store's revision: it grows with every write."""
+        return self._revision
+
+    # ---- sessions -----------------------------------------------------------------
+    def open_session(self) -> int:
+        with self._lock:
+            session = next(self._ids)
+            self._sessions.add(session)
+            return session
+
+    def sessions(self) -> set[int]:
+        """The live sessions."""
+        with self._lock:
+            return set(self._sessions)
+
+    def session_alive(self, session: int) -> bool:
+        with self._lock:
+            return session in self._sessions
+
+    def end_session(self, session: int) -> Delivery:
+        """End ``session`` now: no request on it succeeds any more and its entries are
+        deleted. Returns what tells the watchers of those entries, for the caller to run
+        once it has told its own permits and waiters (they must learn of the session's
+        end before they can see its entries gone)."""
+        with self._lock:
+            self._sessions.discard(session)
+            deliveries: list[Delivery] = []
+            for path, semaphore in self._semaphores.items():
+                for entry in [e for e in semaphore.entries.values() if e.session == session]:
+                    deliveries += self._delete_locked(path, semaphore, entry.key)
+        return _all(deliveries)
+
+    def new_entry_key(self, session: int) -> str:
+        """A key no entry of this store ever had: ``<session hex>-<number>``."""
+        with self._lock:
+            return f"{session:x}-{next(self._ids)}"
+
+    @staticmethod
+    def session_of(entry_key: str) -> int:
+        """The session an entry key was made for (see :meth:`new_entry_key`)."""
+        return int(entry_key.partition("-")[0], 16)
+
+    # ---- semaphores -------------------------------------------------------------------
+    def open_semaphore(
+        self,
+        path: str,
+        capacity: int | None,
+        listener: Callable[[int, int], None],
+    ) -> tuple[int, int] | None:
+        """Create the semaphore at ``path`` with ``capacity`` unless it exists (None: do
+        not create); return its ``(capacity, version)``, or None if there is none.
+        ``listener(capacity, version)`` is then called on every capacity change, for as
+        long as its object lives (it is held weakly)."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            if semaphore is None:
+                if capacity is None:
+                    return None
+                self._revision += 1
+                semaphore = self._semaphores[path] = _Semaphore(capacity, self._revision)
+            listeners = self._capacity_listeners.setdefault(path, {})
+            listeners[next(self._ids)] = weakref.WeakMethod(listener)
+            return semaphore.capacity, semaphore.version
+
+    def _semaphore(self, path: str, capacity: int) -> _Semaphore:
+        """The semaphore at ``path``, made again with ``capacity`` if it was deleted
+        (waiters and ``set_capacity`` re-create a deleted semaphore, as on a server)."""
+        semaphore = self._semaphores.get(path)
+        if semaphore is None:
+            self._revision += 1
+            semaphore = self._semaphores[path] = _Semaphore(capacity, self._revision)
+        return semaphore
+
+    def set_capacity(self, path: str, capacity: int) -> None:
+        with self._lock:
+            semaphore = self._semaphore(path, capacity)
+            self._revision += 1
+            semaphore.capacity, semaphore.version = capacity, self._revision
+            listeners = []
+            refs = self._capacity_listeners.get(path, {})
+            for listener_id, ref in list(refs.items()):
+                listener = ref()
+                if listener is None:
+                    del refs[listener_id]
+                else:
+                    listeners.append(listener)
+            version = self._revision
+        for listener in listeners:
+            listener(capacity, version)
+
+    def queue(self, path: str) -> tuple[int | None, list[StoredEntry]]:
+        """The capacity (None: deleted) and the entries (in queue order) of a semaphore,
+        read at once."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            if semaphore is None:
+                return None, []
+            return semaphore.capacity, list(semaphore.entries.values())
+
+    def delete_semaphore(self, path: str) -> None:
+        """Delete the semaphore at ``path``: its capacity, its entries (their watchers
+        are told) and the data keys under it."""
+        with self._lock:
+            deliveries: list[Delivery] = []
+            semaphore = self._semaphores.get(path)
+            if semaphore is not None:
+                for key in list(semaphore.entries):
+                    deliveries += self._delete_locked(path, semaphore, key)
+                del self._semaphores[path]
+            for key in [k for k in self._data if k.startswith(path + "/")]:
+                del self._data[key]
+            self._revision += 1
+        _all(deliveries)()
+
+    # ---- queue entries ------------------------------------------------------------------
+    def create_entry(
+        self, path: str, key: str, session: int, data: EntryData, capacity: int
+    ) -> tuple[StoredEntry, list[StoredEntry], int, int]:
+        """Create the entry ``key`` on ``session``; return it, the entries lower than it
+        (all the others: it is the newest), and the capacity with its version (the
+        semaphore is made again with ``capacity`` if it was deleted). SessionEnded when
+        the session has ended."""
+        with self._lock:
+            if session not in self._sessions:
+                raise SessionEnded(session)
+            semaphore = self._semaphore(path, capacity)
+            self._revision += 1
+            entry = StoredEntry(key, self._revision, session, data)
+            lower = list(semaphore.entries.values())
+            semaphore.entries[key] = entry
+            return entry, lower, semaphore.capacity, semaphore.version
+
+    def entries(self, path: str, below: int | None = None) -> list[StoredEntry]:
+        """The entries of a semaphore in queue order (those with a token below ``below``)."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            entries = () if semaphore is None else semaphore.entries.values()
+            return [e for e in entries if below is None or e.token < below]
+
+    def watch_entries(
+        self, path: str, keys: Sequence[str], watch: Callable[[str], EntryWatch]
+    ) -> dict[str, tuple[StoredEntry | None, int | None]]:
+        """Read each key and, if it exists, watch it (``watch(key)`` makes the callback),
+        in one atomic step: ``{key: (entry or None, watch id or None)}``. The watch stays
+        across a held mark; a deletion ends it."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            found: dict[str, tuple[StoredEntry | None, int | None]] = {}
+            for key in keys:
+                entry = None if semaphore is None else semaphore.entries.get(key)
+                if entry is None:
+                    found[key] = (None, None)
+                    continue
+                watch_id = next(self._ids)
+                self._watches.setdefault((path, key), {})[watch_id] = watch(key)
+                found[key] = (entry, watch_id)
+            return found
+
+    def unwatch(self, path: str, key: str, watch_id: int) -> None:
+        with self._lock:
+            watches = self._watches.get((path, key))
+            if watches is not None:
+                watches.pop(watch_id, None)
+                if not watches:
+                    del self._watches[(path, key)]
+
+    def mark_held(self, path: str, key: str, token: int, mark: EntryData) -> bool:
+        """Write the held mark on entry ``key`` if it still has ``token``: False when it
+        is gone (the mark never re-creates an entry)."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            entry = None if semaphore is None else semaphore.entries.get(key)
+            if semaphore is None or entry is None or entry.token != token:
+                return False
+            self._revision += 1
+            marked = replace(entry, data=mark)
+            semaphore.entries[key] = marked
+            watches = list(self._watches.get((path, key), {}).values())
+        for watch in watches:
+            watch(marked)
+        return True
+
+    def delete_entry(self, path: str, key: str) -> bool:
+        """Delete the entry ``key`` of the semaphore at ``path``; False if there is none."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            if semaphore is None or key not in semaphore.entries:
+                return False
+            deliveries = self._delete_locked(path, semaphore, key)
+        _all(deliveries)()
+        return True
+
+    def _delete_locked(self, path: str, semaphore: _Semaphore, key: str) -> list[Delivery]:
+        del semaphore.entries[key]
+        self._revision += 1
+        watches = self._watches.pop((path, key), {})
+        return [functools.partial(watch, None) for watch in watches.values()]
+
+    # ---- the key space of fenced transactions ------------------------------------------
+    def read(self, key: str) -> bytes | None:
+        with self._lock:
+            return self._data.get(key)
+
+    def commit(self, path: str, entry_key: str, token: int, writes: Iterable[Write]) -> None:
+        """Apply ``writes`` all or none, while the entry ``entry_key`` of the semaphore at
+        ``path`` still has ``token`` (PermitLost otherwise); WriteConflict when a write's
+        condition fails."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            entry = None if semaphore is None else semaphore.entries.get(entry_key)
+            if entry is None or entry.token != token:
+                raise PermitLost(
+                    f"fence failed: the permit's entry {path}/{entry_key} (token {token}) is gone"
+                )
+            staged: dict[str, bytes | None] = {}  # key -> its value after the writes so far
+            for write in writes:
+                exists = (
+                    staged[write.key] is not None
+                    if write.key in staged
+                    else write.key in self._data
+                )
+                if write.kind is WriteKind.CREATE:
+                    if exists:
+                        raise WriteConflict(write.key, "it exists")
+                elif not exists:
+                    raise WriteConflict(write.key, "it does not exist")
+                staged[write.key] = None if write.kind is WriteKind.DELETE else write.value
+            self._revision += 1
+            for key, value in staged.items():
+                if value is None:
+                    self._data.pop(key, None)
+                else:
+                    self._data[key] = value
+
+    # ---- as an operator sees it ---------------------------------------------------------
+    def entry_paths(self, prefix: str = "") -> list[str]:
+        """The full path (``<semaphore path>/<entry key>``) of every queue entry under
+        ``prefix``, semaphore by semaphore, each in queue order."""
+        with self._lock:
+            return [
+                f"{path}/{key}"
+                for path, semaphore in sorted(self._semaphores.items())
+                if path.startswith(prefix)
+                for key in semaphore.entries
+            ]
+
+    def delete(self, entry_path: str) -> bool:
+        """Delete a queue entry by its full path, as an operator would (its holder's
+        ``watch_entry`` and the waiters watching it are told); False if there is none."""
+        path, _, key = entry_path.rpartition("/")
+        return self.delete_entry(path, key)
+
+
+def _all(deliveries: list[Delivery]) -> Delivery:
+    def deliver() -> None:
+        for delivery in deliveries:
+            delivery()
+
+    return deliver
+
+
+_stores: dict[str, MemoryStore] = {}
+_stores_lock = threading.Lock()
+
+
+def store_named(name: str = DEFAULT_STORE) -> MemoryStore:
+    """The process-wide store ``name`` (made on first use): what ``memory://NAME`` opens."""
+    with _stores_lock:
+        store = _stores.get(name)
+        if store is None:
+            store = _stores[name] = MemoryStore(name)
+        return store
+
+
+def drop_store(name: str) -> None:
+    """Forget the store ``name``: the next ``memory://NAME`` starts from an empty store
+    (backends still open keep the old one)."""
+    with _stores_lock:
+        _stores.pop(name, None)
