@@ -323,17 +323,7 @@ class EtcdBackend(Backend):
 
     def read(self, key: str) -> bytes | None:
         raw = key.encode()
-        deadline = Deadline(self.request_timeout, _monotonic)
-        try:
-            reply = retry_unavailable(
-                lambda timeout: self.run(lambda: self.client.range(raw, timeout=timeout)),
-                deadline,
-                attempt_timeout=2.0,
-            )
-        except EtcdUnavailable as exc:
-            raise BackendUnavailable(f"etcd unreachable reading {key}: {exc}") from exc
-        except EtcdAuthError as exc:
-            raise self.permission_denied(f"key {key}", exc) from exc
+        reply = self._bounded(lambda timeout: self.client.range(raw, timeout=timeout), f"key {key}")
         return bytes(reply.kvs[0].value) if reply.kvs else None
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
@@ -343,19 +333,23 @@ class EtcdBackend(Backend):
     def delete_semaphore(self, name: str) -> None:
         start = f"{self.prefix}{validate_name(name)}/".encode()
         end = prefix_range_end(start)
+        self._bounded(
+            lambda timeout: self.client.delete_range(start, end, timeout=timeout),
+            f"keys under {start.decode()}",
+        )
+
+    def _bounded(self, request: Callable[[float], T], target: str) -> T:
+        """A retry-safe request of this backend's own, retried on UNAVAILABLE within the
+        request timeout (then BackendUnavailable); PermissionDenied naming ``target``."""
         deadline = Deadline(self.request_timeout, _monotonic)
         try:
-            retry_unavailable(
-                lambda timeout: self.run(
-                    lambda: self.client.delete_range(start, end, timeout=timeout)
-                ),
-                deadline,
-                attempt_timeout=2.0,
+            return retry_unavailable(
+                lambda timeout: self.run(lambda: request(timeout)), deadline, attempt_timeout=2.0
             )
         except EtcdUnavailable as exc:
-            raise BackendUnavailable(f"etcd unreachable deleting {start!r}: {exc}") from exc
+            raise BackendUnavailable(f"etcd unreachable ({target}): {exc}") from exc
         except EtcdAuthError as exc:
-            raise self.permission_denied(f"keys under {start.decode()}", exc) from exc
+            raise self.permission_denied(target, exc) from exc
 
     def permission_denied(self, target: str, exc: BaseException) -> PermissionDenied:
         """The library's error for the etcd layer's ``EtcdAuthError``; ``target`` says
