@@ -33,7 +33,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import EventType
+from kazoo.protocol.states import EventType, KeeperState
 
 from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
 from .._core.deadline import Deadline
@@ -44,7 +44,7 @@ from .._core.names import (
     validate_capacity,
     zk_entry_prefix,
 )
-from .._core.protocol import Enqueued, EntryDeleted, EntryHeld, SessionLost
+from .._core.protocol import Enqueued, EntryChanged, EntryDeleted, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
 from ..backend import FencedTransaction, QueueDriver, Waiter, WriteKind
@@ -141,8 +141,10 @@ class ZooKeeperQueue(QueueDriver):
         return self.backend.answer(reply, deadline, f"semaphore {self.name!r}")
 
     def _capacity_event(self, event: Any) -> None:
-        if event.type == EventType.NONE or self.backend.closed:
+        if self.backend.closed or (event.type == EventType.NONE and session_ended(event)):
             return  # the session ended: the backend re-arms us on the new session
+        # a change, or the connection lost (kazoo drops every watch then): read again,
+        # which kazoo sends once it is connected
         self.arm_capacity_watch()
 
     def forget_old_session(self) -> None:
@@ -437,8 +439,12 @@ class ZooKeeperQueue(QueueDriver):
                 waiter.post(generation, EntryDeleted(key))
             elif event.type == EventType.CHANGED:
                 waiter.post(generation, EntryHeld(key))  # the held mark is the only write
-            elif event.type == EventType.NONE:
+            elif event.type == EventType.NONE and session_ended(event):
                 waiter.post(generation, SessionLost())
+            elif event.type == EventType.NONE:
+                # the connection was lost and kazoo dropped the watch: read it again
+                # (the Arm goes out once connected); the entry keeps its place
+                waiter.post(generation, EntryChanged(key))
 
         return fired
 
@@ -489,7 +495,11 @@ class ZooKeeperQueue(QueueDriver):
         def fired(event: Any) -> None:
             if event.type == EventType.DELETED:
                 on_lost("the entry was deleted")
-            elif event.type == EventType.CHANGED:  # our own held mark: watch on
+            elif event.type == EventType.CHANGED or (
+                # our own held mark, or the connection lost (kazoo dropped the watch):
+                # watch on (sent once connected); a session end is the permit's business
+                event.type == EventType.NONE and not session_ended(event)
+            ):
                 self.client.exists_async(path, watch=fired).rawlink(checked)
 
         def checked(result: Any) -> None:
@@ -674,3 +684,10 @@ class ZooKeeperFencedTransaction(FencedTransaction):
                 raise WriteConflict(write.key, "it (or its parent) does not exist") from result
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 raise result
+
+
+def session_ended(event: Any) -> bool:
+    """Was a watch fired with kazoo's NONE event because the session ended, rather than
+    because the connection was lost (kazoo drops every watch then too, firing it with
+    the state CONNECTING, while the session may resume)?"""
+    return event.state in (KeeperState.EXPIRED_SESSION, KeeperState.CLOSED, KeeperState.AUTH_FAILED)

@@ -114,6 +114,37 @@ def test_a_holder_cut_off_is_suspended_then_held_again(service: Harness, how: Cu
     permit.release()
 
 
+def test_a_waiter_cut_off_briefly_keeps_its_place_in_the_queue(service: Harness) -> None:
+    """A connection lost and back within the session costs a waiter nothing: its entry
+    and its place stay, and it is granted before those who came after it. (kazoo drops
+    every watch at a connection loss, firing it with a NONE event; the ZooKeeper driver
+    took that for a session end and entered the queue again at the back.)"""
+    needs(service, Verb.CUT)
+    holder = service.connect().semaphore("place", capacity=1).acquire()
+    first_backend = service.connect(proxied=True, session_timeout=12)
+    first_sem = first_backend.semaphore("place", capacity=1)
+    first, first_out = waiter_thread(first_sem)
+    wait_until(lambda: len(first_sem.status().waiters) == 1)
+    place = first_sem.status().waiters[0].key
+    later, later_out = waiter_thread(service.connect().semaphore("place", capacity=1))
+    wait_until(lambda: len(first_sem.status().waiters) == 2)
+    service.cut(first_backend, Cut.RESET)
+    time.sleep(1.0)  # the client notices a reset at once
+    service.restore(first_backend)
+    time.sleep(1.0)  # reconnected with the same session
+    assert [w.key for w in first_sem.status().waiters][0] == place, "the first waiter moved"
+    holder.release()
+    first.join(15)
+    assert first_out, "the first waiter was not granted"
+    granted_at, permit = first_out[0]
+    assert permit.key == place
+    assert not later_out, "a later waiter was granted first"
+    permit.release()
+    later.join(15)
+    assert later_out and later_out[0][0] >= granted_at
+    later_out[0][1].release()
+
+
 def test_killing_the_leader_while_processes_cycle(
     cluster: Harness, workers: Workers, tmp_path: Path
 ) -> None:
