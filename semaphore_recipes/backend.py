@@ -49,12 +49,13 @@ from ._core.protocol import (
 from ._core.queue import Entry, EntryState
 from ._core.status import EntryStatus, Status, split_queue
 from ._interrupts import call_with_sigint_held
-from ._url import ServiceURL
+from ._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
 
 if TYPE_CHECKING:
     from .semaphore import Semaphore
 
 __all__ = [
+    "DEFAULT_REQUEST_TIMEOUT",
     "Backend",
     "CapacityChanged",
     "Deadline",

@@ -152,3 +152,16 @@ def test_only_a_backend_package_imports_its_store(part: str) -> None:
         if module.startswith(STORE_SPECIFIC)
     }
     assert not offenders, sorted(offenders)
+
+
+def test_the_memory_backend_uses_the_public_interface_only() -> None:
+    """The proof that the seam is complete: memory:// is written against
+    semaphore_recipes.backend and semaphore_recipes.errors alone."""
+    allowed = ("semaphore_recipes.backend", "semaphore_recipes.errors", "semaphore_recipes.memory")
+    offenders = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in sorted((PACKAGE / "memory").rglob("*.py"))
+        for module in _imports(path)
+        if module.startswith("semaphore_recipes") and not module.startswith(allowed)
+    }
+    assert not offenders, sorted(offenders)

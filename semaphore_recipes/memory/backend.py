@@ -27,12 +27,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from .._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..backend import (
+    DEFAULT_REQUEST_TIMEOUT,
     RESTORED,
     SUSPENDED,
     Backend,
     Deadline,
+    ServiceURL,
     SessionState,
     call_with_sigint_held,
     default_owner,

@@ -132,7 +132,7 @@ def test_a_waiter_cut_off_briefly_keeps_its_place_in_the_queue(service: Harness)
     time.sleep(1.0)  # the client notices a reset at once
     service.restore(first_backend)
     time.sleep(1.0)  # reconnected with the same session
-    assert [w.key for w in first_sem.status().waiters][0] == place, "the first waiter moved"
+    assert first_sem.status().waiters[0].key == place, "the first waiter moved"
     holder.release()
     first.join(15)
     assert first_out, "the first waiter was not granted"
