@@ -527,9 +527,10 @@ class Backend(ABC):
 
     @abstractmethod
     def delete_semaphore(self, name: str) -> None:
-        """Delete what is stored of semaphore ``name``: its capacity, its entries (their
-        holders' permits are LOST, their waiters enter the queue again and re-create it)
-        and its data keys. For tests, demos and operators; nothing if it does not exist."""
+        """Delete what is stored of semaphore ``name``: its capacity, its entries and its
+        data keys; nothing if it does not exist. For tests, demos and operators, when
+        nothing uses it: a holder learns its entry is gone at its next fenced commit (at
+        once with ``watch_entry``), and a waiter may re-create the semaphore."""
 
     @abstractmethod
     def close(self) -> None:
