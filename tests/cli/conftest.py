@@ -215,6 +215,8 @@ class Store:
 
 @pytest.fixture
 def store(service: Harness, request: pytest.FixtureRequest, sr_namespace: str) -> Store:
+    if service.kind == "memory":
+        pytest.skip("the command line runs in a process of its own: a memory store is not shared")
     admin_fixture = "zookeeper_admin" if service.kind == "zookeeper" else "etcd_admin"
     return Store(service, request.getfixturevalue(admin_fixture), sr_namespace)
 
