@@ -52,6 +52,8 @@ class BackendSpec:
     dev_server: str | None = None  #: ``start_dev_server(port) -> DevServer``, if any
     #: client objects ``connect()`` also takes (``module.Class``), e.g. a started KazooClient
     client_types: tuple[str, ...] = ()
+    #: found through an entry point: its class says ``default_port`` (read when used)
+    entry_point: bool = False
 
 
 BUILTIN = (
@@ -91,13 +93,8 @@ def _read_entry_points() -> None:
             return
         _entry_points_read = True
         for point in entry_points(group=ENTRY_POINT_GROUP):
-            _specs.setdefault(point.name, _spec_of_entry_point(point.name, point.value))
-
-
-def _spec_of_entry_point(scheme: str, target: str) -> BackendSpec:
-    """An installed backend's spec: its class may say ``default_port`` (ClassVar)."""
-    cls = _load(target, scheme, None)
-    return BackendSpec(scheme, target, default_port=getattr(cls, "default_port", None))
+            # not imported here: one broken plugin must not break every scheme
+            _specs.setdefault(point.name, BackendSpec(point.name, point.value, entry_point=True))
 
 
 def schemes() -> tuple[str, ...]:
@@ -132,14 +129,18 @@ def _load(target: str, scheme: str, extra: str | None) -> Any:
 
 
 def parse_url(url: str) -> ServiceURL:
-    """Parse ``url`` for its scheme's backend (no I/O, nothing imported): ValueError on
-    an unknown scheme or a malformed URL."""
+    """Parse ``url`` for its scheme's backend (no I/O; nothing imported but an
+    entry-point backend's class): ValueError on an unknown scheme or a malformed URL."""
     if not isinstance(url, str):
         raise TypeError(f"URL must be a str, not {type(url).__name__}")
     scheme = url.partition("://")[0] if "://" in url else ""
     if not scheme:
         raise ValueError(f"URL {url!r}: no scheme; known are {', '.join(schemes())}")
-    return _parse_url(url, spec(scheme).default_port)
+    found = spec(scheme)
+    port = found.default_port
+    if found.entry_point:
+        port = getattr(_load(found.backend, scheme, found.extra), "default_port", None)
+    return _parse_url(url, port)
 
 
 def backend_class(scheme: str) -> type[Backend]:

@@ -165,3 +165,24 @@ def test_the_memory_backend_uses_the_public_interface_only() -> None:
         if module.startswith("semaphore_recipes") and not module.startswith(allowed)
     }
     assert not offenders, sorted(offenders)
+
+
+def test_entry_point_backends_are_found_and_a_broken_one_breaks_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib.metadata import EntryPoint
+
+    points = [
+        EntryPoint("viaplugin", f"{__name__}:Recorder", registry.ENTRY_POINT_GROUP),
+        EntryPoint("broken", "no_such_package.backend:Backend", registry.ENTRY_POINT_GROUP),
+    ]
+    monkeypatch.setattr(registry, "entry_points", lambda group: points)
+    monkeypatch.setattr(registry, "_entry_points_read", False)
+    monkeypatch.setattr(registry, "_specs", dict(registry._specs))
+    assert {"viaplugin", "broken", "zookeeper"} <= set(registry.schemes())
+    backend = sr.connect("viaplugin://h1/app")
+    assert isinstance(backend, Recorder)
+    assert backend.url.hosts == (("h1", 7),)  # the class's default_port
+    assert sr.connect("memory://ep").describe()  # other schemes are unaffected
+    with pytest.raises(ModuleNotFoundError):
+        sr.connect("broken://h")
