@@ -59,6 +59,15 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+def __getattr__(name: str) -> object:
+    # ``sr.aio``, the asyncio face, imported on first use (it imports asyncio)
+    if name == "aio":
+        import importlib
+
+        return importlib.import_module(".aio", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def connect(target: str | object, *, owner: str | None = None, **options: str) -> Backend:
     """Connect to a coordination service and return a backend.
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 from ._core.codec import EntryData
 from ._core.deadline import Deadline
 from ._core.names import validate_capacity, validate_name, validate_open_capacity
+from ._core.program import Program, run_program, run_program_async
 from ._core.protocol import (
     BackendFailed,
     CapacityChanged,
@@ -82,6 +83,8 @@ __all__ = [
     "WriteKind",
     "call_with_sigint_held",
     "default_owner",
+    "run_program",
+    "run_program_async",
     "session_lost",
     "split_queue",
     "validate_capacity",
@@ -274,6 +277,10 @@ class FencedTransaction(ABC):
     def commit(self) -> None:
         """Apply every write, or none (see the class docstring for the errors)."""
 
+    async def commit_async(self) -> None:
+        """:meth:`commit` for the asyncio face (a backend with one overrides it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
+
 
 # ---- one semaphore's queue ---------------------------------------------------------------
 
@@ -423,6 +430,45 @@ class QueueDriver(ABC):
     def transaction(self, key: str, token: int) -> FencedTransaction:
         """A transaction fenced by the entry ``key`` created with ``token``."""
 
+    # -- the asyncio face (semaphore_recipes.aio), for a backend with ``has_async_face``.
+    # Write each step once, as a program (``run_program``/``run_program_async``), and
+    # run it blocking above and awaited here. ``mark_held``/``write_mark`` and
+    # ``watch_entry`` are called from the event loop too: they must not block.
+    async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        """:meth:`enqueue`, awaited."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
+
+    async def arm_async(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Mapping[str, EntryState | None] | SessionLost:
+        """:meth:`arm`, awaited."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
+
+    async def relist_async(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> Sequence[Entry] | SessionLost:
+        """:meth:`relist`, awaited."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
+
+    def abandon_nowait(self, waiter: Waiter) -> None:
+        """:meth:`abandon`, started and not waited for (a cancelled acquire must not
+        wait): the delete goes on in the background, also when the create's reply is
+        still on its way (it finds the entry by its id)."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
+
+    async def remove_async(self, key: str) -> None:
+        """:meth:`remove`, awaited: the reply within the request timeout, then the
+        background; never raises but the task's cancellation (the delete goes on)."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
+
+    async def status_async(self) -> Status:
+        """:meth:`status`, awaited."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
+
+    async def set_capacity_async(self, capacity: int) -> None:
+        """:meth:`set_capacity`, awaited."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
+
 
 def _ignore(why: str) -> None:
     """A deferred mark's holder learns of its entry's loss from its session."""
@@ -549,6 +595,35 @@ class Backend(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"
+
+    # -- the asyncio face (semaphore_recipes.aio): a backend that has one sets
+    # ``has_async_face`` and overrides these; its queues override QueueDriver's async
+    # hooks and its transactions ``commit_async``.
+    has_async_face: ClassVar[bool] = False
+
+    @classmethod
+    async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> Backend:
+        """:meth:`from_url` for the asyncio face, connecting without blocking the loop.
+        The backend it returns is driven through its ``*_async`` methods only."""
+        raise NotImplementedError(f"the {cls.scheme} backend has no asyncio face")
+
+    async def open_queue_async(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> QueueDriver:
+        """:meth:`open_queue`, awaited."""
+        raise NotImplementedError(f"the {self.scheme} backend has no asyncio face")
+
+    async def read_async(self, key: str) -> bytes | None:
+        """:meth:`read`, awaited."""
+        raise NotImplementedError(f"the {self.scheme} backend has no asyncio face")
+
+    async def delete_semaphore_async(self, name: str) -> None:
+        """:meth:`delete_semaphore`, awaited."""
+        raise NotImplementedError(f"the {self.scheme} backend has no asyncio face")
+
+    async def close_async(self) -> None:
+        """:meth:`close`, awaited."""
+        raise NotImplementedError(f"the {self.scheme} backend has no asyncio face")
 
     # -- bookkeeping the faces use --
     def register_waiter(self, waiter: Waiter) -> None:

@@ -20,7 +20,6 @@ timeout (the URL's ``request_timeout``, default 5 s) or raises BackendUnavailabl
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 import time
@@ -28,20 +27,21 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from ._acquire import StoreRequest, acquisition, first_try_failed
 from ._core.deadline import Deadline, validate_timeout
 from ._core.names import validate_permits
-from ._core.protocol import Arm, AwaitEvent, Enqueue, MarkHeld, Relist, acquire_protocol
+from ._core.program import run_program
+from ._core.protocol import Arm, AwaitEvent, Relist
 from ._core.queue import Entry
 from ._core.status import Status
+from ._permit import PermitBase, PermitState
 from .backend import (
     FencedTransaction,
     QueueDriver,
-    SessionChange,
-    SessionEvent,
     Waiter,
     session_lost,
 )
-from .errors import AcquireTimeout, BackendUnavailable, PermitLost
+from .errors import AcquireTimeout
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -51,44 +51,16 @@ log = logging.getLogger("semaphore_recipes")
 __all__ = ["Permit", "PermitState", "Semaphore"]
 
 
-class PermitState(enum.Enum):
-    HELD = "held"
-    SUSPENDED = "suspended"  # connection lost; the session may still be alive: unsafe
-    LOST = "lost"  # session/lease gone or entry deleted: the permit is gone
-    RELEASED = "released"
-
-
-class Permit:
+class Permit(PermitBase):
     """Permits held in one semaphore. Release with :meth:`release` or a ``with`` block."""
 
     def __init__(self, semaphore: Semaphore, entry: Entry, token: int, owner: str) -> None:
+        super().__init__(semaphore, entry, token, owner)
         self.semaphore = semaphore
-        self.key = entry.key
-        self.permits = entry.weight
-        self.token = token  #: fencing token: grows monotonically across the whole store
-        self.owner = owner
         self.lost = threading.Event()  #: set when the permit is gone (never cleared)
-        self._state = PermitState.HELD
-        self._lock = threading.Lock()
-        self._unlisten: Callable[[], None] | None = None
-        self._removed = False  # release() has asked the store to delete the entry
 
-    def __repr__(self) -> str:
-        return (
-            f"<Permit {self.semaphore.name!r} permits={self.permits} token={self.token} "
-            f"state={self._state.value}>"
-        )
-
-    @property
-    def state(self) -> PermitState:
-        """HELD, SUSPENDED (connection lost, session maybe alive), LOST or RELEASED."""
-        return self._state
-
-    def check(self) -> None:
-        """Raise PermitLost unless the permit is safely HELD right now."""
-        state = self._state
-        if state is not PermitState.HELD:
-            raise PermitLost(f"permit {self.key!r} of {self.semaphore.name!r} is {state.value}")
+    def _signal_lost(self) -> None:
+        self.lost.set()
 
     def transaction(self) -> FencedTransaction:
         """A transaction that commits only while this permit is held: ``create``,
@@ -107,55 +79,9 @@ class Permit:
         background (the session's end removes the entry anyway). A LOST permit's entry
         is deleted as well, in case its session outlived the client's verdict; the state
         stays LOST."""
-        with self._lock:
-            self._stop_listening()
-            if self._removed:
-                return
-            self._removed = True
-            if self._state is not PermitState.LOST:
-                self._state = PermitState.RELEASED
-        # A LOST permit's entry is deleted too: the verdict may be the client's own (a
-        # whole session timeout disconnected) on a session the server kept alive, and
-        # its entry would then hold the permits until the session ends.
-        self.semaphore._store.remove(self.key)
-        log.debug("released %s of %r (token %d)", self.permits, self.semaphore.name, self.token)
-
-    # session and entry events, from the backend's threads
-    def _session_changed(self, event: SessionEvent) -> None:
-        with self._lock:
-            if self._state in (PermitState.RELEASED, PermitState.LOST):
-                return
-            if event.change is SessionChange.SUSPENDED:
-                self._state = PermitState.SUSPENDED
-                log.warning(
-                    "permit %r of %r suspended: connection lost", self.key, self.semaphore.name
-                )
-            elif event.change is SessionChange.RESTORED:
-                self._state = PermitState.HELD
-                log.info(
-                    "permit %r of %r held again: same session reconnected",
-                    self.key,
-                    self.semaphore.name,
-                )
-            else:
-                self._mark_lost(event.reason)
-
-    def _entry_lost(self, why: str) -> None:
-        with self._lock:
-            if self._state in (PermitState.RELEASED, PermitState.LOST):
-                return
-            self._mark_lost(why)
-
-    def _mark_lost(self, why: str) -> None:
-        self._state = PermitState.LOST
-        self._stop_listening()
-        log.warning("permit %r of %r lost: %s", self.key, self.semaphore.name, why)
-        self.lost.set()
-
-    def _stop_listening(self) -> None:
-        if self._unlisten is not None:
-            self._unlisten()
-            self._unlisten = None
+        if self._begin_release():
+            self.semaphore._store.remove(self.key)
+            log.debug("released %s of %r (token %d)", self.permits, self._name, self.token)
 
     def __enter__(self) -> Permit:
         return self
@@ -235,69 +161,35 @@ class Semaphore:
         # AcquireTimeout, and so does the protocol before it looks at the deadline)
         deadline = Deadline(timeout if blocking else 0.0, self._clock)
         waiter = Waiter(permits, self.owner)
-        protocol = acquire_protocol(self.name, permits, deadline, blocking=blocking)
         store = self._store
-        permit: Permit | None = None
-        mark: MarkHeld | None = None
-        store.register(waiter)
-        try:
-            step = next(protocol)
-            while True:
-                if isinstance(step, Enqueue):
-                    if waiter.entry_id is not None:
-                        log.warning(
-                            "session lost while waiting for %r: entering the queue again",
-                            self.name,
-                        )
-                        store.abandon(waiter)
-                    answer: object = self._enqueue(waiter, deadline, first=step.first)
-                elif isinstance(step, Arm):
-                    answer = store.arm(waiter, step.keys, deadline)
-                elif isinstance(step, Relist):
-                    answer = store.relist(waiter, deadline)
-                elif isinstance(step, AwaitEvent):
-                    answer = waiter.next_event(step.timeout)
-                elif isinstance(step, MarkHeld):
-                    permit = self._new_permit(step.me, waiter)
-                    mark = step
-                    answer = None
-                try:
-                    step = protocol.send(answer)
-                except StopIteration:
-                    break
-            assert permit is not None and mark is not None
-            log.debug("acquired %d of %r (token %d)", permits, self.name, permit.token)
-            if watch_entry:
-                store.watch_entry(permit.key, permit.token, permit._entry_lost)
-            # Last: a backend may hand the mark to a thread of its own, which would
-            # then compete with this one for the GIL until acquire returns.
-            store.mark_held(waiter, mark.me, mark.now, mark.lower, permit._entry_lost)
-        except BaseException:
-            if permit is not None:  # interrupted between admission and return
-                permit._state = PermitState.RELEASED
-                permit._removed = True  # abandon() below deletes the entry
-                permit._stop_listening()
-            store.abandon(waiter)
-            raise
-        finally:
-            store.unregister(waiter)
-        return permit
+        program = acquisition(
+            store,
+            waiter,
+            deadline,
+            blocking=blocking,
+            watch_entry=watch_entry,
+            new_permit=self._new_permit,
+            abandon=store.abandon,
+            clock=self._clock,
+        )
 
-    def _enqueue(self, waiter: Waiter, deadline: Deadline, *, first: bool) -> object:
-        """The enqueue step. The first try of an acquire is given at least the request
-        timeout, whatever the caller's timeout: ``timeout=0`` needs one reply to decide.
-        When that bound, not the caller's, passes: BackendUnavailable."""
-        store = self._store
-        left = deadline.remaining()
-        if not first or left is None or left >= store.request_timeout:
-            return store.enqueue(waiter, deadline)
-        try:
-            return store.enqueue(waiter, Deadline(store.request_timeout, self._clock))
-        except AcquireTimeout as exc:
-            raise BackendUnavailable(
-                f"semaphore {self.name!r}: no answer within the request timeout "
-                f"({store.request_timeout:g} s)"
-            ) from exc
+        def answer(request: object) -> object:
+            assert isinstance(request, StoreRequest)
+            step = request.step
+            if isinstance(step, AwaitEvent):
+                return waiter.next_event(step.timeout)
+            if isinstance(step, Arm):
+                return store.arm(waiter, step.keys, request.deadline)
+            if isinstance(step, Relist):
+                return store.relist(waiter, request.deadline)
+            try:
+                return store.enqueue(waiter, request.deadline)
+            except AcquireTimeout as exc:
+                if request.first_try:
+                    raise first_try_failed(store, exc) from exc
+                raise
+
+        return run_program(program, answer)
 
     def _new_permit(self, me: Entry, waiter: Waiter) -> Permit:
         assert waiter.token is not None

@@ -1,0 +1,123 @@
+"""One ``acquire``, as a program both faces run (the sync ``Semaphore`` and ``aio``).
+
+The protocol generator (``_core.protocol``) decides; this program adds what is the
+same for both faces around it: the waiter's registration, the permit made at admission,
+the held mark, and the cleanup on every way out without a permit. It yields the store
+requests (:class:`StoreRequest`) that a face answers, blocking or awaited; whatever the
+face's answer raises (a timeout, KeyboardInterrupt, the task's cancellation) is thrown
+in at the ``yield``, so the cleanup below runs for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from ._core.deadline import Deadline
+from ._core.protocol import Enqueue, MarkHeld, Step, acquire_protocol
+from ._core.queue import Entry
+from .backend import QueueDriver, Waiter
+from .errors import AcquireTimeout, BackendUnavailable
+
+log = logging.getLogger("semaphore_recipes")
+
+
+class HeldPermit(Protocol):
+    """What this program needs of a face's permit."""
+
+    key: str
+    token: int
+
+    def _entry_lost(self, why: str) -> None: ...
+
+    def _abandoned(self) -> None: ...
+
+
+P = TypeVar("P", bound=HeldPermit)
+
+
+@dataclass(frozen=True)
+class StoreRequest:
+    """Answer ``step`` (Enqueue, Arm, Relist or AwaitEvent) within ``deadline``.
+    ``first_try``: an enqueue bounded by the request timeout rather than the caller's
+    deadline; its AcquireTimeout is the face's to turn into BackendUnavailable
+    (:func:`first_try_failed`)."""
+
+    step: Step
+    deadline: Deadline
+    first_try: bool = False
+
+
+def acquisition(
+    store: QueueDriver,
+    waiter: Waiter,
+    deadline: Deadline,
+    *,
+    blocking: bool,
+    watch_entry: bool,
+    new_permit: Callable[[Entry, Waiter], P],
+    abandon: Callable[[Waiter], None],
+    clock: Callable[[], float],
+) -> Generator[StoreRequest, object, P]:
+    """The program of one acquire: returns the permit (its held mark handed to the store)."""
+    name = store.name
+    permit: P | None = None
+    mark: MarkHeld | None = None
+    store.register(waiter)
+    try:
+        protocol = acquire_protocol(name, waiter.weight, deadline, blocking=blocking)
+        step = next(protocol)
+        while True:
+            answer: object = None
+            if isinstance(step, MarkHeld):
+                permit = new_permit(step.me, waiter)
+                mark = step
+            elif isinstance(step, Enqueue):
+                if waiter.entry_id is not None:
+                    log.warning("session lost while waiting for %r: entering the queue again", name)
+                    abandon(waiter)
+                answer = yield _enqueue_request(step, store, deadline, clock)
+            else:
+                answer = yield StoreRequest(step, deadline)
+            try:
+                step = protocol.send(answer)
+            except StopIteration:
+                break
+        assert permit is not None and mark is not None
+        log.debug("acquired %d of %r (token %d)", waiter.weight, name, permit.token)
+        if watch_entry:
+            store.watch_entry(permit.key, permit.token, permit._entry_lost)
+        # Last: a backend may hand the mark to a thread of its own, which would
+        # then compete with this one for the GIL until acquire returns.
+        store.mark_held(waiter, mark.me, mark.now, mark.lower, permit._entry_lost)
+    except BaseException:
+        if permit is not None:  # interrupted between admission and return
+            permit._abandoned()  # the abandon below deletes its entry
+        abandon(waiter)
+        raise
+    finally:
+        store.unregister(waiter)
+    return permit
+
+
+def _enqueue_request(
+    step: Enqueue, store: QueueDriver, deadline: Deadline, clock: Callable[[], float]
+) -> StoreRequest:
+    """The first try of an acquire is given at least the request timeout, whatever the
+    caller's timeout: ``timeout=0`` needs one reply to decide."""
+    left = deadline.remaining()
+    if not step.first or left is None or left >= store.request_timeout:
+        return StoreRequest(step, deadline)
+    return StoreRequest(step, Deadline(store.request_timeout, clock), first_try=True)
+
+
+def first_try_failed(store: QueueDriver, exc: AcquireTimeout) -> BackendUnavailable:
+    """A first enqueue that ran out of the request timeout, not of the caller's deadline."""
+    error = BackendUnavailable(
+        f"semaphore {store.name!r}: no answer within the request timeout "
+        f"({store.request_timeout:g} s)"
+    )
+    error.__cause__ = exc
+    return error

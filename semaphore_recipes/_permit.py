@@ -1,0 +1,125 @@
+"""What both faces' permits share: the state, and how session and entry events move it.
+
+A backend reports from its own threads (kazoo's, the etcd watch and keepalive threads,
+the memory store's caller); the state changes at once, under a lock. How ``lost`` is
+signalled is the face's: a :class:`threading.Event` set in place, or an
+:class:`asyncio.Event` set through the event loop.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from ._core.queue import Entry
+from .backend import SessionChange, SessionEvent
+from .errors import PermitLost
+
+log = logging.getLogger("semaphore_recipes")
+
+__all__ = ["PermitBase", "PermitState"]
+
+
+class PermitState(enum.Enum):
+    HELD = "held"
+    SUSPENDED = "suspended"  # connection lost; the session may still be alive: unsafe
+    LOST = "lost"  # session/lease gone or entry deleted: the permit is gone
+    RELEASED = "released"
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class PermitBase:
+    """Permits held in one semaphore: the state machine both faces share."""
+
+    def __init__(self, semaphore: _Named, entry: Entry, token: int, owner: str) -> None:
+        self.key = entry.key
+        self.permits = entry.weight
+        self.token = token  #: fencing token: grows monotonically across the whole store
+        self.owner = owner
+        self._name = semaphore.name
+        self._state = PermitState.HELD
+        self._lock = threading.Lock()
+        self._unlisten: Callable[[], None] | None = None
+        self._removed = False  # release() has asked the store to delete the entry
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self._name!r} permits={self.permits} token={self.token} "
+            f"state={self._state.value}>"
+        )
+
+    @property
+    def state(self) -> PermitState:
+        """HELD, SUSPENDED (connection lost, session maybe alive), LOST or RELEASED."""
+        return self._state
+
+    def check(self) -> None:
+        """Raise PermitLost unless the permit is safely HELD right now."""
+        state = self._state
+        if state is not PermitState.HELD:
+            raise PermitLost(f"permit {self.key!r} of {self._name!r} is {state.value}")
+
+    def _begin_release(self) -> bool:
+        """Release's bookkeeping: False when it was released (or abandoned) already."""
+        with self._lock:
+            self._stop_listening()
+            if self._removed:
+                return False
+            self._removed = True
+            if self._state is not PermitState.LOST:
+                self._state = PermitState.RELEASED
+        # A LOST permit's entry is deleted too: the verdict may be the client's own (a
+        # whole session timeout disconnected) on a session the server kept alive, and
+        # its entry would then hold the permits until the session ends.
+        return True
+
+    def _signal_lost(self) -> None:
+        """Set the face's ``lost`` event (called once, under the lock)."""
+        raise NotImplementedError
+
+    # session and entry events, from the backend's threads
+    def _session_changed(self, event: SessionEvent) -> None:
+        with self._lock:
+            if self._state in (PermitState.RELEASED, PermitState.LOST):
+                return
+            if event.change is SessionChange.SUSPENDED:
+                self._state = PermitState.SUSPENDED
+                log.warning("permit %r of %r suspended: connection lost", self.key, self._name)
+            elif event.change is SessionChange.RESTORED:
+                self._state = PermitState.HELD
+                log.info(
+                    "permit %r of %r held again: same session reconnected", self.key, self._name
+                )
+            else:
+                self._mark_lost(event.reason)
+
+    def _entry_lost(self, why: str) -> None:
+        with self._lock:
+            if self._state in (PermitState.RELEASED, PermitState.LOST):
+                return
+            self._mark_lost(why)
+
+    def _mark_lost(self, why: str) -> None:
+        self._state = PermitState.LOST
+        self._stop_listening()
+        log.warning("permit %r of %r lost: %s", self.key, self._name, why)
+        self._signal_lost()
+
+    def _abandoned(self) -> None:
+        """The acquire that made this permit was interrupted before it returned it: the
+        acquire's cleanup deletes the entry."""
+        self._state = PermitState.RELEASED
+        self._removed = True
+        self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None

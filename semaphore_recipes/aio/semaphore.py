@@ -1,0 +1,210 @@
+""":class:`AsyncSemaphore`: the asyncio face of a semaphore.
+
+The same protocol program as the sync face (``semaphore_recipes._acquire``), its
+store requests awaited rather than blocking: no thread per waiter, no executor. What
+happens on connection loss and expiry is the sync face's: a waiter keeps waiting while
+the connection is down and enters the queue again (logged at WARNING) when its session
+ended; a holder's permit goes SUSPENDED, then HELD or LOST.
+
+Cancellation is an exit like a timeout: a task cancelled (``task.cancel()``,
+``asyncio.timeout()``, ``asyncio.wait_for``) at any await of an acquire leaves no entry
+in the store. The entry's delete is started before the ``CancelledError`` goes on and
+completes in the background; a create whose reply is still on its way is found by its
+id and deleted; the successor is woken as by a release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Generator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .._acquire import StoreRequest, acquisition, first_try_failed
+from .._core.deadline import Deadline, validate_timeout
+from .._core.names import validate_capacity, validate_permits
+from .._core.program import run_program_async
+from .._core.protocol import Arm, AwaitEvent, Relist
+from .._core.queue import Entry
+from .._core.status import Status
+from ..backend import QueueDriver, Waiter, session_lost
+from ..errors import AcquireTimeout
+from ._waiter import AsyncWaiter
+from .permit import AsyncPermit
+
+if TYPE_CHECKING:
+    from .backend import AsyncBackend
+
+__all__ = ["AsyncSemaphore"]
+
+
+class AsyncSemaphore:
+    """A fair FIFO counting semaphore, for asyncio. Made by ``backend.semaphore(...)``
+    of an :class:`~semaphore_recipes.aio.AsyncBackend`, without I/O: the semaphore is
+    opened (created, its capacity checked) on first use, or by ``await sem.open()``,
+    which raises what opening raises (CapacityMismatch, SemaphoreNotFound...)."""
+
+    def __init__(
+        self,
+        backend: AsyncBackend,
+        name: str,
+        capacity: int | None,
+        *,
+        adopt_capacity: bool,
+        create: bool,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._backend = backend
+        self._name = name
+        self._asked_capacity = capacity
+        self._adopt_capacity = adopt_capacity
+        self._create = create
+        self._clock = clock
+        self.owner = backend.owner
+        self._store: QueueDriver | None = None
+        self._opening: asyncio.Future[QueueDriver] | None = None
+
+    @property
+    def name(self) -> str:
+        """The semaphore's name, as given to ``backend.semaphore()``."""
+        return self._name
+
+    @property
+    def capacity(self) -> int | None:
+        """The capacity as last seen from the service (kept current by a watch); before
+        the semaphore is opened, the capacity asked for (None: the stored one)."""
+        return self._asked_capacity if self._store is None else self._store.capacity
+
+    def __repr__(self) -> str:
+        return f"<AsyncSemaphore {self.name!r} capacity={self.capacity}>"
+
+    async def open(self) -> AsyncSemaphore:
+        """Open the semaphore now (it is opened on first use otherwise): creates it
+        with its capacity if missing and it may, and checks the stored capacity."""
+        await self._opened()
+        return self
+
+    async def _opened(self) -> QueueDriver:
+        if self._store is not None:
+            return self._store
+        if self._opening is None or (self._opening.done() and self._opening.exception()):
+            self._opening = asyncio.ensure_future(
+                self._backend.backend.open_queue_async(
+                    self._name,
+                    self._asked_capacity,
+                    adopt_capacity=self._adopt_capacity,
+                    create=self._create,
+                )
+            )
+        # shielded: one caller's cancellation must not cancel the opening others await
+        store = await asyncio.shield(self._opening)
+        self._store = store
+        return store
+
+    def acquire(
+        self,
+        permits: int = 1,
+        timeout: float | None = None,
+        blocking: bool = True,
+        *,
+        watch_entry: bool = False,
+    ) -> Acquiring:
+        """Wait in FIFO order for ``permits`` permits: ``permit = await sem.acquire()``
+        or ``async with sem.acquire() as permit:``. The sync face's contract
+        (:meth:`semaphore_recipes.Semaphore.acquire`): AcquireTimeout, WouldBlock,
+        BackendUnavailable, TypeError/ValueError on bad arguments (raised here, before
+        any I/O; ``permits`` above the capacity once the semaphore is open). Cancelling
+        the awaiting task leaves no entry behind (see the module docstring)."""
+        if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
+            validate_permits(permits, 1)  # raises the sync face's TypeError/ValueError
+        validate_timeout(timeout)
+        return Acquiring(self._acquire(permits, timeout, blocking, watch_entry))
+
+    async def _acquire(
+        self, permits: int, timeout: float | None, blocking: bool, watch_entry: bool
+    ) -> AsyncPermit:
+        # the deadline starts before the opening: it is part of the wait
+        deadline = Deadline(timeout if blocking else 0.0, self._clock)
+        store = await self._opened()
+        validate_permits(permits, store.capacity)
+        loop = asyncio.get_running_loop()
+        waiter = AsyncWaiter(permits, self.owner, loop)
+
+        def new_permit(me: Entry, waiter: Waiter) -> AsyncPermit:
+            assert waiter.token is not None
+            permit = AsyncPermit(self, store, me, waiter.token, self.owner)
+            permit._unlisten = self._backend.backend.add_permit_listener(permit._session_changed)
+            # Backends tell permits first, then waiters: a session that ended after the
+            # decision but before the line above is in the waiter's inbox.
+            if waiter.session_ended():
+                permit._session_changed(session_lost("the session ended as the permit was granted"))
+            return permit
+
+        program = acquisition(
+            store,
+            waiter,
+            deadline,
+            blocking=blocking,
+            watch_entry=watch_entry,
+            new_permit=new_permit,
+            abandon=store.abandon_nowait,
+            clock=self._clock,
+        )
+
+        async def answer(request: object) -> object:
+            assert isinstance(request, StoreRequest)
+            step = request.step
+            if isinstance(step, AwaitEvent):
+                return await waiter.next_event_async(step.timeout)
+            if isinstance(step, Arm):
+                return await store.arm_async(waiter, step.keys, request.deadline)
+            if isinstance(step, Relist):
+                return await store.relist_async(waiter, request.deadline)
+            try:
+                return await store.enqueue_async(waiter, request.deadline)
+            except AcquireTimeout as exc:
+                if request.first_try:
+                    raise first_try_failed(store, exc) from exc
+                raise
+
+        return await run_program_async(program, answer)
+
+    async def status(self) -> Status:
+        """Capacity, holders and waiters in queue order (BackendUnavailable when they
+        cannot be read within the request timeout)."""
+        return await (await self._opened()).status_async()
+
+    async def set_capacity(self, capacity: int) -> None:
+        """Store a new capacity; waiters everywhere are woken. Holders keep what they hold.
+        ValueError above ``MAX_CAPACITY`` (before any I/O); BackendUnavailable when the
+        write is not confirmed within the request timeout (it may still be applied)."""
+        validate_capacity(capacity)
+        await (await self._opened()).set_capacity_async(capacity)
+
+
+class Acquiring:
+    """An acquire in progress: await it for the permit, or ``async with`` it to hold
+    the permit for the block (released at its end, whatever the way out)."""
+
+    __slots__ = ("_coro", "_permit")
+
+    def __init__(self, coro: Any) -> None:
+        self._coro = coro
+        self._permit: AsyncPermit | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncPermit]:
+        return self._coro.__await__()  # type: ignore[no-any-return]
+
+    async def __aenter__(self) -> AsyncPermit:
+        self._permit = await self._coro
+        return self._permit
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._permit is not None:
+            await self._permit.release()
