@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 from ._core.codec import EntryData
 from ._core.deadline import Deadline
 from ._core.names import validate_capacity, validate_name, validate_open_capacity
-from ._core.program import Program, run_program, run_program_async
+from ._core.program import run_program, run_program_async
 from ._core.protocol import (
     BackendFailed,
     CapacityChanged,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -183,18 +183,30 @@ class AsyncSemaphore:
         await (await self._opened()).set_capacity_async(capacity)
 
 
-class Acquiring:
-    """An acquire in progress: await it for the permit, or ``async with`` it to hold
-    the permit for the block (released at its end, whatever the way out)."""
+class Acquiring(Coroutine[Any, Any, AsyncPermit]):
+    """An acquire in progress: a coroutine (``await`` it, or ``asyncio.create_task``
+    it) that returns the permit, and an async context manager that holds the permit for
+    the block (released at its end, whatever the way out)."""
 
     __slots__ = ("_coro", "_permit")
 
-    def __init__(self, coro: Any) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, AsyncPermit]) -> None:
         self._coro = coro
         self._permit: AsyncPermit | None = None
 
     def __await__(self) -> Generator[Any, None, AsyncPermit]:
-        return self._coro.__await__()  # type: ignore[no-any-return]
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)  # pragma: no cover (the old signature)
+
+    def close(self) -> None:
+        self._coro.close()
 
     async def __aenter__(self) -> AsyncPermit:
         self._permit = await self._coro
