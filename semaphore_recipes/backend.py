@@ -456,6 +456,12 @@ class QueueDriver(ABC):
         still on its way (it finds the entry by its id)."""
         raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
 
+    async def abandon_async(self, waiter: Waiter) -> None:
+        """:meth:`abandon`, awaited: the delete's confirmation within the request
+        timeout, then the background; never raises but the task's cancellation (the
+        delete goes on). By default :meth:`abandon_nowait`, not waiting for anything."""
+        self.abandon_nowait(waiter)
+
     async def remove_async(self, key: str) -> None:
         """:meth:`remove`, awaited: the reply within the request timeout, then the
         background; never raises but the task's cancellation (the delete goes on)."""

@@ -8,9 +8,12 @@ ended; a holder's permit goes SUSPENDED, then HELD or LOST.
 
 Cancellation is an exit like a timeout: a task cancelled (``task.cancel()``,
 ``asyncio.timeout()``, ``asyncio.wait_for``) at any await of an acquire leaves no entry
-in the store. The entry's delete is started before the ``CancelledError`` goes on and
-completes in the background; a create whose reply is still on its way is found by its
-id and deleted; the successor is woken as by a release.
+in the store. Before the ``CancelledError`` goes on, the acquire deletes its entry and
+waits for the store to confirm it (one round trip; at most the request timeout when the
+store cannot be reached, after which the delete goes on in the background), so the
+successor is woken as by a release; a create whose reply is still on its way is found
+by its id and deleted. Cancelled again during that wait, the task leaves at once and the
+delete goes on in the background.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .._acquire import StoreRequest, acquisition, first_try_failed
+from .._acquire import Abandon, StoreRequest, acquisition, first_try_failed
 from .._core.deadline import Deadline, validate_timeout
 from .._core.names import validate_capacity, validate_permits
 from .._core.program import run_program_async
@@ -153,6 +156,10 @@ class AsyncSemaphore:
         )
 
         async def answer(request: object) -> object:
+            if isinstance(request, Abandon):
+                # shielded: cancelled again, the task leaves at once and the delete goes on
+                await asyncio.shield(store.abandon_async(waiter))
+                return None
             assert isinstance(request, StoreRequest)
             step = request.step
             if isinstance(step, AwaitEvent):
