@@ -59,12 +59,13 @@ def needs(harness: Harness, *verbs: Verb) -> None:
 class Workers:
     """Worker processes (tests/worker.py), killed at teardown if still running."""
 
-    def __init__(self) -> None:
+    def __init__(self, face: Face = Face.SYNC) -> None:
         self.procs: list[subprocess.Popen[str]] = []
+        self.face = face  # the test's: its workers drive the same face
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, WORKER, *args],
+            [sys.executable, WORKER, *args, "--face", self.face.value],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -95,9 +96,14 @@ class Workers:
 
 @pytest.fixture
 def workers(request: pytest.FixtureRequest) -> Iterator[Workers]:
-    if "service" in request.fixturenames and request.getfixturevalue("service").kind == "memory":
-        pytest.skip("worker processes cannot share an in-process memory store")
-    w = Workers()
+    face = Face.SYNC
+    for name in ("service", "cluster"):
+        if name in request.fixturenames:
+            harness: Harness = request.getfixturevalue(name)
+            if harness.kind == "memory":
+                pytest.skip("worker processes cannot share an in-process memory store")
+            face = harness.face
+    w = Workers(face)
     yield w
     for proc in w.procs:
         if proc.poll() is None:
