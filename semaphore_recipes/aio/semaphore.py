@@ -91,7 +91,7 @@ class AsyncSemaphore:
     async def _opened(self) -> QueueDriver:
         if self._store is not None:
             return self._store
-        if self._opening is None or (self._opening.done() and self._opening.exception()):
+        if self._opening is None or _failed(self._opening):
             self._opening = asyncio.ensure_future(
                 self._backend.backend.open_queue_async(
                     self._name,
@@ -100,6 +100,7 @@ class AsyncSemaphore:
                     create=self._create,
                 )
             )
+            self._opening.add_done_callback(_failed)  # its error is the callers' (no warning)
         # shielded: one caller's cancellation must not cancel the opening others await
         store = await asyncio.shield(self._opening)
         self._store = store
@@ -227,3 +228,8 @@ class Acquiring(Coroutine[Any, Any, AsyncPermit]):
     ) -> None:
         if self._permit is not None:
             await self._permit.release()
+
+
+def _failed(opening: asyncio.Future[QueueDriver]) -> bool:
+    """Did the opening end without a queue (an opening that failed is tried again)?"""
+    return opening.done() and (opening.cancelled() or opening.exception() is not None)
