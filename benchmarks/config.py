@@ -25,6 +25,8 @@ class Sizes:
     held_clients: int  # per process
     held_ms: float
     capacity: int  # uncontended and throughput
+    aio_waiters: tuple[int, ...]  # concurrent acquiring tasks in one loop (capacity 10)
+    aio_hold_ms: float  # how long each of them holds its permit
     worker_max_seconds: float  # every worker stops by itself after this
 
 
@@ -43,6 +45,8 @@ FULL = Sizes(
     held_clients=4,
     held_ms=10.0,
     capacity=10,
+    aio_waiters=(100, 1000, 10000),
+    aio_hold_ms=1.0,
     worker_max_seconds=900.0,
 )
 
@@ -61,6 +65,8 @@ TINY = Sizes(
     held_clients=3,
     held_ms=10.0,
     capacity=10,
+    aio_waiters=(20, 200),
+    aio_hold_ms=1.0,
     worker_max_seconds=120.0,
 )
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .results import HerdRow, LatencyRow, Results
+from .results import HerdRow, LatencyRow, Results, WaitersRow
 
 NONE = "-"
 
@@ -121,4 +121,96 @@ def verdicts(results: Results) -> list[Verdict]:
             "ours-etcd",
             1.3,
         ),
+    ]
+
+
+AIO_LIMIT = 1.3  # the issue's bound on both asyncio ratios
+RSS_LIMIT_KB = 50.0  # per waiter
+
+
+def _aio_ratio(figure: str, rows: Sequence[LatencyRow], impl: str) -> Verdict:
+    mine = _row(rows, impl)
+    goal = f"<= {AIO_LIMIT:g}x"
+    if mine is None or math.isnan(mine.ratio):
+        return Verdict(figure, "n/a", "n/a", goal, NONE, "not measured")
+    verdict = "met" if mine.ratio <= AIO_LIMIT else "missed"
+    return Verdict(figure, "n/a", "n/a", goal, ratio(mine.ratio), verdict)
+
+
+def _waiters(rows: Sequence[WaitersRow], backend: str) -> list[Verdict]:
+    mine = sorted((r for r in rows if r.backend == backend), key=lambda r: r.waiters)
+    name = {"zookeeper": "ZooKeeper", "etcd": "etcd"}[backend]
+    figures = (
+        (f"{name}: W tasks in one loop, all granted in FIFO order", "every W"),
+        (f"{name}: threads of the process at peak", "independent of W"),
+        (f"{name}: RSS per waiter at the largest W", f"< {RSS_LIMIT_KB:g} KB"),
+        (f"{name}: server requests / grant", "flat in W"),
+    )
+    if not mine:
+        return [Verdict(f, "n/a", "n/a", goal, NONE, "not measured") for f, goal in figures]
+    small, big = mine[0], mine[-1]
+    span = f"W={small.waiters}..{big.waiters}"
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    fifo = all(r.fifo for r in mine)
+    lags = ", ".join(f"{r.grants}/{r.waiters} lag {r.fifo_lag}" for r in mine)
+    threads = " / ".join(str(r.threads_peak) for r in mine)
+    same_threads = len({r.threads_peak for r in mine}) == 1
+    per_waiter = big.rss_per_waiter_kb
+    flat_requests = all(
+        flat(small.requests, r.requests, 2) and flat(small.replies, r.replies, 2) for r in mine
+    )
+    requests = " / ".join(f"{r.requests:.1f}" for r in mine)
+    return [
+        Verdict(*figures[0][:1], "n/a", "n/a", figures[0][1], lags, verdict(fifo)),
+        Verdict(
+            *figures[1][:1],
+            "n/a",
+            "n/a",
+            figures[1][1],
+            f"{threads} ({span})",
+            verdict(same_threads),
+        ),
+        Verdict(
+            figures[2][0] + f" (W={big.waiters})",
+            "n/a",
+            "n/a",
+            figures[2][1],
+            f"{per_waiter:.1f} KB",
+            verdict(per_waiter < RSS_LIMIT_KB),
+        ),
+        Verdict(
+            *figures[3][:1],
+            "n/a",
+            "n/a",
+            figures[3][1],
+            f"{requests} ({span})",
+            verdict(flat_requests),
+        ),
+    ]
+
+
+def aio_verdicts(results: Results) -> list[Verdict]:
+    """The asyncio face's targets (issue 14), per backend."""
+    return [
+        _aio_ratio(
+            "ZooKeeper asyncio uncontended / asyncio raw create+delete",
+            results.aio_latency,
+            "aio-ours-zk",
+        ),
+        _aio_ratio(
+            "etcd asyncio uncontended / asyncio raw put+delete",
+            results.aio_latency,
+            "aio-ours-etcd",
+        ),
+        _aio_ratio(
+            "ZooKeeper asyncio handoff / asyncio watch floor", results.aio_handoff, "aio-ours-zk"
+        ),
+        _aio_ratio(
+            "etcd asyncio handoff / asyncio watch floor", results.aio_handoff, "aio-ours-etcd"
+        ),
+        *_waiters(results.aio_waiters, "zookeeper"),
+        *_waiters(results.aio_waiters, "etcd"),
     ]
