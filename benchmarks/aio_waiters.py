@@ -13,7 +13,9 @@ they are the server's work for one task's whole acquire and release.
   capacity entries created before its own may still be waiting for their tasks to
   resume (``aio_worker.fifo_lag``).
 - Threads: the process's native threads (``/proc/self/status``), sampled every 20 ms.
-- RSS: ``VmHWM`` at the end less ``VmRSS`` once connected, per waiter.
+- RSS: the peak (``VmRSS`` sampled every 20 ms, and ``VmHWM``, which the kernel updates
+  only now and then) less ``VmRSS`` once connected, per waiter. A process that
+  passes the run's RSS limit stops there and says so (the row is then a lower bound).
 
 When the queue is full: on a server, the orchestrator counts the entries on the server
 (ZooKeeper ``zk_znode_count``, etcd's key count); ``memory://`` asks ``status()``.
@@ -23,8 +25,10 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .aio_impls import async_face_missing
 from .config import Run
@@ -45,6 +49,7 @@ def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
     if counted:
         calib = cost_of_reading(functools.partial(servers.counters, backend))
     bound = max(120.0, waiters / 20)  # seconds for each phase; a failure, not a figure
+    queued: dict[str, Any] = {}
     with Workers(run.work_dir, run.sizes.worker_max_seconds) as workers:
         worker = workers.start(
             f"aio-waiters-{backend}-{waiters}",
@@ -54,6 +59,7 @@ def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
             waiters=waiters,
             hold_ms=run.sizes.aio_hold_ms,
             gate="server" if counted else "self",
+            rss_limit_mb=run.sizes.aio_rss_limit_mb,
         )
         ready = json.loads(worker.expect("READY", 120))
         reads = 0  # counter reads between ``before`` and ``after``
@@ -61,21 +67,25 @@ def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
             base_entries = servers.entries(backend)
             before = servers.counters(backend)
         worker.send("go")
-        worker.expect("STARTED", bound)
-        if counted:
+        word, rest = worker.expect_any(("STARTED", "DONE"), bound)
+        if word == "STARTED" and counted:
             deadline = time.monotonic() + bound
-            while True:
+            while worker.proc.poll() is None:  # it may stop at its RSS limit meanwhile
                 reads += 1
                 if servers.entries(backend) >= base_entries + waiters:
+                    reads += 1
+                    full = servers.counters(backend)
+                    worker.send("queued")
                     break
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{waiters} entries not in {backend} within {bound:g} s")
                 time.sleep(POLL)
-            reads += 1
-            full = servers.counters(backend)
-            worker.send("queued")
-        queued = json.loads(worker.expect("QUEUED", bound))
-        done = json.loads(worker.expect("DONE", bound))
+        if word == "STARTED":
+            word, rest = worker.expect_any(("QUEUED", "DONE"), bound)
+        if word == "QUEUED":
+            queued = json.loads(rest)
+            word, rest = worker.expect_any(("DONE",), bound)
+        done = json.loads(rest)
         if counted:
             after = servers.counters(backend)
         worker.finish()
@@ -88,19 +98,26 @@ def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
         fifo_lag=done["fifo_lag"],
         threads_idle=ready["Threads"],
         threads_peak=done["peak_threads"],
-        python_threads_peak=max(queued["python_threads"], done["python_threads"]),
+        python_threads_peak=max(queued.get("python_threads", 0), done["python_threads"]),
         rss_idle_kb=ready["VmRSS"],
-        rss_peak_kb=done["VmHWM"],
-        enqueue_s=queued["enqueue_s"],
-        drain_s=done["drain_s"],
+        rss_peak_kb=done["peak_rss"],
+        enqueue_s=queued.get("enqueue_s", math.nan),
+        drain_s=done.get("drain_s", math.nan),
+        aborted=done.get("aborted", ""),
     )
-    if counted:
+    if counted and not row.aborted:
         key_in, key_out = IN_OUT[backend]
-        # each interval between two reads holds the cost of one read
-        row.requests = (after[key_in] - before[key_in] - (reads + 1) * calib[key_in]) / waiters
-        row.replies = (after[key_out] - before[key_out] - (reads + 1) * calib[key_out]) / waiters
-        row.drain_requests = (after[key_in] - full[key_in] - calib[key_in]) / waiters
-        row.drain_replies = (after[key_out] - full[key_out] - calib[key_out]) / waiters
+
+        def per_grant(key: str, start: dict[str, float], intervals: int) -> float:
+            # each interval between two reads holds the cost of one read
+            return (after[key] - start[key] - intervals * calib[key]) / waiters
+
+        row.requests = per_grant(key_in, before, reads + 1)
+        row.replies = per_grant(key_out, before, reads + 1)
+        row.drain_requests = per_grant(key_in, full, 1)
+        row.drain_replies = per_grant(key_out, full, 1)
+        if backend == "zookeeper":
+            row.response_bytes = per_grant("zk_response_bytes", before, reads + 1)
     return row
 
 

@@ -74,19 +74,25 @@ class Worker:
 
     def expect(self, word: str, timeout: float = 60.0) -> str:
         """The rest of the next line that starts with ``word``."""
+        return self.expect_any((word,), timeout)[1]
+
+    def expect_any(self, words: tuple[str, ...], timeout: float = 60.0) -> tuple[str, str]:
+        """The first word and the rest of the next line that starts with one of ``words``."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 raise WorkerError(
-                    f"worker {self.label}: no {word!r} within {timeout:g} s; {self.log_tail()}"
+                    f"worker {self.label}: no {' or '.join(words)} within {timeout:g} s; "
+                    f"{self.log_tail()}"
                 ) from None
             if line is None or line.startswith("ERROR"):
                 time.sleep(0.2)  # let its traceback reach the log
                 raise WorkerError(f"worker {self.label} failed: {line}; {self.log_tail()}")
-            if line.split(" ", 1)[0] == word:
-                return line[len(word) :].strip()
+            word = line.split(" ", 1)[0]
+            if word in words:
+                return word, line[len(word) :].strip()
 
     def log_tail(self, lines: int = 15) -> str:
         try:

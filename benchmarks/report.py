@@ -68,10 +68,12 @@ AIO_WAITERS_TEXT = (
     "entries created before a granted one (lower token) not yet granted at that moment; "
     "FIFO admission keeps it below the capacity. *threads*: the process's native threads "
     "(`/proc/self/status`) once connected / at their peak while the tasks ran (sampled "
-    "every 20 ms) / Python threads. *RSS / waiter*: peak `VmHWM` less `VmRSS` once "
-    "connected, over W. *requests / grant*: server requests (ZooKeeper packets, etcd gRPC "
+    "every 20 ms) / Python threads. *RSS / waiter*: the peak RSS (sampled every 20 ms, "
+    "and `VmHWM`) less the RSS once connected, over W. *requests / grant*: server "
+    "requests (ZooKeeper packets, etcd gRPC "
     "messages) received / sent during the whole run per task (its enqueue, grant and "
-    "release), and from the first release on (*drain*), less the cost of reading them."
+    "release), and from the first release on (*drain*), less the cost of reading them; "
+    "*response bytes*: what the ZooKeeper server sent per grant (`zk_response_bytes`)."
 )
 
 
@@ -139,12 +141,13 @@ def waiters_table(rows: Sequence[WaitersRow]) -> list[str]:
         "drain s",
         "requests / grant (in / out)",
         "drain (in / out)",
+        "response bytes / grant",
     ]
     body = [
         [
             BACKEND[r.backend],
             str(r.waiters),
-            str(r.grants),
+            f"{r.grants}{' (stopped)' if r.aborted else ''}",
             f"{r.fifo_lag} ({'FIFO' if r.fifo else 'NOT FIFO'})",
             f"{r.threads_idle} / {r.threads_peak} / {r.python_threads_peak}",
             fmt(r.rss_idle_kb / 1024, 1),
@@ -153,10 +156,17 @@ def waiters_table(rows: Sequence[WaitersRow]) -> list[str]:
             fmt(r.drain_s, 2),
             f"{fmt(r.requests, 1)} / {fmt(r.replies, 1)}",
             f"{fmt(r.drain_requests, 1)} / {fmt(r.drain_replies, 1)}",
+            fmt(r.response_bytes, 0),
         ]
         for r in sorted(rows, key=lambda r: (r.backend, r.waiters))
     ]
-    return table(header, body)
+    aborted = [
+        f"- {BACKEND[r.backend]}, W={r.waiters}: {r.aborted}; its figures are what it had "
+        "reached (RSS / waiter: a lower bound)."
+        for r in rows
+        if r.aborted
+    ]
+    return table(header, body) + ([*aborted, ""] if aborted else [])
 
 
 def herd_table(rows: Sequence[HerdRow]) -> list[str]:

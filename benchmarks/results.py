@@ -121,13 +121,15 @@ class WaitersRow:
     threads_peak: int  # the most seen while the waiters ran (sampled every 20 ms)
     python_threads_peak: int  # threading.active_count() at the full queue and the end
     rss_idle_kb: int  # VmRSS before the waiters
-    rss_peak_kb: int  # VmHWM at the end
+    rss_peak_kb: int  # the most VmRSS sampled, or VmHWM if higher
     enqueue_s: float  # from the tasks' start to every entry in the store
     drain_s: float  # from the first release to the last
     requests: float = math.nan  # server requests (ZK packets / gRPC messages in) per grant
     replies: float = math.nan
     drain_requests: float = math.nan  # the same, from the first release on only
     drain_replies: float = math.nan
+    response_bytes: float = math.nan  # ZooKeeper: bytes the server sent per grant
+    aborted: str = ""  # why the run stopped before every task was granted, if it did
 
     @property
     def rss_per_waiter_kb(self) -> float:
@@ -137,7 +139,8 @@ class WaitersRow:
     def fifo(self) -> bool:
         """Every task granted once, never before an earlier entry was admitted."""
         return (
-            self.grants == self.waiters
+            not self.aborted
+            and self.grants == self.waiters
             and self.distinct_tokens == self.waiters
             and self.fifo_lag <= self.capacity - 1
         )
