@@ -12,10 +12,12 @@ they are the server's work for one task's whole acquire and release.
   checked against their creation order: when a task is granted, fewer than the
   capacity entries created before its own may still be waiting for their tasks to
   resume (``aio_worker.fifo_lag``).
-- Threads: the process's native threads (``/proc/self/status``), sampled every 20 ms.
-- RSS: the peak (``VmRSS`` sampled every 20 ms, and ``VmHWM``, which the kernel updates
-  only now and then) less ``VmRSS`` once connected, per waiter. A process that
-  passes the run's RSS limit stops there and says so (the row is then a lower bound).
+- Threads: the process's native threads (``/proc/<pid>/status``), sampled every 20 ms
+  inside (a task of its loop) and every 50 ms from outside.
+- RSS: the peak (``VmRSS`` sampled every 20 ms inside, every 50 ms from outside, and
+  ``VmHWM``, which the kernel updates only now and then) less ``VmRSS`` once connected,
+  per waiter. A process that passes the run's RSS limit is killed and the row says so
+  (its RSS per waiter is then a lower bound).
 
 When the queue is full: on a server, the orchestrator counts the entries on the server
 (ZooKeeper ``zk_znode_count``, etcd's key count); ``memory://`` asks ``status()``.
@@ -33,13 +35,53 @@ from typing import Any
 from .aio_impls import async_face_missing
 from .config import Run
 from .latency import IN_OUT, cost_of_reading
-from .procs import WorkerError, Workers
+from .procs import Worker, WorkerError, Workers, WorkerTimeout
 from .results import Results, WaitersRow
 from .servers import ServerSet
 
 BACKENDS = {"memory": "aio-ours-memory", "zookeeper": "aio-ours-zk", "etcd": "aio-ours-etcd"}
 CAPACITY = 10
 POLL = 0.05  # seconds between two counts of the entries on the server
+
+
+class OverLimit(Exception):
+    """The worker passed the run's RSS limit and was stopped."""
+
+
+class Watched:
+    """A waiters' worker seen from outside: its RSS and threads sampled from ``/proc``
+    while its lines are awaited; killed when it passes ``limit_kb`` of RSS."""
+
+    def __init__(self, worker: Worker, limit_kb: int) -> None:
+        self.worker = worker
+        self.limit_kb = limit_kb
+        self.peak_rss = 0
+        self.peak_threads = 0
+        self.started = time.monotonic()
+
+    def sample(self) -> None:
+        now = self.worker.process_status()
+        if not now:
+            return
+        self.peak_rss = max(self.peak_rss, now["VmRSS"])
+        self.peak_threads = max(self.peak_threads, now["Threads"])
+        if now["VmRSS"] > self.limit_kb:
+            self.worker.kill()
+            raise OverLimit(
+                f"stopped at {now['VmRSS'] / 1024:.0f} MB of RSS (the run's limit: "
+                f"{self.limit_kb / 1024:.0f} MB) {time.monotonic() - self.started:.0f} s "
+                "after the tasks started"
+            )
+
+    def line(self, words: tuple[str, ...], timeout: float) -> tuple[str, str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.sample()
+            try:
+                return self.worker.expect_any(words, POLL)
+            except WorkerTimeout:
+                if time.monotonic() > deadline:
+                    raise
 
 
 def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
@@ -59,33 +101,48 @@ def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
             waiters=waiters,
             hold_ms=run.sizes.aio_hold_ms,
             gate="server" if counted else "self",
-            rss_limit_mb=run.sizes.aio_rss_limit_mb,
         )
         ready = json.loads(worker.expect("READY", 120))
+        watched = Watched(worker, run.sizes.aio_rss_limit_mb * 1024)
         reads = 0  # counter reads between ``before`` and ``after``
         if counted:
             base_entries = servers.entries(backend)
             before = servers.counters(backend)
         worker.send("go")
-        word, rest = worker.expect_any(("STARTED", "DONE"), bound)
-        if word == "STARTED" and counted:
-            deadline = time.monotonic() + bound
-            while worker.proc.poll() is None:  # it may stop at its RSS limit meanwhile
-                reads += 1
-                if servers.entries(backend) >= base_entries + waiters:
+        try:
+            watched.line(("STARTED",), bound)
+            if counted:
+                deadline = time.monotonic() + bound
+                while True:
+                    watched.sample()
                     reads += 1
-                    full = servers.counters(backend)
-                    worker.send("queued")
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{waiters} entries not in {backend} within {bound:g} s")
-                time.sleep(POLL)
-        if word == "STARTED":
-            word, rest = worker.expect_any(("QUEUED", "DONE"), bound)
-        if word == "QUEUED":
-            queued = json.loads(rest)
-            word, rest = worker.expect_any(("DONE",), bound)
-        done = json.loads(rest)
+                    if servers.entries(backend) >= base_entries + waiters:
+                        break
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{waiters} entries not in {backend} within {bound:g} s")
+                    time.sleep(POLL)
+                reads += 1
+                full = servers.counters(backend)
+                worker.send("queued")
+            queued = json.loads(watched.line(("QUEUED",), bound)[1])
+            done = json.loads(watched.line(("DONE",), bound)[1])
+        except OverLimit as exc:
+            return WaitersRow(
+                backend,
+                waiters,
+                CAPACITY,
+                grants=0,
+                distinct_tokens=0,
+                fifo_lag=-1,
+                threads_idle=ready["Threads"],
+                threads_peak=watched.peak_threads,
+                python_threads_peak=ready["python_threads"],
+                rss_idle_kb=ready["VmRSS"],
+                rss_peak_kb=watched.peak_rss,
+                enqueue_s=queued.get("enqueue_s", math.nan),
+                drain_s=math.nan,
+                aborted=str(exc),
+            )
         if counted:
             after = servers.counters(backend)
         worker.finish()
@@ -97,15 +154,14 @@ def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
         distinct_tokens=done["distinct"],
         fifo_lag=done["fifo_lag"],
         threads_idle=ready["Threads"],
-        threads_peak=done["peak_threads"],
-        python_threads_peak=max(queued.get("python_threads", 0), done["python_threads"]),
+        threads_peak=max(done["peak_threads"], watched.peak_threads),
+        python_threads_peak=max(queued["python_threads"], done["python_threads"]),
         rss_idle_kb=ready["VmRSS"],
-        rss_peak_kb=done["peak_rss"],
-        enqueue_s=queued.get("enqueue_s", math.nan),
-        drain_s=done.get("drain_s", math.nan),
-        aborted=done.get("aborted", ""),
+        rss_peak_kb=max(done["peak_rss"], watched.peak_rss),
+        enqueue_s=queued["enqueue_s"],
+        drain_s=done["drain_s"],
     )
-    if counted and not row.aborted:
+    if counted:
         key_in, key_out = IN_OUT[backend]
 
         def per_grant(key: str, start: dict[str, float], intervals: int) -> float:

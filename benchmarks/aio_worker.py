@@ -13,8 +13,7 @@ keepalives, watch streams) keep running between commands.
   awaiting its acquire); the first CAPACITY granted hold until the queue is full (gate
   ``self``: the worker sees it in ``status()``; gate ``server``: the orchestrator sees
   the entries on the server and sends ``queued``), then ``QUEUED {figures}``; the others
-  hold HOLD_MS and release; ``DONE {figures}`` once every task released, or at once
-  (with ``aborted``: why) when the process's RSS passes RSS_LIMIT_MB.
+  hold HOLD_MS and release; ``DONE {figures}`` once every task released.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import sys
 import threading
 import time
@@ -182,7 +180,7 @@ def fifo_lag(tokens: list[int]) -> int:
 
 
 async def waiters(
-    backend_name: str, target: Target, count: int, hold_ms: float, gate_by: str, rss_limit_mb: int
+    backend_name: str, target: Target, count: int, hold_ms: float, gate_by: str
 ) -> None:
     client = await AioOurs.open(target, backend_name)
     semaphore, capacity = client.semaphore, target.capacity
@@ -202,22 +200,6 @@ async def waiters(
             now = process_figures()
             peak_threads = max(peak_threads, now["Threads"])
             peak_rss = max(peak_rss, now["VmRSS"])
-            if now["VmRSS"] > rss_limit_mb * 1024:
-                # a bound, so a measurement cannot take the machine's memory: what it
-                # reached is the figure (a lower bound of what the run would need)
-                stopped: dict[str, Any] = dict(now)
-                stopped.update(
-                    peak_threads=peak_threads,
-                    peak_rss=max(peak_rss, now["VmHWM"]),
-                    grants=len(tokens),
-                    distinct=len(set(tokens)),
-                    fifo_lag=fifo_lag(tokens),
-                    aborted=f"stopped at {now['VmRSS'] / 1024:.0f} MB of RSS (the limit: "
-                    f"{rss_limit_mb} MB) after {time.monotonic() - started:.1f} s, "
-                    f"{len(tokens)} of {count} granted",
-                )
-                say("DONE", json.dumps(stopped))
-                os._exit(0)  # its session ends with the process
             await asyncio.sleep(0.02)
 
     async def one() -> None:
@@ -276,7 +258,6 @@ def main(spec: dict[str, Any]) -> None:
                 spec["waiters"],
                 float(spec["hold_ms"]),
                 spec["gate"],
-                int(spec["rss_limit_mb"]),
             )
         )
     else:

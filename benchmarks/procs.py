@@ -27,6 +27,10 @@ class WorkerError(RuntimeError):
     pass
 
 
+class WorkerTimeout(WorkerError):
+    """The awaited line did not come in time (the worker may still be running)."""
+
+
 @dataclass
 class Interpreter:
     """The Python that runs a worker, and what it needs in its environment."""
@@ -83,7 +87,7 @@ class Worker:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise WorkerError(
+                raise WorkerTimeout(
                     f"worker {self.label}: no {' or '.join(words)} within {timeout:g} s; "
                     f"{self.log_tail()}"
                 ) from None
@@ -93,6 +97,20 @@ class Worker:
             word = line.split(" ", 1)[0]
             if word in words:
                 return word, line[len(word) :].strip()
+
+    def process_status(self) -> dict[str, int]:
+        """The worker's resident set (VmRSS, kB) and native threads (Threads), read from
+        outside (``/proc``); empty once it has ended."""
+        out = {}
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as status:
+                for line in status:
+                    key, _, value = line.partition(":")
+                    if key in ("VmRSS", "Threads"):
+                        out[key] = int(value.split()[0])
+        except OSError:
+            return {}
+        return out
 
     def log_tail(self, lines: int = 15) -> str:
         try:

@@ -147,8 +147,8 @@ def waiters_table(rows: Sequence[WaitersRow]) -> list[str]:
         [
             BACKEND[r.backend],
             str(r.waiters),
-            f"{r.grants}{' (stopped)' if r.aborted else ''}",
-            f"{r.fifo_lag} ({'FIFO' if r.fifo else 'NOT FIFO'})",
+            "stopped" if r.aborted else str(r.grants),
+            NONE if r.aborted else f"{r.fifo_lag} ({'FIFO' if r.fifo else 'NOT FIFO'})",
             f"{r.threads_idle} / {r.threads_peak} / {r.python_threads_peak}",
             fmt(r.rss_idle_kb / 1024, 1),
             fmt(r.rss_per_waiter_kb, 1),
@@ -162,7 +162,7 @@ def waiters_table(rows: Sequence[WaitersRow]) -> list[str]:
     ]
     aborted = [
         f"- {BACKEND[r.backend]}, W={r.waiters}: {r.aborted}; its figures are what it had "
-        "reached (RSS / waiter: a lower bound)."
+        "reached by then (RSS / waiter: a lower bound)."
         for r in rows
         if r.aborted
     ]

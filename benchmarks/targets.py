@@ -155,7 +155,10 @@ def _waiters(rows: Sequence[WaitersRow], backend: str) -> list[Verdict]:
         return "met" if ok else "missed"
 
     fifo = all(r.fifo for r in mine)
-    lags = ", ".join(f"{r.grants}/{r.waiters} lag {r.fifo_lag}" for r in mine)
+    lags = ", ".join(
+        f"W={r.waiters} stopped" if r.aborted else f"{r.grants}/{r.waiters} lag {r.fifo_lag}"
+        for r in mine
+    )
     threads = " / ".join(str(r.threads_peak) for r in mine)
     same_threads = len({r.threads_peak for r in mine}) == 1
     per_waiter = big.rss_per_waiter_kb
