@@ -35,7 +35,7 @@ from typing import Any
 from .aio_impls import async_face_missing
 from .config import Run
 from .latency import IN_OUT, cost_of_reading
-from .procs import Worker, WorkerError, Workers, WorkerTimeout
+from .procs import Worker, WorkerError, Workers
 from .results import Results, WaitersRow
 from .servers import ServerSet
 
@@ -66,7 +66,6 @@ class Watched:
         self.peak_rss = max(self.peak_rss, now["VmRSS"])
         self.peak_threads = max(self.peak_threads, now["Threads"])
         if now["VmRSS"] > self.limit_kb:
-            self.worker.kill()
             raise OverLimit(
                 f"stopped at {now['VmRSS'] / 1024:.0f} MB of RSS (the run's limit: "
                 f"{self.limit_kb / 1024:.0f} MB) {time.monotonic() - self.started:.0f} s "
@@ -77,11 +76,14 @@ class Watched:
         deadline = time.monotonic() + timeout
         while True:
             self.sample()
-            try:
-                return self.worker.expect_any(words, POLL)
-            except WorkerTimeout:
-                if time.monotonic() > deadline:
-                    raise
+            found = self.worker.next_line(words, POLL)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"stopped: no {' or '.join(words)} from the worker {timeout:g} s after "
+                    "it was asked"
+                )
 
 
 def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
@@ -90,7 +92,7 @@ def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
     calib: dict[str, float] = {}
     if counted:
         calib = cost_of_reading(functools.partial(servers.counters, backend))
-    bound = max(120.0, waiters / 20)  # seconds for each phase; a failure, not a figure
+    bound = max(60.0, waiters / 50)  # seconds for each phase (beyond it, the row stops)
     queued: dict[str, Any] = {}
     with Workers(run.work_dir, run.sizes.worker_max_seconds) as workers:
         worker = workers.start(
@@ -119,14 +121,18 @@ def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
                     if servers.entries(backend) >= base_entries + waiters:
                         break
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"{waiters} entries not in {backend} within {bound:g} s")
+                        raise TimeoutError(
+                            f"stopped: fewer than {waiters} entries in {backend} "
+                            f"{bound:g} s after the tasks started"
+                        )
                     time.sleep(POLL)
                 reads += 1
                 full = servers.counters(backend)
                 worker.send("queued")
             queued = json.loads(watched.line(("QUEUED",), bound)[1])
             done = json.loads(watched.line(("DONE",), bound)[1])
-        except OverLimit as exc:
+        except (OverLimit, TimeoutError) as exc:
+            # a run that cannot finish is a figure too: how far it got, and why it stopped
             return WaitersRow(
                 backend,
                 waiters,

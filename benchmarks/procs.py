@@ -28,7 +28,7 @@ class WorkerError(RuntimeError):
 
 
 class WorkerTimeout(WorkerError):
-    """The awaited line did not come in time (the worker may still be running)."""
+    """The line awaited did not come in time (the worker may still be running)."""
 
 
 @dataclass
@@ -82,15 +82,22 @@ class Worker:
 
     def expect_any(self, words: tuple[str, ...], timeout: float = 60.0) -> tuple[str, str]:
         """The first word and the rest of the next line that starts with one of ``words``."""
+        found = self.next_line(words, timeout)
+        if found is None:
+            raise WorkerTimeout(
+                f"worker {self.label}: no {' or '.join(words)} within {timeout:g} s; "
+                f"{self.log_tail()}"
+            )
+        return found
+
+    def next_line(self, words: tuple[str, ...], timeout: float) -> tuple[str, str] | None:
+        """As :meth:`expect_any`, but None when ``timeout`` passes first."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise WorkerTimeout(
-                    f"worker {self.label}: no {' or '.join(words)} within {timeout:g} s; "
-                    f"{self.log_tail()}"
-                ) from None
+                return None
             if line is None or line.startswith("ERROR"):
                 time.sleep(0.2)  # let its traceback reach the log
                 raise WorkerError(f"worker {self.label} failed: {line}; {self.log_tail()}")

@@ -78,7 +78,7 @@ def test_tiny_run_writes_every_table_and_the_plots_or_says_why_not(
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=240,
     )  # fmt: skip  (the timeout bounds it; how fast it runs is not a test's business)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = (tmp_path / "benchmarks.md").read_text()
