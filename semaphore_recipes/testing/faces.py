@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,9 +46,16 @@ class LoopThread:
         self._thread.daemon = True
         self._thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(
+        self,
+        coro: Coroutine[Any, Any, T],
+        undo: Callable[[T], Coroutine[Any, Any, Any]] | None = None,
+    ) -> T:
         """The coroutine's result (or exception). Interrupted (KeyboardInterrupt in the
-        calling thread), the task is cancelled and waited for, then the interrupt goes on."""
+        calling thread), the task is cancelled and waited for, then the interrupt goes on;
+        if the task had finished with a result all the same, ``undo(result)`` is awaited
+        first (an acquire's permit is released: the interrupt reached the caller, who will
+        never see it)."""
         done = threading.Event()
         outcome: list[Any] = []
 
@@ -67,6 +74,9 @@ class LoopThread:
             self.loop.call_soon_threadsafe(task.cancel)
             while not done.wait(0.05):  # the task's cleanup runs to its end
                 pass
+            finished, value = outcome[0]
+            if finished and undo is not None:
+                asyncio.run_coroutine_threadsafe(undo(value), self.loop).result()
             raise
         ok, value = outcome[0]
         if ok:
@@ -164,7 +174,8 @@ class BlockingSemaphore:
         watch_entry: bool = False,
     ) -> BlockingPermit:
         acquiring = self.aio.acquire(permits, timeout, blocking, watch_entry=watch_entry)
-        return BlockingPermit(self, self._loop.run(acquiring), self._loop)
+        permit = self._loop.run(acquiring, undo=lambda permit: permit.release())
+        return BlockingPermit(self, permit, self._loop)
 
     def status(self) -> Status:
         return self._loop.run(self.aio.status())
