@@ -47,7 +47,7 @@ from ._core.protocol import (
     Event,
     SessionLost,
 )
-from ._core.queue import Entry, EntryState
+from ._core.queue import Entry, EntryState, nearest_needed
 from ._core.status import EntryStatus, Status, split_queue
 from ._interrupts import call_with_sigint_held
 from ._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
@@ -83,6 +83,7 @@ __all__ = [
     "WriteKind",
     "call_with_sigint_held",
     "default_owner",
+    "nearest_needed",
     "run_program",
     "run_program_async",
     "session_lost",

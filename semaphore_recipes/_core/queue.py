@@ -59,6 +59,13 @@ class EntryState:
     lower: tuple[str, ...] | None = None
 
 
+def nearest_needed(capacity: int) -> int:
+    """How many of its nearest lower entries a waiter keeps, and a store may list alone
+    at enqueue (``Enqueued.lower_complete``): capacity + 1 (their weights, at least 1
+    each, pass the capacity), and at least as many as a held mark records."""
+    return max(capacity + 1, MAX_MARK_KEYS)
+
+
 def decide(lower: Sequence[Entry], weight: int, capacity: int) -> Admitted | Wait:
     """Admission by prefix sum, and the entries to watch when not admitted.
 
@@ -111,17 +118,20 @@ class QueuePosition:
         self._stale = False
 
     def _keep_nearest(self, ordered: list[Entry]) -> None:
-        """Keep the nearest lower entries until their weights pass the capacity: they
-        alone show we cannot be admitted, so a waiter far back in a long queue holds
-        (and sums, at every event) at most capacity + 1 entries, not the whole queue.
-        The view is then no longer a superset of the lower entries: a decision that
-        could admit us, or make us the head (who watches every lower entry), needs a
-        fresh listing first (:attr:`stale`)."""
+        """Keep the nearest :func:`nearest_needed` lower entries: their weights pass the
+        capacity, so they alone show we cannot be admitted, and a waiter far back in a
+        long queue holds (and sums, at every event) that many entries, not the whole
+        queue. The view is then no longer a superset of the lower entries: a decision
+        that could admit us, or make us the head (who watches every lower entry), needs
+        a fresh listing first (:attr:`stale`), unless a predecessor's held mark makes it
+        whole (:meth:`armed`): keeping as many entries as a mark records makes that the
+        usual case, and a fresh listing (on ZooKeeper, of the whole queue) the rare one."""
+        keep = nearest_needed(self.capacity)
         kept: list[Entry] = []
         total = 0
         self.truncated = False
         for e in reversed(ordered):
-            if total > self.capacity:
+            if total > self.capacity and len(kept) >= keep:
                 self.truncated = True
                 break
             kept.append(e)
@@ -136,7 +146,11 @@ class QueuePosition:
         if not self.truncated:
             return False
         decision = self.decision()
-        return isinstance(decision, Admitted) or decision.head
+        if isinstance(decision, Admitted):
+            return True
+        # A head reads its predecessor first (keys_to_arm), whose held mark may make the
+        # view whole: list afresh only once that read is done and did not.
+        return decision.head and bool(decision.watch) and decision.watch[-1] in self._armed
 
     @property
     def lower(self) -> tuple[Entry, ...]:

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..backend import EntryData, Write, WriteKind
+from ..backend import EntryData, Write, WriteKind, nearest_needed
 from ..errors import PermitLost, WriteConflict
 
 __all__ = [
@@ -202,7 +202,7 @@ class MemoryStore:
         self, path: str, key: str, session: int, data: EntryData, capacity: int
     ) -> tuple[StoredEntry, list[StoredEntry], bool, int, int]:
         """Create the entry ``key`` on ``session``; return it, the entries lower than it
-        (the others: it is the newest; only the nearest ``capacity + 1`` of them),
+        (the others: it is the newest; only the nearest ``nearest_needed`` of them),
         whether those are all of them, and the capacity with its version (the semaphore
         is made again with ``capacity`` if it was deleted). SessionEnded when the
         session has ended."""
@@ -212,7 +212,7 @@ class MemoryStore:
             semaphore = self._semaphore(path, capacity)
             self._revision += 1
             entry = StoredEntry(key, self._revision, session, data)
-            nearest = semaphore.capacity + 1
+            nearest = nearest_needed(semaphore.capacity)
             lower = list(itertools.islice(reversed(semaphore.entries.values()), nearest))
             lower.reverse()
             complete = len(semaphore.entries) <= nearest

@@ -268,7 +268,7 @@ class Simulation:
             me = self.store[c.key]
             lower = tuple(Entry(e.key, e.order, e.weight) for e in self._lower(me))  # names only
             # a store may list only the nearest capacity + 1 lower entries (etcd, memory)
-            nearest = self.capacity + 1
+            nearest = core_queue.nearest_needed(self.capacity)
             complete = len(lower) <= nearest or self.rng.random() < 0.5
             if not complete:
                 lower = lower[-nearest:]

@@ -5,7 +5,15 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from semaphore_recipes._core.queue import Admitted, Entry, EntryState, QueuePosition, Wait, decide
+from semaphore_recipes._core.queue import (
+    MAX_MARK_KEYS,
+    Admitted,
+    Entry,
+    EntryState,
+    QueuePosition,
+    Wait,
+    decide,
+)
 
 weights = st.integers(min_value=1, max_value=5)
 
@@ -144,12 +152,15 @@ def test_a_waiter_far_back_keeps_only_its_nearest_entries() -> None:
     admits: a decision that could, or that makes us the head, lists afresh first."""
     lower = [Entry(f"k{i}", i, 1) for i in range(1000)]
     pos = QueuePosition(Entry("me", 2000, 1), lower, capacity=3)
-    assert [e.key for e in pos.lower] == ["k996", "k997", "k998", "k999"]
+    assert [e.key for e in pos.lower] == [f"k{i}" for i in range(1000 - MAX_MARK_KEYS, 1000)]
     assert pos.truncated and not pos.stale  # not admissible; watches its predecessor
     assert pos.decision() == Wait(watch=("k999",), head=False)
     pos.marked_held("k999")  # the predecessor is admitted: we are the head
-    assert pos.stale  # a head watches every lower entry: it needs all of them
-    pos.relisted([Entry("k998", 998, 1), Entry("k999", 999, 1)])
+    assert not pos.stale  # first its held mark, which may make the view whole:
+    assert pos.keys_to_arm(pos.decision()) == ("k999",)  # type: ignore[arg-type]
+    pos.armed("k999", EntryState(held=True, lower=None))  # (too long to record)
+    assert pos.stale  # it did not: a head watches every lower entry, it needs all of them
+    pos.relisted([Entry("k998", 998, 1), Entry("k999", 999, 1)])  # the others are gone
     assert not pos.stale and not pos.truncated
     assert pos.decision() == Admitted()
 
