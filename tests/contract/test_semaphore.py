@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import _thread
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -166,7 +168,9 @@ def test_an_exception_in_the_with_block_releases(service: Harness) -> None:
 def test_keyboard_interrupt_while_waiting_removes_the_entry(service: Harness) -> None:
     sem = service.connect().semaphore("kbd", capacity=1)
     with sem.acquire():
-        timer = threading.Timer(0.5, _thread.interrupt_main)
+        # a real SIGINT: interrupt_main() alone is only seen once the waiting call
+        # returns by itself (after its whole timeout), not while it blocks
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
         timer.start()
         with pytest.raises(KeyboardInterrupt):
             sem.acquire(timeout=10)
