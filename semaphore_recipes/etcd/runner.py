@@ -118,17 +118,21 @@ class AsyncRunner:
         """Run ``program`` as a task of the loop, not waiting for it."""
         self.spawn_task(self.run(program))
 
-    def spawn_task(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Run ``coroutine`` as a task, kept until it ends; its failure is logged."""
+    def spawn_task(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+        """Run ``coroutine`` as a task, kept until it ends; its failure is logged. None
+        once closed (nothing is run: revoking the lease removes the entries)."""
         if self._closed:
             coroutine.close()
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return asyncio.ensure_future(done)  # (a finished task: nothing to run)
-        task = asyncio.ensure_future(_logged(coroutine))
+            return None
+        task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._finished)
         return task
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("etcd: a background request failed", exc_info=task.exception())
 
     async def close(self) -> None:
         """Background tasks are cancelled (revoking the lease removes the entries)."""
@@ -138,10 +142,3 @@ class AsyncRunner:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=1.0)
-
-
-async def _logged(coroutine: Coroutine[Any, Any, None]) -> None:
-    try:
-        await coroutine
-    except Exception:
-        log.exception("etcd: a background request failed")
