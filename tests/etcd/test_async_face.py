@@ -107,6 +107,7 @@ def test_an_acquire_cancelled_right_after_its_create_was_sent_leaves_no_entry(
     """The task is cancelled the moment the create txn is on the wire, before its
     reply: the undo must wait for the create's outcome (a cancelled grpc.aio call may
     still be applied), so no entry outlives its acquire, round after round."""
+    rng = random.Random(1414)
 
     async def main() -> None:
         async with aio.connect(ed.url) as backend:
@@ -123,13 +124,14 @@ def test_an_acquire_cancelled_right_after_its_create_was_sent_leaves_no_entry(
                     # (not awaited: the reply is on its way when the task is cancelled)
                     pending = asyncio.ensure_future(real(call))
                     creates.append(pending)
-                    await asyncio.sleep(0)  # the request is being sent
+                    # the request is being sent, on the wire, or at the server
+                    await asyncio.sleep(rng.choice((0, 0, 0.0001, 0.0003, 0.0006)))
                     acquiring.pop().cancel()
                     return await pending
                 return await real(call)
 
             client.execute = execute  # type: ignore[method-assign]
-            for _ in range(60):
+            for _ in range(100):
                 task = asyncio.ensure_future(sem.acquire())
                 acquiring.append(task)
                 with pytest.raises(asyncio.CancelledError):
