@@ -14,6 +14,11 @@ Bounds: opening waits at most ``connect_timeout``; every later call but a waitin
 acquire at most ``request_timeout`` (requests retried on UNAVAILABLE until then), then
 raises BackendUnavailable; ``close()`` leaves a lease it could not revoke in time to
 expire.
+
+The asyncio face (``sr.aio.connect``) is the same backend over an
+:class:`~.aio_client.AioEtcdClient`: the same programs awaited, the keepalive and the
+watch stream as tasks of the loop, and the same behaviour on connection loss and expiry
+(several tasks finding the lease gone: one grants, the others await it).
 """
 
 from __future__ import annotations

@@ -4,13 +4,20 @@ It talks to etcd through the project's own generated stubs
 (:mod:`semaphore_recipes.etcd._proto`), so every request field the recipe needs reaches
 the server as written. The rest of the layer, one concept per module:
 
+* :mod:`.rpc`: a call as a value (:class:`~.rpc.Call`), what the backend's programs
+  yield; :meth:`EtcdClient.execute` makes one (the asyncio face's twin is
+  :mod:`.aio_client`, over ``grpc.aio``);
+* :mod:`.auth`: the auth token, written once for both clients;
 * :mod:`.ops`: request builders (one range builder for every range), transaction
   guards (:class:`~.ops.Compare`) and operations (:class:`~.ops.Op`);
 * :mod:`.errors`: the :class:`~.errors.EtcdError` tree every call raises instead of
   :class:`grpc.RpcError` (the original error is kept as ``__cause__``);
 * :mod:`.retry`: :func:`~.retry.retry_unavailable`, the one retry on UNAVAILABLE;
-* :mod:`.lease`: :class:`~.lease.LeaseKeeper`, a lease's keepalive thread;
-* :mod:`.watch`: every watch of a client on one stream, resumed after connection loss;
+* :mod:`.lease`: :class:`~.lease.LeaseKeeper`, a lease's keepalive thread (a task:
+  :mod:`.aio_lease`; their decisions: :mod:`.lease_health`);
+* :mod:`.watch`: every watch of a client on one stream, resumed after connection loss
+  (read by a task: :mod:`.aio_watch`; what both share: :mod:`.watch_mux`);
+* :mod:`.runner`: the backend's programs run blocking or awaited;
 * :mod:`.channel`: endpoints to a gRPC target, credentials and options.
 
 Connection loss, in general: a unary call that cannot reach a healthy member raises

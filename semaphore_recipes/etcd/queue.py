@@ -14,6 +14,14 @@ branch, which reads the same things: the entry made by the lost attempt is adopt
 When the lease ends, every waiter of the backend enqueues again on the one new lease; an
 enqueue that finds its lease replaced while its txn was on its way deletes the entry it
 created (by its create_revision) before trying again, so no entry outlives its acquire.
+
+Each step is a program (:mod:`.runner`) that both faces run: blocking for
+``sr.connect``, awaited for ``sr.aio.connect`` (same requests, same retries, same
+errors). Connection loss: a step retries UNAVAILABLE within its deadline (the acquire's,
+or the request timeout), then AcquireTimeout / BackendUnavailable; a delete that cannot
+reach etcd goes on in the background until the queue closes. A cancelled asyncio acquire
+deletes its entry in the background, after its create's outcome if the create was still
+on its way (the cancel does not un-send it).
 """
 
 from __future__ import annotations
