@@ -25,9 +25,8 @@ import grpc.aio
 
 from .._core.program import run_program_async
 from ._proto import etcd_api_pb2 as pb
-from .auth import REQUIRE_LEADER, AuthToken, Login, Metadata, Send
-from .channel import channel_config
-from .client import stubs
+from .auth import REQUIRE_LEADER, Login, Metadata, Send
+from .client_base import ClientBase
 from .errors import EtcdError
 from .rpc import Call
 
@@ -36,7 +35,7 @@ __all__ = ["AioEtcdClient"]
 logger = logging.getLogger("semaphore_recipes.etcd")
 
 
-class AioEtcdClient:
+class AioEtcdClient(ClientBase):
     """A ``grpc.aio`` connection to an etcd v3 cluster (see the module docstring); the
     arguments are :class:`~.client.EtcdClient`'s. Must be made in the event loop that
     uses it."""
@@ -52,31 +51,17 @@ class AioEtcdClient:
         user: str | None = None,
         password: str | None = None,
     ) -> None:
-        if isinstance(endpoints, str):
-            endpoints = [endpoints]
-        self._auth = AuthToken(user, password, timeout)
-        self.endpoints: tuple[str, ...] = tuple(endpoints)
-        self.timeout = timeout
-        config = channel_config(
-            self.endpoints, ca_cert=ca_cert, cert_key=cert_key, cert_cert=cert_cert
+        super().__init__(
+            endpoints,
+            grpc.aio,
+            timeout=timeout,
+            ca_cert=ca_cert,
+            cert_key=cert_key,
+            cert_cert=cert_cert,
+            user=user,
+            password=password,
         )
-        if config.credentials is not None:
-            self._channel: Any = grpc.aio.secure_channel(
-                config.target, config.credentials, options=config.options
-            )
-        else:
-            self._channel = grpc.aio.insecure_channel(config.target, options=config.options)
-        self._stubs = stubs(self._channel)
         self._auth_lock = asyncio.Lock()
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def user(self) -> str | None:
-        return self._auth.user
 
     async def execute(self, call: Call) -> Any:
         """Make ``call`` (the auth token added, refreshed once if refused); its reply."""
@@ -134,6 +119,3 @@ class AioEtcdClient:
         if not self._closed:
             self._closed = True
             await self._channel.close()
-
-    def __repr__(self) -> str:
-        return f"AioEtcdClient({list(self.endpoints)!r})"

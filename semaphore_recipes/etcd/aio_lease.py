@@ -25,7 +25,7 @@ import grpc.aio
 from ._proto import etcd_api_pb2 as pb
 from .aio_client import AioEtcdClient
 from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, is_invalid_token, map_rpc_error
-from .lease_health import LeaseHealth
+from .lease_health import KeeperBase
 from .retry import Backoff
 
 __all__ = ["AsyncLeaseKeeper"]
@@ -33,7 +33,7 @@ __all__ = ["AsyncLeaseKeeper"]
 logger = logging.getLogger("semaphore_recipes.etcd")
 
 
-class AsyncLeaseKeeper:
+class AsyncLeaseKeeper(KeeperBase):
     """Keep a lease alive from two tasks (the stream, the watchdog); see the module
     docstring. :meth:`start` in the running loop; :meth:`stop` ends them (it does not
     revoke the lease)."""
@@ -50,7 +50,7 @@ class AsyncLeaseKeeper:
         interval: float | None = None,
         suspend_after: float | None = None,
     ) -> None:
-        self.health = LeaseHealth(
+        super().__init__(
             lease_id,
             ttl,
             on_expired=on_expired,
@@ -60,20 +60,10 @@ class AsyncLeaseKeeper:
             suspend_after=suspend_after,
         )
         self.client = client
-        self.lease_id = lease_id
-        self.interval = self.health.interval
         self._tasks: list[asyncio.Task[None]] = []
         self._attempt: asyncio.Task[bool] | None = None  # the stream open now
         self._opened = time.monotonic()
         self._stale = False  # the watchdog cancelled a silent stream
-
-    @property
-    def suspended(self) -> bool:
-        return self.health.suspended
-
-    @property
-    def expired(self) -> bool:
-        return self.health.expired
 
     @property
     def running(self) -> bool:
@@ -167,12 +157,9 @@ class AsyncLeaseKeeper:
         cancelled: asyncio.Task[bool] | None = None
         while self._going():
             attempt = self._attempt
-            wait = self.health.next_check(self._opened)
-            if wait <= 0:
-                self.health.check()
-                if attempt is not None and attempt is not cancelled:
-                    self._stale = True
-                    attempt.cancel()
-                    cancelled = attempt
-                wait = self.interval  # until the re-opened stream has had its chance
-            await asyncio.sleep(max(0.01, min(wait, self.interval)))
+            recycle, pause = self.health.watchdog_turn(self._opened)
+            if recycle and attempt is not None and attempt is not cancelled:
+                self._stale = True
+                attempt.cancel()
+                cancelled = attempt
+            await asyncio.sleep(pause)

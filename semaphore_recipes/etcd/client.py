@@ -42,33 +42,18 @@ import grpc
 
 from .._core.program import run_program
 from ._proto import etcd_api_pb2 as pb
-from ._proto import etcd_api_pb2_grpc as _rpc_module
-from .auth import REQUIRE_LEADER, AuthToken, Login, Metadata, Send
-from .channel import channel_config
+from .auth import REQUIRE_LEADER, Login, Metadata, Send
+from .client_base import ClientBase
 from .errors import EtcdError
 from .ops import Key
 from .rpc import Call, granted_lease
 
-__all__ = ["EtcdClient", "stubs"]
+__all__ = ["EtcdClient"]
 
 logger = logging.getLogger("semaphore_recipes.etcd")
 
-# The generated *_pb2_grpc module has no type information; use it through Any.
-_rpc: Any = _rpc_module
 
-
-def stubs(channel: Any) -> dict[str, Any]:
-    """The etcd services' stubs on ``channel`` (a ``grpc`` or a ``grpc.aio`` one), by
-    service name (:attr:`.rpc.Rpc.service`)."""
-    return {
-        "KV": _rpc.KVStub(channel),
-        "Lease": _rpc.LeaseStub(channel),
-        "Watch": _rpc.WatchStub(channel),
-        "Auth": _rpc.AuthStub(channel),
-    }
-
-
-class EtcdClient:
+class EtcdClient(ClientBase):
     """A connection to an etcd v3 cluster: one gRPC channel, typed unary calls.
 
     ``endpoints`` are ``host:port`` strings; several give failover (see
@@ -103,37 +88,21 @@ class EtcdClient:
         user: str | None = None,
         password: str | None = None,
     ) -> None:
-        if isinstance(endpoints, str):
-            endpoints = [endpoints]
-        self._auth = AuthToken(user, password, timeout)
-        self.endpoints: tuple[str, ...] = tuple(endpoints)
-        self.timeout = timeout
-        config = channel_config(
-            self.endpoints, ca_cert=ca_cert, cert_key=cert_key, cert_cert=cert_cert
+        super().__init__(
+            endpoints,
+            grpc,
+            timeout=timeout,
+            ca_cert=ca_cert,
+            cert_key=cert_key,
+            cert_cert=cert_cert,
+            user=user,
+            password=password,
         )
-        if config.credentials is not None:
-            self._channel: Any = grpc.secure_channel(
-                config.target, config.credentials, options=config.options
-            )
-        else:
-            self._channel = grpc.insecure_channel(config.target, options=config.options)
-        self._stubs = stubs(self._channel)
         self._watch: Any = self._stubs["Watch"]
         self._lease: Any = self._stubs["Lease"]
         self._auth_lock = threading.Lock()
-        self._closed = False
 
     # ------------------------------------------------------------------ plumbing
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` was called."""
-        return self._closed
-
-    @property
-    def user(self) -> str | None:
-        """The user the client authenticates as; None: anonymous."""
-        return self._auth.user
 
     @property
     def channel(self) -> Any:
@@ -321,6 +290,3 @@ class EtcdClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"EtcdClient({list(self.endpoints)!r})"

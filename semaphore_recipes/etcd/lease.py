@@ -12,7 +12,7 @@ import grpc
 
 from ._proto import etcd_api_pb2 as pb
 from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, is_invalid_token, map_rpc_error
-from .lease_health import LeaseHealth
+from .lease_health import KeeperBase
 from .retry import Backoff
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ __all__ = ["LeaseKeeper"]
 logger = logging.getLogger("semaphore_recipes.etcd")
 
 
-class LeaseKeeper:
+class LeaseKeeper(KeeperBase):
     """Keep a lease alive from a background daemon thread.
 
     Sends a LeaseKeepAlive on one bidirectional stream every ``interval`` seconds
@@ -61,7 +61,7 @@ class LeaseKeeper:
         suspend_after: float | None = None,
         start: bool = True,
     ) -> None:
-        self.health = LeaseHealth(
+        super().__init__(
             lease_id,
             ttl,
             on_expired=on_expired,
@@ -71,10 +71,6 @@ class LeaseKeeper:
             suspend_after=suspend_after,
         )
         self.client = client
-        self.lease_id = lease_id
-        self.ttl = self.health.ttl
-        self.interval = self.health.interval
-        self.suspend_after = self.health.suspend_after
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._call: Any = None
@@ -90,21 +86,6 @@ class LeaseKeeper:
             self.start()
 
     # -------------------------------------------------------------- public state
-
-    @property
-    def last_ack(self) -> float:
-        """``time.monotonic()`` of the last acknowledged keepalive (or of the start)."""
-        return self.health.last_ack
-
-    @property
-    def suspended(self) -> bool:
-        """True while acknowledgements are overdue."""
-        return self.health.suspended
-
-    @property
-    def expired(self) -> bool:
-        """True once the server said the lease is gone."""
-        return self.health.expired
 
     @property
     def running(self) -> bool:
@@ -140,15 +121,12 @@ class LeaseKeeper:
         while not self._stop.is_set() and not self.client.closed:
             with self._lock:
                 call, opened = self._call, self._opened
-            wait = self.health.next_check(opened)
-            if wait <= 0:
-                self.health.check()
-                if call is not None and call is not cancelled:
-                    self._stale = True
-                    call.cancel()
-                    cancelled = call
-                wait = self.interval  # until the re-opened stream has had its chance
-            self._stop.wait(max(0.01, min(wait, self.interval)))
+            recycle, pause = self.health.watchdog_turn(opened)
+            if recycle and call is not None and call is not cancelled:
+                self._stale = True
+                call.cancel()
+                cancelled = call
+            self._stop.wait(pause)
 
     def _requests(self, done: threading.Event) -> Iterator[pb.LeaseKeepAliveRequest]:
         """Runs on gRPC's request thread: one keepalive now, then every interval."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from .callbacks import run_callback
 
-__all__ = ["LeaseHealth"]
+__all__ = ["KeeperBase", "LeaseHealth"]
 
 logger = logging.getLogger("semaphore_recipes.etcd")
 
@@ -95,6 +95,17 @@ class LeaseHealth:
         ref = max(self.last_ack, opened) if self.suspended else self.last_ack
         return ref + self.suspend_after - time.monotonic()
 
+    def watchdog_turn(self, opened: float) -> tuple[bool, float]:
+        """A keeper's watchdog wakes: ``(recycle, pause)``. ``recycle``: acknowledgements
+        are overdue (the suspension is reported), the stream opened at ``opened`` is to be
+        replaced; ``pause``: how long the watchdog sleeps before its next turn (after a
+        recycle, until the re-opened stream has had its chance)."""
+        wait = self.next_check(opened)
+        if wait > 0:
+            return False, max(0.01, min(wait, self.interval))
+        self.check()
+        return True, self.interval
+
     def expire(self, why: str) -> None:
         """The server said the lease is gone: reported once, then no more reports."""
         with self._report_lock:
@@ -103,3 +114,48 @@ class LeaseHealth:
             self.expired = self.stopped = True
         logger.warning("etcd: lease %x expired (%s)", self.lease_id, why)
         run_callback("on_expired", self._on_expired)
+
+
+class KeeperBase:
+    """What both keepers (a thread, a task) have: the lease, its :class:`LeaseHealth`
+    and what it says."""
+
+    def __init__(
+        self,
+        lease_id: int,
+        ttl: float,
+        *,
+        on_expired: Callable[[], None],
+        on_suspended: Callable[[], None],
+        on_restored: Callable[[], None],
+        interval: float | None,
+        suspend_after: float | None,
+    ) -> None:
+        self.health = LeaseHealth(
+            lease_id,
+            ttl,
+            on_expired=on_expired,
+            on_suspended=on_suspended,
+            on_restored=on_restored,
+            interval=interval,
+            suspend_after=suspend_after,
+        )
+        self.lease_id = lease_id
+        self.ttl = self.health.ttl
+        self.interval = self.health.interval
+        self.suspend_after = self.health.suspend_after
+
+    @property
+    def last_ack(self) -> float:
+        """``time.monotonic()`` of the last acknowledged keepalive (or of the start)."""
+        return self.health.last_ack
+
+    @property
+    def suspended(self) -> bool:
+        """True while acknowledgements are overdue."""
+        return self.health.suspended
+
+    @property
+    def expired(self) -> bool:
+        """True once the server said the lease is gone."""
+        return self.health.expired
