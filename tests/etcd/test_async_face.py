@@ -40,9 +40,12 @@ async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> No
         await asyncio.sleep(0.02)
 
 
-def test_the_async_face_is_native_grpc_aio(ed: EtcdHarness) -> None:
+def test_the_async_face_is_native_grpc_aio(
+    ed: EtcdHarness, caplog: pytest.LogCaptureFixture
+) -> None:
     """The registry's etcd class has the face; it runs on a grpc.aio client; the usage
-    of the issue works end to end and leaves nothing behind."""
+    of the issue works end to end and leaves nothing behind: no entry, and no task
+    left pending when the loop ends (closing ends the keepalive and watch tasks)."""
     assert registry.backend_class("etcd").has_async_face
 
     async def main() -> None:
@@ -60,7 +63,9 @@ def test_the_async_face_is_native_grpc_aio(ed: EtcdHarness) -> None:
                 async with sem.acquire(permits=10):
                     await sem.acquire(permits=1, blocking=False)
 
-    run(main)
+    with caplog.at_level("ERROR", logger="asyncio"):
+        run(main)
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
     assert ed.entries() == []
 
 
@@ -147,9 +152,10 @@ def test_an_acquire_cancelled_right_after_its_create_was_sent_leaves_no_entry(
 
 
 def test_an_async_waiter_re_enters_the_queue_when_its_session_expires(ed: EtcdHarness) -> None:
-    """A holder in another backend (sync face); an async waiter whose lease is revoked
-    while it waits: its holder-side permit is lost, the waiter enqueues again on the
-    new lease and is granted when the holder releases."""
+    """A holder in another backend (sync face); async waiters whose lease is revoked
+    while they wait: the async holder's permit is lost (``lost`` set), the waiters
+    enqueue again, all on one new lease (one task grants it, the others await that
+    grant), and are granted in FIFO order once the holder releases."""
     other = ed.connect()
     sync_sem = other.semaphore("expiry", capacity=2)
     holder = sync_sem.acquire(timeout=5)
@@ -158,19 +164,29 @@ def test_an_async_waiter_re_enters_the_queue_when_its_session_expires(ed: EtcdHa
         async with aio.connect(ed.url) as backend:
             sem = backend.semaphore("expiry", capacity=2)
             mine = await sem.acquire()  # ours, lost with the lease
-            waiting = asyncio.ensure_future(sem.acquire(permits=2, timeout=30))
-            await eventually(lambda: len(ed.entries("expiry")) == 3)
+            granted: list[int] = []
+
+            async def wait_then_release() -> None:
+                # 2 of 2: granted one at a time, each releasing at once
+                async with sem.acquire(permits=2, timeout=30) as permit:
+                    granted.append(permit.token)
+
+            waiters = [asyncio.ensure_future(wait_then_release()) for _ in range(4)]
+            await eventually(lambda: len(ed.entries("expiry")) == 6)
+            leases_before = ed.sessions()
             old = ed.session_of(etcd_of(backend))
             await asyncio.to_thread(ed.expire_session, etcd_of(backend))
             await asyncio.wait_for(mine.lost.wait(), 10)
             assert mine.state is aio.PermitState.LOST
             await eventually(lambda: etcd_of(backend).lease_id not in (0, old))
-            await eventually(lambda: len(ed.entries("expiry")) == 2)  # holder + re-entered
-            assert not waiting.done()
+            # the holder + the four waiters, re-entered on the one new lease
+            await eventually(lambda: len(ed.entries("expiry")) == 5)
+            assert ed.sessions() - leases_before == {etcd_of(backend).lease_id}
+            assert granted == []
             await asyncio.to_thread(holder.release)
-            permit = await waiting
+            await asyncio.gather(*waiters)
+            assert granted == sorted(granted)  # FIFO, by their new entries' order
             assert ed.session_of(etcd_of(backend)) != old
-            await permit.release()
             await mine.release()  # idempotent on a lost permit
 
     run(main)
