@@ -106,6 +106,35 @@ def test_cancelling_acquires_at_random_points_leaves_no_entry(ed: EtcdHarness) -
     assert ed.entries() == []
 
 
+def test_a_cancelled_waiter_wakes_its_successor_as_a_release_would(ed: EtcdHarness) -> None:
+    """Capacity 1: a holder, then B, then C (which watches B). B is cancelled while it
+    waits: its entry goes, C moves up behind the holder and is granted at the release."""
+
+    async def main() -> None:
+        async with aio.connect(ed.url) as backend:
+            sem = backend.semaphore("successor", capacity=1)
+            holder = await sem.acquire()
+            b = asyncio.ensure_future(sem.acquire(timeout=30))
+            await eventually(lambda: len(ed.entries("successor")) == 2)
+            c = asyncio.ensure_future(sem.acquire(timeout=30))
+            await eventually(lambda: len(ed.entries("successor")) == 3)
+            b.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await b
+            await eventually(lambda: len(ed.entries("successor")) == 2)
+            status = await sem.status()
+            assert [h.token for h in status.holders] == [holder.token]
+            assert len(status.waiters) == 1
+            assert not c.done()
+            await holder.release()
+            permit = await asyncio.wait_for(c, 10)
+            assert permit.token == status.waiters[0].token
+            await permit.release()
+
+    run(main)
+    assert ed.entries() == []
+
+
 def test_an_acquire_cancelled_right_after_its_create_was_sent_leaves_no_entry(
     ed: EtcdHarness,
 ) -> None:
