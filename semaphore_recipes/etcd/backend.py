@@ -232,7 +232,7 @@ class EtcdBackend(Backend):
             return None
         if self._grant_ended is None:
             self._grant_ended = asyncio.Event()
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(asyncio.TimeoutError):  # (not the builtin before 3.11)
             await asyncio.wait_for(self._grant_ended.wait(), request.timeout)
         return None
 
