@@ -198,11 +198,6 @@ class EtcdBackend(Backend):
         elif self._sync is not None:
             self._sync.spawn(program)
 
-    def spawn_task(self, program: Program[None]) -> asyncio.Task[None] | None:
-        """The asyncio face's :meth:`spawn`, returning the task (None once closed)."""
-        assert self._aio is not None
-        return self._aio.spawn_task(self._aio.run(program))
-
     def undo_create(self, entry: str, undo: Program[None]) -> None:
         """Run ``undo`` in the background once the create call of ``entry`` (if one is
         still on its way: a cancelled acquire's) has its outcome."""

@@ -500,11 +500,16 @@ class EtcdQueue(QueueDriver):
         self.backend.run(self._delete(key, self._leaving(key)))
 
     async def remove_async(self, key: str) -> None:
-        # the delete is a task of its own: awaited within the request timeout, then it
-        # goes on in the background (also when this task is cancelled)
-        task = self.backend.spawn_task(self._delete(key, self._leaving(key)))
-        if task is not None:
-            await asyncio.wait({task}, timeout=self.request_timeout)
+        # Its first attempt is bounded by the request timeout, then it goes on in the
+        # background (_delete). Cancelling this task cancels the call, which may or may
+        # not have been applied: the delete (guarded, so repeating it is harmless) is
+        # sent again in the background.
+        token = self._leaving(key)
+        try:
+            await self.backend.run_async(self._delete(key, token))
+        except asyncio.CancelledError:
+            self.backend.spawn(self._delete(key, token))
+            raise
 
     def _leaving(self, key: str) -> int | None:
         """Our entry ``key`` leaves: forget its mark and its token, end its holder's

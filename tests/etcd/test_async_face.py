@@ -180,6 +180,25 @@ def test_an_acquire_cancelled_right_after_its_create_was_sent_leaves_no_entry(
     run(main)
 
 
+def test_a_cancelled_release_still_deletes_the_entry(ed: EtcdHarness) -> None:
+    """``await permit.release()`` cancelled at random points of its delete: the entry
+    goes anyway (the delete is sent again in the background), round after round."""
+    rng = random.Random(7)
+
+    async def main() -> None:
+        async with aio.connect(ed.url) as backend:
+            sem = backend.semaphore("release", capacity=1)
+            for _ in range(40):
+                permit = await sem.acquire(blocking=False)
+                releasing = asyncio.ensure_future(permit.release())
+                await asyncio.sleep(rng.choice((0, 0, 0.0001, 0.0003, 0.0006)))
+                releasing.cancel()
+                await asyncio.gather(releasing, return_exceptions=True)
+                await eventually(lambda: ed.entries("release") == [], timeout=5)
+
+    run(main)
+
+
 def test_an_async_waiter_re_enters_the_queue_when_its_session_expires(ed: EtcdHarness) -> None:
     """A holder in another backend (sync face); async waiters whose lease is revoked
     while they wait: the async holder's permit is lost (``lost`` set), the waiters
