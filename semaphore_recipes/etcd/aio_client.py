@@ -9,7 +9,10 @@ Connection loss: as the sync client. A call that cannot reach a healthy member r
 :class:`~.errors.EtcdUnavailable` (it may or may not have been applied); nothing is
 retried behind the caller's back; calls wait for the channel to reconnect until their
 deadline (``wait_for_ready``). Cancelling the task awaiting a call cancels the call on
-this side only: a request already sent may still be applied by the server.
+this side only: a request already sent may still be applied by the server. So a call
+that may create a queue entry (:attr:`.rpc.Call.creates`) is not cancelled with its
+task; :meth:`AioEtcdClient.settled` waits for its end, after which the entry's undo
+may be sent.
 Made and used in one event loop.
 """
 
@@ -62,6 +65,7 @@ class AioEtcdClient(ClientBase):
             password=password,
         )
         self._auth_lock = asyncio.Lock()
+        self._creates: dict[str, Any] = {}  # entry id -> the call creating it, on its way
 
     async def execute(self, call: Call) -> Any:
         """Make ``call`` (the auth token added, refreshed once if refused); its reply."""
@@ -77,7 +81,7 @@ class AioEtcdClient(ClientBase):
         call = request.call
         method = getattr(self._stubs[call.rpc.service], call.rpc.method)
         try:
-            return await method(
+            rpc = method(
                 call.request,
                 timeout=self.timeout if call.timeout is None else call.timeout,
                 metadata=request.metadata,
@@ -85,6 +89,34 @@ class AioEtcdClient(ClientBase):
             )
         except grpc.aio.UsageError as exc:  # the channel was closed
             raise EtcdError(f"the etcd client is closed: {exc}") from exc
+        if call.creates is None:
+            return await rpc  # (cancelling the awaiting task cancels the call)
+        return await self._not_cancelled(call.creates, rpc)
+
+    async def _not_cancelled(self, entry: str, rpc: Any) -> Any:
+        """Await ``rpc``, which may create ``entry``, without cancelling it when the
+        awaiting task is cancelled: it stays known to :meth:`settled` until it ends."""
+        finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._creates[entry] = rpc
+
+        def ended(_: object) -> None:
+            if self._creates.get(entry) is rpc:
+                del self._creates[entry]
+            _finish(finished)
+
+        rpc.add_done_callback(ended)
+        await finished  # a cancel of this task cancels ``finished``, not the call
+        return await rpc  # (ended: its reply, or its AioRpcError)
+
+    async def settled(self, entry: str) -> None:
+        """Return once the call that may create ``entry`` (:attr:`.rpc.Call.creates`)
+        has ended, if one is on its way: only then may its undo be sent."""
+        rpc = self._creates.get(entry)
+        if rpc is None or rpc.done():
+            return
+        finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        rpc.add_done_callback(lambda _: _finish(finished))
+        await finished
 
     async def metadata(self, *extra: tuple[str, str]) -> Metadata:
         if self._closed:
@@ -119,3 +151,8 @@ class AioEtcdClient(ClientBase):
         if not self._closed:
             self._closed = True
             await self._channel.close()
+
+
+def _finish(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -205,11 +205,9 @@ class EtcdBackend(Backend):
             self.spawn(undo)
             return
         aio = self._aio
-        create = aio.create_in_flight(entry)
 
         async def after_the_create() -> None:
-            if create is not None:
-                await asyncio.wait({create})
+            await aio.client.settled(entry)
             await aio.run(undo)
 
         aio.spawn_task(after_the_create())

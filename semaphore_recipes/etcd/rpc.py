@@ -48,9 +48,9 @@ class Rpc(enum.Enum):
 class Call:
     """Call ``rpc`` with ``request``, waiting at most ``timeout`` seconds (None: the
     client's default). ``creates``: the queue entry this call may create; the asyncio
-    face lets the call finish even if its task is cancelled, so that the entry's undo
-    never overtakes it (gRPC does not order calls, and a cancelled call may still
-    reach the server)."""
+    client does not cancel such a call with its task, and the entry's undo waits for
+    its end (:meth:`~.aio_client.AioEtcdClient.settled`), so the undo never overtakes
+    it (gRPC does not order calls, and a cancelled call may still reach the server)."""
 
     rpc: Rpc
     request: Any

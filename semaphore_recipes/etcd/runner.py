@@ -78,38 +78,15 @@ class AsyncRunner:
         self.client = client
         self._extra = extra
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._creates: dict[str, asyncio.Task[Any]] = {}  # entry id -> its create call
         self._closed = False
 
     async def answer(self, request: object) -> object:
         if isinstance(request, Call):
-            if request.creates is None:
-                return await self.client.execute(request)
-            return await self._create(request.creates, request)
+            return await self.client.execute(request)
         if isinstance(request, Pause):
             await asyncio.sleep(request.seconds)
             return None
         return await self._extra(request)
-
-    async def _create(self, entry: str, call: Call) -> object:
-        """A call that may create ``entry`` runs as a task of its own, shielded: a
-        cancelled acquire leaves it running, and its undo (:meth:`create_in_flight`)
-        waits for its outcome before deleting."""
-        task = asyncio.ensure_future(self.client.execute(call))
-        self._creates[entry] = task
-
-        def settled(done: asyncio.Future[Any]) -> None:
-            if self._creates.get(entry) is done:
-                del self._creates[entry]
-            if not done.cancelled():
-                done.exception()  # retrieved: an undo logs what matters
-
-        task.add_done_callback(settled)
-        return await asyncio.shield(task)
-
-    def create_in_flight(self, entry: str) -> asyncio.Task[Any] | None:
-        """The create call of ``entry`` still on its way, if any."""
-        return self._creates.get(entry)
 
     async def run(self, program: Program[T]) -> T:
         return await run_program_async(program, self.answer)

@@ -17,7 +17,6 @@ import semaphore_recipes as sr
 from semaphore_recipes import aio, registry
 from semaphore_recipes.etcd.aio_client import AioEtcdClient
 from semaphore_recipes.etcd.backend import EtcdBackend
-from semaphore_recipes.etcd.rpc import Call
 from semaphore_recipes.testing.etcd_harness import EtcdHarness
 
 from ..conftest import wait_until
@@ -149,31 +148,42 @@ def test_an_acquire_cancelled_right_after_its_create_was_sent_leaves_no_entry(
             await sem.open()
             client = etcd_of(backend).client
             assert isinstance(client, AioEtcdClient)
-            real = client.execute
+            kv = client._stubs["KV"]
             acquiring: list[asyncio.Task[Any]] = []
-            creates: list[asyncio.Future[Any]] = []
+            creates: list[Any] = []  # the raw grpc.aio calls of the creates
 
-            async def execute(call: Call) -> Any:
-                if call.creates is not None and acquiring:
-                    # (not awaited: the reply is on its way when the task is cancelled)
-                    pending = asyncio.ensure_future(real(call))
-                    creates.append(pending)
-                    # the request is being sent, on the wire, or at the server
-                    await asyncio.sleep(rng.choice((0, 0, 0.0001, 0.0003, 0.0006)))
-                    acquiring.pop().cancel()
-                    return await pending
-                return await real(call)
+            class CancelOnceSent:
+                """The KV stub, but the acquiring task is cancelled once its create
+                txn is issued: while it is sent, on the wire, or at the server."""
 
-            client.execute = execute  # type: ignore[method-assign]
-            for _ in range(100):
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(kv, name)
+
+                def Txn(self, request: Any, **kwargs: Any) -> Any:
+                    rpc = kv.Txn(request, **kwargs)
+                    if acquiring and request.success and request.success[0].request_put.lease:
+                        creates.append(rpc)
+                        delay = rng.choice((0, 0, rng.uniform(0, 0.003)))
+                        asyncio.get_running_loop().call_later(delay, acquiring.pop().cancel)
+                    return rpc
+
+            client._stubs["KV"] = CancelOnceSent()
+            cancelled = 0
+            for _ in range(150):
                 task = asyncio.ensure_future(sem.acquire())
                 acquiring.append(task)
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-                # once the create has its outcome, its entry (if made) goes, for good
-                await asyncio.wait(creates)
+                (outcome,) = await asyncio.gather(task, return_exceptions=True)
+                if isinstance(outcome, aio.AsyncPermit):  # the reply beat the cancel
+                    await outcome.release()
+                else:
+                    assert isinstance(outcome, asyncio.CancelledError), outcome
+                    cancelled += 1
+                # once the create has ended, its entry (if made) goes, for good
+                await eventually(lambda: all(rpc.done() for rpc in creates))
                 await eventually(lambda: ed.entries("sent") == [], timeout=5)
-            client.execute = real  # type: ignore[method-assign]
+            client._stubs["KV"] = kv
+            assert len(creates) == 150
+            assert cancelled >= 75, cancelled  # most cancels landed while it was in flight
             permit = await sem.acquire(blocking=False)
             await permit.release()
 
