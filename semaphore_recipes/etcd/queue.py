@@ -110,6 +110,7 @@ class EtcdQueue(QueueDriver):
         self._tokens: dict[str, int] = {}  # our entries' create_revisions
         self._holder_watchers: dict[str, Watcher] = {}  # acquire(watch_entry=True)
         self._marks_pending: set[tuple[str, int]] = set()  # marks handed to the background
+        self._listed: dict[tuple[bytes, int], Entry] = {}  # decoded entries of the last listing
         self._closed = False
         self._capacity_watch: Watcher | None = None
 
@@ -312,14 +313,8 @@ class EtcdQueue(QueueDriver):
         waiter.created(uid, token)
         with self._lock:
             self._tokens[uid] = token
-        lower: list[Entry] = []
-        later = False
-        for kv in listing:
-            revision = kv.create_revision
-            if revision < token:
-                lower.append(self._entry(kv))
-            elif revision > token:
-                later = True
+        lower = self._entries([kv for kv in listing if kv.create_revision < token])
+        later = any(kv.create_revision > token for kv in listing)
         # our own entry is what we just wrote: not decoded again
         me = Entry(key=uid, order=token, weight=waiter.weight, held=False)
         capacity, version = self.capacity_answer()
@@ -339,6 +334,21 @@ class EtcdQueue(QueueDriver):
     def _entry(self, kv: Any) -> Entry:
         uid, weight, data = self._decode(kv)
         return Entry(key=uid, order=kv.create_revision, weight=weight, held=data.held)
+
+    def _entries(self, kvs: Any) -> list[Entry]:
+        """The listed entries, each decoded once per version: a write's revision names
+        its key, creation and value, so ``(key, mod_revision)`` seen in the previous
+        listing is not decoded again. Every waiter lists every entry below its own, so
+        decoding them all each time made a queue of n waiters cost n² decodes, enough
+        to keep an event loop with many waiters from its lease's keepalives."""
+        known = self._listed
+        fresh: dict[tuple[bytes, int], Entry] = {}
+        for kv in kvs:
+            version = (kv.key, kv.mod_revision)
+            entry = known.get(version)
+            fresh[version] = self._entry(kv) if entry is None else entry
+        self._listed = fresh  # (a concurrent listing's may win: it is as good a cache)
+        return list(fresh.values())
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
@@ -390,7 +400,7 @@ class EtcdQueue(QueueDriver):
             ),
             deadline,
         )
-        return [self._entry(kv) for kv in reply.kvs]
+        return self._entries(reply.kvs)
 
     def _watch(self, waiter: Waiter, generation: int, key: str, start_revision: int) -> None:
         """A watch on one entry from ``start_revision``: nothing between the read and the
