@@ -198,19 +198,20 @@ class EtcdBackend(Backend):
         elif self._sync is not None:
             self._sync.spawn(program)
 
-    def undo_create(self, entry: str, undo: Program[None]) -> None:
+    def undo_create(self, entry: str, undo: Program[None]) -> asyncio.Task[None] | None:
         """Run ``undo`` in the background once the create call of ``entry`` (if one is
-        still on its way: a cancelled acquire's) has its outcome."""
+        still on its way: a cancelled acquire's) has its outcome: its task (asyncio face;
+        None once closed, or on the sync face)."""
         if self._aio is None:
             self.spawn(undo)
-            return
+            return None
         aio = self._aio
 
         async def after_the_create() -> None:
             await aio.client.settled(entry)
             await aio.run(undo)
 
-        aio.spawn_task(after_the_create())
+        return aio.spawn_task(after_the_create())
 
     def _answer_sync(self, request: object) -> object:
         assert isinstance(request, AwaitGrant)

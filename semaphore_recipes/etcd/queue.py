@@ -549,6 +549,17 @@ class EtcdQueue(QueueDriver):
             # for its outcome first, else the delete could reach etcd before it.
             self.backend.undo_create(waiter.entry_id, self._delete(waiter.entry_id, None))
 
+    async def abandon_async(self, waiter: Waiter) -> None:
+        if waiter.key is not None:
+            await self.remove_async(waiter.key)
+        elif waiter.entry_id is not None:
+            # the undo of abandon_nowait (after the create's end), awaited within the
+            # request timeout; it goes on in the background after that, or when this
+            # task is cancelled
+            undo = self.backend.undo_create(waiter.entry_id, self._delete(waiter.entry_id, None))
+            if undo is not None:
+                await asyncio.wait({undo}, timeout=self.request_timeout)
+
     def _delete(self, uid: str, token: int | None) -> Program[None]:
         """Delete our entry, guarded by its create_revision when known. Tries now; if
         etcd cannot be reached, retries in the background (the lease's end removes the
