@@ -14,21 +14,28 @@ Bounds: opening waits at most ``connect_timeout``; every later call but a waitin
 acquire at most ``request_timeout`` (requests retried on UNAVAILABLE until then), then
 raises BackendUnavailable; ``close()`` leaves a lease it could not revoke in time to
 expire.
+
+The asyncio face (``sr.aio.connect``) is the same backend over an
+:class:`~.aio_client.AioEtcdClient`: the same programs awaited, the keepalive and the
+watch stream as tasks of the loop, and the same behaviour on connection loss and expiry
+(several tasks finding the lease gone: one grants, the others await it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import threading
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core.deadline import Deadline
 from .._core.names import etcd_entry_key, parse_etcd_entry, validate_name
-from .._interrupts import call_with_sigint_held
+from .._core.program import Program
 from .._url import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..backend import (
     RESTORED,
@@ -46,11 +53,15 @@ from ..errors import (
     InvalidName,
     PermissionDenied,
 )
+from .aio_client import AioEtcdClient
+from .aio_lease import AsyncLeaseKeeper
 from .client import EtcdClient
 from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, EtcdUnavailable
 from .lease import LeaseKeeper
 from .ops import prefix_range_end
-from .retry import retry_unavailable
+from .retry import retrying
+from .rpc import Call, granted_lease
+from .runner import AsyncRunner, SyncRunner
 
 if TYPE_CHECKING:
     from .queue import EtcdQueue
@@ -81,19 +92,31 @@ def validate_prefix(prefix: str) -> str:
     return prefix if prefix.endswith("/") else prefix + "/"
 
 
+@dataclass(frozen=True)
+class AwaitGrant:
+    """Wait (at most ``timeout`` s) until the lease grant another caller is making ends:
+    while the backend's grant turn is still ``turn``."""
+
+    turn: int
+    timeout: float
+
+
 class EtcdBackend(Backend):
     """Semaphores over one etcd client and one lease (the session).
 
-    Built by :func:`semaphore_recipes.connect` from an ``etcd://`` URL. ``close()``
-    revokes the lease, which removes this backend's entries at once.
+    Built by :func:`semaphore_recipes.connect` from an ``etcd://`` URL (over an
+    :class:`EtcdClient`), or by :func:`semaphore_recipes.aio.connect` (over an
+    :class:`AioEtcdClient`: the asyncio face, driven through the ``*_async`` methods
+    only). ``close()`` revokes the lease, which removes this backend's entries at once.
     ``request_timeout`` bounds every call but a waiting acquire (seconds).
     """
 
     scheme = "etcd"
+    has_async_face = True
 
     def __init__(
         self,
-        client: EtcdClient,
+        client: EtcdClient | AioEtcdClient,
         *,
         prefix: str = DEFAULT_PREFIX,
         owner: str | None = None,
@@ -101,6 +124,8 @@ class EtcdBackend(Backend):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
+        """Over an :class:`EtcdClient` the lease is granted here (blocking); over an
+        :class:`AioEtcdClient` (made in the running loop) :meth:`start_async` grants it."""
         super().__init__(owner=owner or default_owner(), request_timeout=request_timeout)
         self.client = client
         self.prefix = validate_prefix(prefix)
@@ -108,73 +133,114 @@ class EtcdBackend(Backend):
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._lease_changed = threading.Condition(self._lock)  # a grant ended (either way)
-        self._granting = False  # one thread is granting a new lease: the others wait
+        self._granting = False  # one caller is granting a new lease: the others wait
+        self._grant_turn = 0  # counts the grants that ended
+        self._grant_ended: asyncio.Event | None = None  # the asyncio face's wait for it
         self._queues: weakref.WeakSet[EtcdQueue] = weakref.WeakSet()
         self._closed = False
-        # fire-and-forget writes (held marks, deletes that must be retried)
-        self.background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sr-etcd")
         self.lease_id = 0
         self._slots: set[tuple[int, int]] = set()  # (lease, slot) of entries not yet deleted
-        self._keeper: LeaseKeeper | None = None
-        self._new_lease(Deadline(connect_timeout, _monotonic))
+        self._keeper: LeaseKeeper | AsyncLeaseKeeper | None = None
+        self._sync: SyncRunner | None = None
+        self._aio: AsyncRunner | None = None
+        if isinstance(client, AioEtcdClient):
+            self._aio = AsyncRunner(client, self._answer_async)
+        else:
+            self._sync = SyncRunner(client, self._answer_sync)
+            self.run(self._new_lease(Deadline(connect_timeout, _monotonic)))
 
     @classmethod
     def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> EtcdBackend:
         """A backend for an ``etcd://`` URL. Raises ValueError, before any I/O, on a
         parameter etcd does not take (a ZooKeeper one such as ``root``, or a typo): the
         key prefix is the URL's path, and a silently ignored setting is a wrong one."""
-        params = url.params
-        unknown = sorted(set(params) - URL_PARAMETERS)
-        if unknown:
-            hint = " (etcd uses the URL path as its key prefix)" if "root" in unknown else ""
-            raise ValueError(
-                f"etcd URL parameter(s) {', '.join(unknown)} not understood{hint}; "
-                f"known: {', '.join(sorted(URL_PARAMETERS))}"
-            )
-        session_timeout = url.seconds_param("session_timeout", DEFAULT_SESSION_TIMEOUT)
-        connect_timeout = url.connect_timeout()
-        request_timeout = url.request_timeout()
-        prefix = validate_prefix(url.path + "/") if url.path else DEFAULT_PREFIX
-        client = EtcdClient(
-            [f"{h}:{p}" for h, p in url.hosts],
-            timeout=request_timeout,
-            ca_cert=params.get("ca"),
-            cert_cert=params.get("cert"),
-            cert_key=params.get("key"),
-            user=params.get("user"),
-            password=params.get("password"),
-        )
+        settings = _settings(url)
+        client = EtcdClient(settings.endpoints, **settings.client_options)
         try:
-            return cls(
-                client,
-                prefix=prefix,
-                owner=owner,
-                session_timeout=session_timeout,
-                connect_timeout=connect_timeout,
-                request_timeout=request_timeout,
-            )
+            return cls(client, owner=owner, **settings.backend_options)
         except BaseException:
             client.close()
             raise
 
-    def run(self, fn: Callable[[], T]) -> T:
-        """Run one blocking etcd call, bounded by a timeout of a few seconds, for the
-        calling thread. On the main thread Ctrl-C is held until the call returns, so a
-        KeyboardInterrupt never lands inside grpc's code (see ``_interrupts``)."""
-        return call_with_sigint_held(fn)
+    @classmethod
+    async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> EtcdBackend:
+        """:meth:`from_url` for the asyncio face: a ``grpc.aio`` channel, the lease
+        granted without blocking the loop, its keepalive a task of the loop."""
+        settings = _settings(url)
+        client = AioEtcdClient(settings.endpoints, **settings.client_options)
+        try:
+            backend = cls(client, owner=owner, **settings.backend_options)
+            await backend.run_async(
+                backend._new_lease(Deadline(backend.connect_timeout, _monotonic))
+            )
+        except BaseException:
+            await client.close()
+            raise
+        return backend
+
+    # ---- running programs (runner.py) ---------------------------------------------
+    def run(self, program: Program[T]) -> T:
+        """Run a program of this backend's on the sync face, blocking."""
+        if self._sync is None:
+            raise RuntimeError("this etcd backend is driven by the asyncio face")
+        return self._sync.run(program)
+
+    async def run_async(self, program: Program[T]) -> T:
+        """Run a program of this backend's on the asyncio face, awaited."""
+        if self._aio is None:
+            raise RuntimeError("this etcd backend is driven by the sync face")
+        return await self._aio.run(program)
+
+    def spawn(self, program: Program[None]) -> None:
+        """Run a program in the background (a pool thread, or a task of the loop)."""
+        if self._aio is not None:
+            self._aio.spawn(program)
+        elif self._sync is not None:
+            self._sync.spawn(program)
+
+    def undo_create(self, entry: str, undo: Program[None]) -> asyncio.Task[None] | None:
+        """Run ``undo`` in the background once the create call of ``entry`` (if one is
+        still on its way: a cancelled acquire's) has its outcome: its task (asyncio face;
+        None once closed, or on the sync face)."""
+        if self._aio is None:
+            self.spawn(undo)
+            return None
+        aio = self._aio
+
+        async def after_the_create() -> None:
+            await aio.client.settled(entry)
+            await aio.run(undo)
+
+        return aio.spawn_task(after_the_create())
+
+    def _answer_sync(self, request: object) -> object:
+        assert isinstance(request, AwaitGrant)
+        with self._lock:
+            if self._grant_turn == request.turn:
+                self._lease_changed.wait(request.timeout)
+        return None
+
+    async def _answer_async(self, request: object) -> object:
+        assert isinstance(request, AwaitGrant)
+        if self._grant_turn != request.turn:
+            return None
+        if self._grant_ended is None:
+            self._grant_ended = asyncio.Event()
+        with contextlib.suppress(asyncio.TimeoutError):  # (not the builtin before 3.11)
+            await asyncio.wait_for(self._grant_ended.wait(), request.timeout)
+        return None
 
     # ---- the session (lease) -------------------------------------------------
-    def _new_lease(self, deadline: Deadline) -> int:
+    def _new_lease(self, deadline: Deadline) -> Program[int]:
         try:
-            lease_id, ttl = retry_unavailable(
-                lambda timeout: self.run(
-                    lambda: self.client.lease_grant(self.ttl, timeout=timeout)
-                ),
+            reply = yield from retrying(
+                lambda timeout: Call.lease_grant(self.ttl, timeout=timeout),
                 Deadline(deadline.cap(3600.0), _monotonic),
                 attempt_timeout=2.0,
                 initial_backoff=0.02,
                 max_backoff=0.5,
             )
+            lease_id, ttl = granted_lease(reply)
         except EtcdUnavailable as exc:
             raise BackendUnavailable(
                 f"no etcd member answered at {', '.join(self.client.endpoints)}"
@@ -188,22 +254,23 @@ class EtcdBackend(Backend):
             raise BackendUnavailable(f"etcd refused a lease: {exc}") from exc
         # Every report of this keeper names its lease: a late one about a lease that was
         # already replaced must not touch the new lease or its permits.
-        keeper = LeaseKeeper(
-            self.client,
-            lease_id,
-            ttl,
+        keeper: LeaseKeeper | AsyncLeaseKeeper
+        reports: dict[str, Any] = dict(
             on_expired=lambda: self.lease_gone(lease_id),
             on_suspended=lambda: self._keeper_reports(lease_id, SUSPENDED),
             on_restored=lambda: self._keeper_reports(lease_id, RESTORED),
-            start=False,
         )
+        if isinstance(self.client, AioEtcdClient):
+            keeper = AsyncLeaseKeeper(self.client, lease_id, ttl, **reports)
+        else:
+            keeper = LeaseKeeper(self.client, lease_id, ttl, start=False, **reports)
         with self._lock:
             closed = self._closed
             if not closed:
                 old_keeper = self._keeper
                 self.lease_id, self._keeper = lease_id, keeper
         if closed:  # closed while the grant was on its way: nobody will use this lease
-            self._revoke(lease_id)
+            yield from self._revoke(lease_id)
             raise BackendUnavailable("the etcd backend is closed")
         if old_keeper is not None:  # (cannot happen: an ended lease's keeper is stopped)
             old_keeper.stop(timeout=0)
@@ -212,15 +279,20 @@ class EtcdBackend(Backend):
         return lease_id
 
     def current_lease(self, deadline: Deadline) -> int:
+        """The live lease, granting a new one after an expiry (within ``deadline``); see
+        :meth:`lease`."""
+        return self.run(self.lease(deadline))
+
+    def lease(self, deadline: Deadline) -> Program[int]:
         """The live lease, granting a new one after an expiry (within ``deadline``).
 
-        Single-flight: when several threads find the lease gone, one grants the new lease
+        Single-flight: when several callers find the lease gone, one grants the new lease
         and the others wait for it; if that grant fails, the next waiter tries in turn.
         Raises AcquireTimeout when ``deadline`` passes first, BackendUnavailable when the
         backend is closed or no member grants a lease.
         """
-        with self._lock:
-            while True:
+        while True:
+            with self._lock:
                 if self._closed:
                     raise BackendUnavailable("the etcd backend is closed")
                 if self.lease_id:
@@ -230,13 +302,21 @@ class EtcdBackend(Backend):
                 if not self._granting:
                     self._granting = True
                     break
-                self._lease_changed.wait(deadline.cap(1.0))
+                turn = self._grant_turn
+            yield AwaitGrant(turn, deadline.cap(1.0))
         try:
-            return self._new_lease(deadline)
+            return (yield from self._new_lease(deadline))
         finally:
-            with self._lock:
-                self._granting = False
-                self._lease_changed.notify_all()
+            self._grant_over()
+
+    def _grant_over(self) -> None:
+        with self._lock:
+            self._granting = False
+            self._grant_turn += 1
+            self._lease_changed.notify_all()
+        ended, self._grant_ended = self._grant_ended, None
+        if ended is not None:  # (the asyncio face: set in the loop that awaits it)
+            ended.set()
 
     def take_entry_slot(self, lease_id: int) -> str:
         """An entry key (``<lease>-<slot>``) for a new entry on ``lease_id``: the lowest
@@ -282,10 +362,10 @@ class EtcdBackend(Backend):
                 return
         self.publish(change)
 
-    def _revoke(self, lease_id: int, deadline: Deadline | None = None) -> None:
+    def _revoke(self, lease_id: int, deadline: Deadline | None = None) -> Program[None]:
         try:
             timeout = 2.0 if deadline is None else (deadline.cap(2.0) or 0.001)
-            self.client.lease_revoke(lease_id, timeout=timeout)
+            yield Call.lease_revoke(lease_id, timeout=timeout)
         except EtcdLeaseNotFound:
             pass  # already gone (expired, or revoked from outside): nothing to do
         except EtcdError as exc:
@@ -302,7 +382,14 @@ class EtcdBackend(Backend):
     ) -> EtcdQueue:
         from .queue import EtcdQueue
 
-        return EtcdQueue(self, name, capacity, adopt_capacity=adopt_capacity, create=create)
+        return self.run(EtcdQueue(self, name).open(capacity, adopt_capacity, create))
+
+    async def open_queue_async(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> EtcdQueue:
+        from .queue import EtcdQueue
+
+        return await self.run_async(EtcdQueue(self, name).open(capacity, adopt_capacity, create))
 
     def describe(self) -> str:
         return f"etcd at {', '.join(self.client.endpoints)} (prefix {self.prefix})"
@@ -322,8 +409,16 @@ class EtcdBackend(Backend):
         return self._closed
 
     def read(self, key: str) -> bytes | None:
+        return self.run(self._read(key))
+
+    async def read_async(self, key: str) -> bytes | None:
+        return await self.run_async(self._read(key))
+
+    def _read(self, key: str) -> Program[bytes | None]:
         raw = key.encode()
-        reply = self._bounded(lambda timeout: self.client.range(raw, timeout=timeout), f"key {key}")
+        reply = yield from self._bounded(
+            lambda timeout: Call.range(raw, timeout=timeout), f"key {key}"
+        )
         return bytes(reply.kvs[0].value) if reply.kvs else None
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
@@ -331,21 +426,25 @@ class EtcdBackend(Backend):
         return f"{self.prefix}{validate_name(semaphore)}/data/{validate_name(name)}"
 
     def delete_semaphore(self, name: str) -> None:
+        self.run(self._delete_semaphore(name))
+
+    async def delete_semaphore_async(self, name: str) -> None:
+        await self.run_async(self._delete_semaphore(name))
+
+    def _delete_semaphore(self, name: str) -> Program[None]:
         start = f"{self.prefix}{validate_name(name)}/".encode()
         end = prefix_range_end(start)
-        self._bounded(
-            lambda timeout: self.client.delete_range(start, end, timeout=timeout),
+        yield from self._bounded(
+            lambda timeout: Call.delete_range(start, end, timeout=timeout),
             f"keys under {start.decode()}",
         )
 
-    def _bounded(self, request: Callable[[float], T], target: str) -> T:
-        """A retry-safe request of this backend's own, retried on UNAVAILABLE within the
+    def _bounded(self, make: Callable[[float], Call], target: str) -> Program[Any]:
+        """A retry-safe call of this backend's own, retried on UNAVAILABLE within the
         request timeout (then BackendUnavailable); PermissionDenied naming ``target``."""
         deadline = Deadline(self.request_timeout, _monotonic)
         try:
-            return retry_unavailable(
-                lambda timeout: self.run(lambda: request(timeout)), deadline, attempt_timeout=2.0
-            )
+            return (yield from retrying(make, deadline, attempt_timeout=2.0))
         except EtcdUnavailable as exc:
             raise BackendUnavailable(f"etcd unreachable ({target}): {exc}") from exc
         except EtcdAuthError as exc:
@@ -362,23 +461,86 @@ class EtcdBackend(Backend):
         Returns within the request timeout: a lease that could not be revoked by then
         expires by itself after its TTL, and its entries with it."""
         deadline = Deadline(self.request_timeout, _monotonic)
+        lease_id = self._closing(deadline)
+        if lease_id is None:
+            return
+        assert self._sync is not None and isinstance(self.client, EtcdClient)
+        # Queued marks and delete retries are moot: the revoke removes every entry. A
+        # running one ends after its attempt (its queue is closed).
+        self._sync.close()
+        if lease_id:
+            self.run(self._revoke(lease_id, deadline))
+        self.client.close()
+
+    async def close_async(self) -> None:
+        """:meth:`close`, awaited: the keepalive task, the watch stream's task and the
+        background tasks end, the lease is revoked, the channel closed."""
+        deadline = Deadline(self.request_timeout, _monotonic)
+        lease_id = self._closing(deadline)
+        if lease_id is None:
+            return
+        assert self._aio is not None and isinstance(self.client, AioEtcdClient)
+        await self._aio.close()
+        if lease_id:
+            await self.run_async(self._revoke(lease_id, deadline))
+        await self.client.close()
+
+    def _closing(self, deadline: Deadline) -> int | None:
+        """Mark the backend closed, stop its queues' watches and its keeper: the lease to
+        revoke (0: none), or None when it was closed already."""
         with self._lock:
             if self._closed:
-                return
+                return None
             self._closed = True
             keeper, lease_id = self._keeper, self.lease_id
             queues = list(self._queues)
-            self._lease_changed.notify_all()  # threads waiting for a new lease: closed
+            self._lease_changed.notify_all()  # callers waiting for a new lease: closed
         for queue in queues:
             queue.close(deadline)
-        # Queued marks and delete retries are moot: the revoke removes every entry. A
-        # running one ends after its attempt (its queue is closed).
-        self.background.shutdown(wait=False, cancel_futures=True)
         if keeper is not None:
             keeper.stop(timeout=deadline.cap(1.0))
-        if lease_id:
-            self._revoke(lease_id, deadline)
-        self.client.close()
+        return lease_id
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What an ``etcd://`` URL says, for either client and the backend."""
+
+    endpoints: list[str]
+    client_options: dict[str, Any]
+    backend_options: dict[str, Any]
+
+
+def _settings(url: ServiceURL) -> _Settings:
+    params = url.params
+    unknown = sorted(set(params) - URL_PARAMETERS)
+    if unknown:
+        hint = " (etcd uses the URL path as its key prefix)" if "root" in unknown else ""
+        raise ValueError(
+            f"etcd URL parameter(s) {', '.join(unknown)} not understood{hint}; "
+            f"known: {', '.join(sorted(URL_PARAMETERS))}"
+        )
+    session_timeout = url.seconds_param("session_timeout", DEFAULT_SESSION_TIMEOUT)
+    connect_timeout = url.connect_timeout()
+    request_timeout = url.request_timeout()
+    prefix = validate_prefix(url.path + "/") if url.path else DEFAULT_PREFIX
+    return _Settings(
+        endpoints=[f"{h}:{p}" for h, p in url.hosts],
+        client_options=dict(
+            timeout=request_timeout,
+            ca_cert=params.get("ca"),
+            cert_cert=params.get("cert"),
+            cert_key=params.get("key"),
+            user=params.get("user"),
+            password=params.get("password"),
+        ),
+        backend_options=dict(
+            prefix=prefix,
+            session_timeout=session_timeout,
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+        ),
+    )
 
 
 def _on_lease(entry_id: str | None, lease_id: int) -> bool:

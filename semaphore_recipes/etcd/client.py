@@ -4,13 +4,20 @@ It talks to etcd through the project's own generated stubs
 (:mod:`semaphore_recipes.etcd._proto`), so every request field the recipe needs reaches
 the server as written. The rest of the layer, one concept per module:
 
+* :mod:`.rpc`: a call as a value (:class:`~.rpc.Call`), what the backend's programs
+  yield; :meth:`EtcdClient.execute` makes one (the asyncio face's twin is
+  :mod:`.aio_client`, over ``grpc.aio``);
+* :mod:`.auth`: the auth token, written once for both clients;
 * :mod:`.ops`: request builders (one range builder for every range), transaction
   guards (:class:`~.ops.Compare`) and operations (:class:`~.ops.Op`);
 * :mod:`.errors`: the :class:`~.errors.EtcdError` tree every call raises instead of
   :class:`grpc.RpcError` (the original error is kept as ``__cause__``);
 * :mod:`.retry`: :func:`~.retry.retry_unavailable`, the one retry on UNAVAILABLE;
-* :mod:`.lease`: :class:`~.lease.LeaseKeeper`, a lease's keepalive thread;
-* :mod:`.watch`: every watch of a client on one stream, resumed after connection loss;
+* :mod:`.lease`: :class:`~.lease.LeaseKeeper`, a lease's keepalive thread (a task:
+  :mod:`.aio_lease`; their decisions: :mod:`.lease_health`);
+* :mod:`.watch`: every watch of a client on one stream, resumed after connection loss
+  (read by a task: :mod:`.aio_watch`; what both share: :mod:`.watch_mux`);
+* :mod:`.runner`: the backend's programs run blocking or awaited;
 * :mod:`.channel`: endpoints to a gRPC target, credentials and options.
 
 Connection loss, in general: a unary call that cannot reach a healthy member raises
@@ -33,26 +40,20 @@ from typing import Any
 
 import grpc
 
+from .._core.program import run_program
 from ._proto import etcd_api_pb2 as pb
-from ._proto import etcd_api_pb2_grpc as _rpc_module
-from .channel import channel_config
-from .errors import EtcdAuthError, EtcdError, is_invalid_token, map_rpc_error
-from .ops import Key, delete_request, put_request, range_request
+from .auth import REQUIRE_LEADER, Login, Metadata, Send
+from .client_base import ClientBase
+from .errors import EtcdError
+from .ops import Key
+from .rpc import Call, granted_lease
 
 __all__ = ["EtcdClient"]
 
 logger = logging.getLogger("semaphore_recipes.etcd")
 
-# The generated *_pb2_grpc module has no type information; use it through Any.
-_rpc: Any = _rpc_module
 
-# metadata key etcd reads the auth token from, and the "require leader" flag that makes a
-# member close watch/keepalive streams when it loses its leader (clientv3.WithRequireLeader)
-_TOKEN_KEY = "token"
-_REQUIRE_LEADER = ("hasleader", "true")
-
-
-class EtcdClient:
+class EtcdClient(ClientBase):
     """A connection to an etcd v3 cluster: one gRPC channel, typed unary calls.
 
     ``endpoints`` are ``host:port`` strings; several give failover (see
@@ -87,42 +88,21 @@ class EtcdClient:
         user: str | None = None,
         password: str | None = None,
     ) -> None:
-        if isinstance(endpoints, str):
-            endpoints = [endpoints]
-        if (user is None) != (password is None):
-            raise ValueError("user and password must be given together")
-        self.endpoints: tuple[str, ...] = tuple(endpoints)
-        self.timeout = timeout
-        config = channel_config(
-            self.endpoints, ca_cert=ca_cert, cert_key=cert_key, cert_cert=cert_cert
+        super().__init__(
+            endpoints,
+            grpc,
+            timeout=timeout,
+            ca_cert=ca_cert,
+            cert_key=cert_key,
+            cert_cert=cert_cert,
+            user=user,
+            password=password,
         )
-        if config.credentials is not None:
-            self._channel: Any = grpc.secure_channel(
-                config.target, config.credentials, options=config.options
-            )
-        else:
-            self._channel = grpc.insecure_channel(config.target, options=config.options)
-        self._kv: Any = _rpc.KVStub(self._channel)
-        self._lease: Any = _rpc.LeaseStub(self._channel)
-        self._watch: Any = _rpc.WatchStub(self._channel)
-        self._auth: Any = _rpc.AuthStub(self._channel)
-        self._user = user
-        self._password = password
-        self._token: str | None = None
+        self._watch: Any = self._stubs["Watch"]
+        self._lease: Any = self._stubs["Lease"]
         self._auth_lock = threading.Lock()
-        self._closed = False
 
     # ------------------------------------------------------------------ plumbing
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` was called."""
-        return self._closed
-
-    @property
-    def user(self) -> str | None:
-        """The user the client authenticates as; None: anonymous."""
-        return self._user
 
     @property
     def channel(self) -> Any:
@@ -130,74 +110,46 @@ class EtcdClient:
         library never makes (etcd's Auth administration, the list of leases)."""
         return self._channel
 
-    def _authenticate(self, stale: str | None) -> str:
-        with self._auth_lock:
-            if self._token is not None and self._token != stale:
-                return self._token  # another thread refreshed it meanwhile
-            req = pb.AuthenticateRequest(name=self._user or "", password=self._password or "")
-            try:
-                resp = self._auth.Authenticate(req, timeout=self.timeout, wait_for_ready=True)
-            except grpc.RpcError as exc:
-                err = map_rpc_error(exc)
-                if type(err) is EtcdError:
-                    err = EtcdAuthError(str(err), err.code)
-                raise err from exc
-            token = str(resp.token)
-            self._token = token
-            logger.debug("etcd: authenticated as %r", self._user)
-            return token
+    def execute(self, call: Call) -> Any:
+        """Make ``call`` (the auth token added, refreshed once if refused); its reply.
+        Every error is an :class:`~.errors.EtcdError` (see the class docstring)."""
+        if self._closed:
+            raise EtcdError("the etcd client is closed")
+        return run_program(self._auth.call(call), self._send)
 
-    def metadata(self, *extra: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    def _send(self, request: object) -> Any:
+        """Answer the auth programs' requests (:mod:`.auth`): raw calls and logins."""
+        if isinstance(request, Login):
+            with self._auth_lock:  # one login at a time; the others see its token
+                return run_program(self._auth.login(request.stale), self._send)
+        assert isinstance(request, Send)
+        call = request.call
+        method = getattr(self._stubs[call.rpc.service], call.rpc.method)
+        try:
+            return method(
+                call.request,
+                timeout=self.timeout if call.timeout is None else call.timeout,
+                metadata=request.metadata,
+                wait_for_ready=True,
+            )
+        except ValueError as exc:  # "Cannot invoke RPC on closed channel!"
+            if self._closed:
+                raise EtcdError("the etcd client is closed") from exc
+            raise
+
+    def metadata(self, *extra: tuple[str, str]) -> Metadata:
         """The call metadata: the auth token (authenticating first if needed) and ``extra``."""
         if self._closed:
             raise EtcdError("the etcd client is closed")
-        if self._user is None:
-            return tuple(extra)
-        token = self._token or self._authenticate(None)
-        return ((_TOKEN_KEY, token), *extra)
-
-    def _refresh_token(self, stale: tuple[tuple[str, str], ...]) -> None:
-        """Authenticate again if ``stale`` (metadata of a refused call) holds the current token."""
-        if self._user is None:
-            return
-        old = next((v for k, v in stale if k == _TOKEN_KEY), None)
-        self._authenticate(old)
+        return run_program(self._auth.metadata(*extra), self._send)
 
     def reauthenticate(self) -> None:
         """Authenticate again now: a stream (keepalive, watch) was refused its token.
         A failure is logged, not raised; the stream's next attempt reports it."""
         try:
-            self._refresh_token(self.metadata())
+            run_program(self._auth.refresh(self.metadata()), self._send)
         except EtcdError as exc:
             logger.info("etcd: authentication failed: %s", exc)
-
-    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
-        md = self.metadata()
-        try:
-            return method(
-                request,
-                timeout=self.timeout if timeout is None else timeout,
-                metadata=md,
-                wait_for_ready=True,
-            )
-        except grpc.RpcError as exc:
-            if self._user is not None and is_invalid_token(exc):
-                logger.info("etcd: auth token refused, authenticating again")
-                self._refresh_token(md)
-                try:
-                    return method(
-                        request,
-                        timeout=self.timeout if timeout is None else timeout,
-                        metadata=self.metadata(),
-                        wait_for_ready=True,
-                    )
-                except grpc.RpcError as exc2:
-                    raise map_rpc_error(exc2) from exc2
-            raise map_rpc_error(exc) from exc
-        except ValueError as exc:  # "Cannot invoke RPC on closed channel!"
-            if self._closed:
-                raise EtcdError("the etcd client is closed") from exc
-            raise
 
     # ------------------------------------------------------------------ KV
 
@@ -215,10 +167,15 @@ class EtcdClient:
 
         Raises :class:`EtcdUnavailable` on connection loss (safe to retry).
         """
-        req = range_request(
-            key, range_end, keys_only=keys_only, max_create_revision=max_create_revision
+        resp: pb.RangeResponse = self.execute(
+            Call.range(
+                key,
+                range_end,
+                keys_only=keys_only,
+                max_create_revision=max_create_revision,
+                timeout=timeout,
+            )
         )
-        resp: pb.RangeResponse = self._call(self._kv.Range, req, timeout)
         return resp
 
     def put(
@@ -229,8 +186,7 @@ class EtcdClient:
         Raises :class:`EtcdLeaseNotFound` if the lease is gone, :class:`EtcdUnavailable`
         on connection loss (the put may have been applied).
         """
-        req = put_request(key, value, lease=lease)
-        resp: pb.PutResponse = self._call(self._kv.Put, req, timeout)
+        resp: pb.PutResponse = self.execute(Call.put(key, value, lease=lease, timeout=timeout))
         return resp
 
     def delete_range(
@@ -240,8 +196,8 @@ class EtcdClient:
 
         Raises :class:`EtcdUnavailable` on connection loss (may have been applied).
         """
-        resp: pb.DeleteRangeResponse = self._call(
-            self._kv.DeleteRange, delete_request(key, range_end), timeout
+        resp: pb.DeleteRangeResponse = self.execute(
+            Call.delete_range(key, range_end, timeout=timeout)
         )
         return resp
 
@@ -260,8 +216,7 @@ class EtcdClient:
         returns the new key with its create_revision). Raises :class:`EtcdUnavailable`
         on connection loss (the txn may have been applied: make it retry-safe).
         """
-        req = pb.TxnRequest(compare=compare, success=success, failure=failure)
-        resp: pb.TxnResponse = self._call(self._kv.Txn, req, timeout)
+        resp: pb.TxnResponse = self.execute(Call.txn(compare, success, failure, timeout=timeout))
         return resp
 
     # ------------------------------------------------------------------ leases
@@ -273,27 +228,22 @@ class EtcdClient:
         timeout). Raises :class:`EtcdUnavailable` on connection loss (a lease may have
         been granted anyway; it expires by itself after its TTL).
         """
-        resp: pb.LeaseGrantResponse = self._call(
-            self._lease.LeaseGrant, pb.LeaseGrantRequest(TTL=ttl), timeout
-        )
-        if resp.error:
-            raise EtcdError(f"lease grant refused: {resp.error}")
-        return int(resp.ID), int(resp.TTL)
+        return granted_lease(self.execute(Call.lease_grant(ttl, timeout=timeout)))
 
     def lease_revoke(self, lease_id: int, *, timeout: float | None = None) -> None:
         """Revoke a lease; every key attached to it is deleted in the same revision.
 
         Raises :class:`EtcdLeaseNotFound` if it is already gone.
         """
-        self._call(self._lease.LeaseRevoke, pb.LeaseRevokeRequest(ID=lease_id), timeout)
+        self.execute(Call.lease_revoke(lease_id, timeout=timeout))
 
     def lease_time_to_live(
         self, lease_id: int, *, timeout: float | None = None
     ) -> pb.LeaseTimeToLiveResponse:
         """Remaining ``TTL`` of a lease (-1 when it does not exist) and ``grantedTTL``.
         The library never asks; the fault campaign's checker does (``chaos/``)."""
-        resp: pb.LeaseTimeToLiveResponse = self._call(
-            self._lease.LeaseTimeToLive, pb.LeaseTimeToLiveRequest(ID=lease_id), timeout
+        resp: pb.LeaseTimeToLiveResponse = self.execute(
+            Call.lease_time_to_live(lease_id, timeout=timeout)
         )
         return resp
 
@@ -305,7 +255,7 @@ class EtcdClient:
         try:
             return self._watch.Watch(
                 requests,
-                metadata=self.metadata(_REQUIRE_LEADER),
+                metadata=self.metadata(REQUIRE_LEADER),
                 wait_for_ready=True,
             )
         except ValueError as exc:  # grpc: "Cannot invoke RPC: Channel closed!"
@@ -316,7 +266,7 @@ class EtcdClient:
         try:
             return self._lease.LeaseKeepAlive(
                 requests,
-                metadata=self.metadata(_REQUIRE_LEADER),
+                metadata=self.metadata(REQUIRE_LEADER),
                 wait_for_ready=True,
             )
         except ValueError as exc:  # grpc: "Cannot invoke RPC: Channel closed!"
@@ -340,6 +290,3 @@ class EtcdClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"EtcdClient({list(self.endpoints)!r})"

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ._proto import etcd_api_pb2 as pb
-from .callbacks import run_callback
 from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, is_invalid_token, map_rpc_error
+from .lease_health import KeeperBase
 from .retry import Backoff
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ __all__ = ["LeaseKeeper"]
 logger = logging.getLogger("semaphore_recipes.etcd")
 
 
-class LeaseKeeper:
+class LeaseKeeper(KeeperBase):
     """Keep a lease alive from a background daemon thread.
 
     Sends a LeaseKeepAlive on one bidirectional stream every ``interval`` seconds
@@ -42,8 +42,10 @@ class LeaseKeeper:
       leader renews every lease), so a keeper cut off for good stays suspended.
 
     Stream errors are logged and the stream is re-opened with a backoff from 50 ms up
-    to ``ttl / 6``. Callbacks run on the keeper's threads, one at a time; exceptions
-    they raise are logged. :meth:`stop` ends the threads (it does not revoke the lease).
+    to ``ttl / 6``. The decisions are :class:`~.lease_health.LeaseHealth`'s (shared
+    with the asyncio face's keeper, :mod:`.aio_lease`). Callbacks run on the keeper's
+    threads, one at a time; exceptions they raise are logged. :meth:`stop` ends the
+    threads (it does not revoke the lease).
     """
 
     def __init__(
@@ -59,24 +61,20 @@ class LeaseKeeper:
         suspend_after: float | None = None,
         start: bool = True,
     ) -> None:
-        if ttl <= 0:
-            raise ValueError("ttl must be positive")
+        super().__init__(
+            lease_id,
+            ttl,
+            on_expired=on_expired,
+            on_suspended=on_suspended,
+            on_restored=on_restored,
+            interval=interval,
+            suspend_after=suspend_after,
+        )
         self.client = client
-        self.lease_id = lease_id
-        self.ttl = float(ttl)
-        self.interval = ttl / 3.0 if interval is None else float(interval)
-        self.suspend_after = 2.0 * ttl / 3.0 if suspend_after is None else float(suspend_after)
-        self._on_expired = on_expired
-        self._on_suspended = on_suspended
-        self._on_restored = on_restored
         self._lock = threading.Lock()
-        self._report_lock = threading.Lock()  # one suspended/restored report at a time
         self._stop = threading.Event()
-        self._last_ack = time.monotonic()
-        self._suspended = False
-        self._expired = False
         self._call: Any = None
-        self._opened = self._last_ack  # when the current stream was opened
+        self._opened = time.monotonic()  # when the current stream was opened
         self._stale = False  # set by the watchdog when it cancels a silent stream
         self._thread = threading.Thread(
             target=self._run, name=f"etcd-lease-keeper-{lease_id:x}", daemon=True
@@ -90,33 +88,20 @@ class LeaseKeeper:
     # -------------------------------------------------------------- public state
 
     @property
-    def last_ack(self) -> float:
-        """``time.monotonic()`` of the last acknowledged keepalive (or of the start)."""
-        return self._last_ack
-
-    @property
-    def suspended(self) -> bool:
-        """True while acknowledgements are overdue."""
-        return self._suspended
-
-    @property
-    def expired(self) -> bool:
-        """True once the server said the lease is gone."""
-        return self._expired
-
-    @property
     def running(self) -> bool:
         """True while the keeper's thread runs."""
         return self._thread.is_alive()
 
     def start(self) -> None:
         """Start the threads (done by the constructor unless ``start=False``)."""
-        self._last_ack = self._opened = time.monotonic()
+        self.health.started()
+        self._opened = time.monotonic()
         self._thread.start()
         self._watchdog.start()
 
     def stop(self, timeout: float | None = 5.0) -> None:
         """Stop sending keepalives and join the threads (the lease is left to expire)."""
+        self.health.stopped = True
         self._stop.set()
         with self._lock:
             call = self._call
@@ -128,52 +113,20 @@ class LeaseKeeper:
 
     # -------------------------------------------------------------- internals
 
-    def _overdue(self) -> bool:
-        return time.monotonic() - self._last_ack > self.suspend_after
-
-    def _check_suspended(self) -> None:
-        with self._report_lock:
-            if self._suspended or not self._overdue() or self._stop.is_set():
-                return
-            self._suspended = True
-            logger.warning(
-                "etcd: lease %x: no keepalive acknowledged for %.2f s, suspended",
-                self.lease_id,
-                time.monotonic() - self._last_ack,
-            )
-            run_callback("on_suspended", self._on_suspended)
-
-    def _acknowledged(self) -> None:
-        self._last_ack = time.monotonic()
-        if not self._suspended:
-            return
-        with self._report_lock:
-            if not self._suspended or self._stop.is_set():
-                return
-            self._suspended = False
-            logger.info("etcd: lease %x: keepalives acknowledged again", self.lease_id)
-            run_callback("on_restored", self._on_restored)
-
     def _watch_acks(self) -> None:
         """The watchdog: reports the suspension when acknowledgements are overdue and
-        cancels the silent stream so that ``_run`` opens a fresh one (once suspended, a
-        re-opened stream gets ``suspend_after`` of its own before it is recycled again).
-        It never reads the stream: a stream blocked waiting for a connection cannot
-        hold it up."""
+        cancels the silent stream so that ``_run`` opens a fresh one. It never reads the
+        stream: a stream blocked waiting for a connection cannot hold it up."""
         cancelled: Any = None
         while not self._stop.is_set() and not self.client.closed:
             with self._lock:
                 call, opened = self._call, self._opened
-            ref = max(self._last_ack, opened) if self._suspended else self._last_ack
-            wait = ref + self.suspend_after - time.monotonic()
-            if wait <= 0:
-                self._check_suspended()
-                if call is not None and call is not cancelled:
-                    self._stale = True
-                    call.cancel()
-                    cancelled = call
-                wait = self.interval  # until the re-opened stream has had its chance
-            self._stop.wait(max(0.01, min(wait, self.interval)))
+            recycle, pause = self.health.watchdog_turn(opened)
+            if recycle and call is not None and call is not cancelled:
+                self._stale = True
+                call.cancel()
+                cancelled = call
+            self._stop.wait(pause)
 
     def _requests(self, done: threading.Event) -> Iterator[pb.LeaseKeepAliveRequest]:
         """Runs on gRPC's request thread: one keepalive now, then every interval."""
@@ -194,17 +147,17 @@ class LeaseKeeper:
                 if self._stop.is_set():
                     call.cancel()
                 for resp in call:
-                    if resp.TTL <= 0:
-                        self._expire(f"server answered TTL {resp.TTL}")
+                    if not self.health.acknowledged(resp.TTL):
+                        self._stop.set()  # the watchdog too: a lease gone is not "suspended"
                         return
                     backoff.reset()
-                    self._acknowledged()
             except grpc.RpcError as exc:
                 if self._stop.is_set():
                     return
                 err = map_rpc_error(exc)
                 if isinstance(err, EtcdLeaseNotFound):
-                    self._expire(str(err))
+                    self._stop.set()
+                    self.health.expire(str(err))
                     return
                 if self._stale:
                     logger.debug(
@@ -222,14 +175,8 @@ class LeaseKeeper:
                 done.set()
                 with self._lock:
                     self._call = None
-            self._check_suspended()
+            self.health.check()
             if self._stale:
                 continue  # re-open at once; the server may just have been slow
             self._stop.wait(backoff.next())
-            self._check_suspended()
-
-    def _expire(self, why: str) -> None:
-        self._expired = True
-        self._stop.set()  # the watchdog too: a lease that is gone is not "suspended"
-        logger.warning("etcd: lease %x expired (%s)", self.lease_id, why)
-        run_callback("on_expired", self._on_expired)
+            self.health.check()

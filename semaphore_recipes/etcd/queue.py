@@ -14,10 +14,19 @@ branch, which reads the same things: the entry made by the lost attempt is adopt
 When the lease ends, every waiter of the backend enqueues again on the one new lease; an
 enqueue that finds its lease replaced while its txn was on its way deletes the entry it
 created (by its create_revision) before trying again, so no entry outlives its acquire.
+
+Each step is a program (:mod:`.runner`) that both faces run: blocking for
+``sr.connect``, awaited for ``sr.aio.connect`` (same requests, same retries, same
+errors). Connection loss: a step retries UNAVAILABLE within its deadline (the acquire's,
+or the request timeout), then AcquireTimeout / BackendUnavailable; a delete that cannot
+reach etcd goes on in the background until the queue closes. A cancelled asyncio acquire
+deletes its entry in the background, after its create's outcome if the create was still
+on its way (the cancel does not un-send it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -29,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
 from .._core.deadline import Deadline
 from .._core.names import parse_etcd_entry, validate_capacity
+from .._core.program import Program
 from .._core.protocol import (
     Enqueued,
     EntryChanged,
@@ -59,7 +69,8 @@ from .errors import (
     EtcdUnavailable,
 )
 from .ops import Compare, Op, prefix_range_end
-from .retry import retry_unavailable
+from .retry import retrying
+from .rpc import Call
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -70,18 +81,20 @@ log = logging.getLogger("semaphore_recipes.etcd")
 _ATTEMPT = 2.0  # seconds one request may take before it is retried (it is retry-safe)
 
 
+def _txn_within(
+    compare: list[Any], success: list[Any], failure: list[Any], creates: str, timeout: float
+) -> Call:
+    return Call.txn(compare, success, failure, timeout=timeout, creates=creates)
+
+
 class EtcdQueue(QueueDriver):
+    """One semaphore's queue. Made by :meth:`EtcdBackend.open_queue` (or its asyncio
+    twin, which runs the same :meth:`open` program): each step is a program of the
+    backend's runner (:mod:`.runner`), blocking or awaited."""
+
     backend: EtcdBackend
 
-    def __init__(
-        self,
-        backend: EtcdBackend,
-        name: str,
-        capacity: int | None,
-        *,
-        adopt_capacity: bool,
-        create: bool = True,
-    ) -> None:
+    def __init__(self, backend: EtcdBackend, name: str) -> None:
         super().__init__(name, backend)
         self.client = backend.client
         self.base = f"{backend.prefix}{name}/"  # every key of this semaphore
@@ -96,9 +109,14 @@ class EtcdQueue(QueueDriver):
         self._watchers: dict[Waiter, dict[str, Watcher]] = {}
         self._tokens: dict[str, int] = {}  # our entries' create_revisions
         self._holder_watchers: dict[str, Watcher] = {}  # acquire(watch_entry=True)
-        self._marks_pending: set[tuple[str, int]] = set()  # marks handed to a pool thread
+        self._marks_pending: set[tuple[str, int]] = set()  # marks handed to the background
+        self._listed: dict[tuple[bytes, int], Entry] = {}  # decoded entries of the last listing
         self._closed = False
-        self.capacity = self._agree_capacity(capacity, adopt_capacity, create)
+        self._capacity_watch: Watcher | None = None
+
+    def open(self, capacity: int | None, adopt_capacity: bool, create: bool) -> Program[EtcdQueue]:
+        """Agree on the capacity (creating the semaphore if ``create``), then watch it."""
+        self.capacity = yield from self._agree_capacity(capacity, adopt_capacity, create)
         self._capacity_watch = Watcher(
             self.client,
             self.config_key,
@@ -106,22 +124,21 @@ class EtcdQueue(QueueDriver):
             on_events=self._capacity_events,
             on_error=self._capacity_watch_failed,
         )
-        backend.register_queue(self)
+        self.backend.register_queue(self)
+        return self
 
     def _key(self, uid: str) -> bytes:
         return self.entries_prefix + uid.encode()
 
-    def _call(self, request: Callable[[float], Any], deadline: Deadline | None = None) -> Any:
-        """Run a retry-safe request, retrying UNAVAILABLE until the deadline: an
-        acquire's (then AcquireTimeout), or by default the request timeout (then
-        BackendUnavailable). ``request`` gets the time one attempt may take."""
+    def _call(
+        self, make: Callable[[float], Call], deadline: Deadline | None = None
+    ) -> Program[Any]:
+        """Make a retry-safe call, retrying UNAVAILABLE until the deadline: an acquire's
+        (then AcquireTimeout), or by default the request timeout (then
+        BackendUnavailable). ``make`` gets the time one attempt may take."""
         limit = Deadline(self.request_timeout, time.monotonic) if deadline is None else deadline
         try:
-            return retry_unavailable(
-                lambda timeout: self.backend.run(lambda: request(timeout)),
-                limit,
-                attempt_timeout=_ATTEMPT,
-            )
+            return (yield from retrying(make, limit, attempt_timeout=_ATTEMPT))
         except EtcdUnavailable as exc:
             if deadline is None:
                 raise BackendUnavailable(
@@ -136,13 +153,13 @@ class EtcdQueue(QueueDriver):
             raise BackendUnavailable(f"etcd refused the request: {exc}") from exc
 
     # ---- capacity --------------------------------------------------------------
-    def _agree_capacity(self, capacity: int | None, adopt: bool, create: bool) -> int:
+    def _agree_capacity(self, capacity: int | None, adopt: bool, create: bool) -> Program[int]:
         """Create the config key if ``create`` and it is missing (one txn that also reads
         it), else only read it: without ``create`` nothing is written."""
         if create:
             assert capacity is not None
-            reply = self._call(
-                lambda timeout: self.client.txn(
+            reply = yield from self._call(
+                lambda timeout: Call.txn(
                     [Compare.create_revision(self.config_key, "==", 0)],
                     [Op.put(self.config_key, encode_capacity(capacity)), Op.range(self.config_key)],
                     [Op.range(self.config_key)],
@@ -153,9 +170,10 @@ class EtcdQueue(QueueDriver):
             if reply.succeeded:
                 log.info("created semaphore %r with capacity %d", self.name, capacity)
         else:
-            kvs = self._call(
-                lambda timeout: self.client.range(self.config_key, timeout=timeout)
-            ).kvs
+            reply = yield from self._call(
+                lambda timeout: Call.range(self.config_key, timeout=timeout)
+            )
+            kvs = reply.kvs
             if not kvs:
                 raise SemaphoreNotFound(self.name, f"etcd key {self.config_key.decode()}")
         stored = decode_capacity(self.name, kvs[0].value)
@@ -176,27 +194,38 @@ class EtcdQueue(QueueDriver):
 
     def _capacity_watch_failed(self, exc: Exception) -> None:
         if isinstance(exc, EtcdCompacted) and not self._closed:
-            reply = self._call(lambda timeout: self.client.range(self.config_key, timeout=timeout))
-            if reply.kvs:
-                self.apply_capacity(
-                    decode_capacity(self.name, reply.kvs[0].value), reply.kvs[0].mod_revision
-                )
-            self._capacity_watch = Watcher(
-                self.client,
-                self.config_key,
-                start_revision=reply.header.revision + 1,
-                on_events=self._capacity_events,
-                on_error=self._capacity_watch_failed,
-            )
+            # read it afresh and watch from there, in the background (a watch callback
+            # must not wait for a reply)
+            self.backend.spawn(self._rewatch_capacity())
         else:
             log.error("semaphore %r: capacity watch ended: %s", self.name, exc)
 
-    def set_capacity(self, capacity: int) -> None:
-        validate_capacity(capacity)
-        reply = self._call(
-            lambda timeout: self.client.put(
-                self.config_key, encode_capacity(capacity), timeout=timeout
+    def _rewatch_capacity(self) -> Program[None]:
+        reply = yield from self._call(lambda timeout: Call.range(self.config_key, timeout=timeout))
+        if reply.kvs:
+            self.apply_capacity(
+                decode_capacity(self.name, reply.kvs[0].value), reply.kvs[0].mod_revision
             )
+        if self._closed:
+            return
+        self._capacity_watch = Watcher(
+            self.client,
+            self.config_key,
+            start_revision=reply.header.revision + 1,
+            on_events=self._capacity_events,
+            on_error=self._capacity_watch_failed,
+        )
+
+    def set_capacity(self, capacity: int) -> None:
+        self.backend.run(self._set_capacity(capacity))
+
+    async def set_capacity_async(self, capacity: int) -> None:
+        await self.backend.run_async(self._set_capacity(capacity))
+
+    def _set_capacity(self, capacity: int) -> Program[None]:
+        validate_capacity(capacity)
+        reply = yield from self._call(
+            lambda timeout: Call.put(self.config_key, encode_capacity(capacity), timeout=timeout)
         )
         log.info("semaphore %r: capacity set to %d", self.name, capacity)
         self.apply_capacity(capacity, reply.header.revision)
@@ -217,6 +246,12 @@ class EtcdQueue(QueueDriver):
 
     # ---- the protocol steps ------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        return self.backend.run(self._enqueue(waiter, deadline))
+
+    async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        return await self.backend.run_async(self._enqueue(waiter, deadline))
+
+    def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
         with self._lock:
             stale = self._watchers.pop(waiter, {})
         self._cancel(stale.values())
@@ -224,7 +259,7 @@ class EtcdQueue(QueueDriver):
             # A generation per attempt: the end of the lease an attempt gave up on may
             # still be reported to it; the next attempt must not take that for its own.
             waiter.new_generation()
-            lease = self.backend.current_lease(deadline)
+            lease = yield from self.backend.lease(deadline)
             uid = self.backend.take_entry_slot(lease)
             waiter.creating(uid)
             key = self._key(uid)
@@ -235,13 +270,17 @@ class EtcdQueue(QueueDriver):
             try:
                 # Retried as is after UNAVAILABLE: if the lost attempt created the key,
                 # the failure branch lists it and we adopt it (no orphan, no second entry).
-                create = functools.partial(
-                    self.client.txn,
+                # ``creates``: the asyncio face lets it finish even when the acquire is
+                # cancelled, so the undo never overtakes it (gRPC does not order calls).
+                # The sync face holds an interrupt until the txn returns (SyncRunner).
+                create: Callable[[float], Call] = functools.partial(
+                    _txn_within,
                     [Compare.create_revision(key, "==", 0)],
                     [Op.put(key, value, lease=lease), *reads],
                     reads,
+                    uid,
                 )
-                reply = self._create(waiter, create, deadline)
+                reply = yield from self._call(create, deadline)
             except EtcdLeaseNotFound:
                 self.backend.lease_gone(lease)
                 continue  # refused: nothing was created
@@ -260,7 +299,7 @@ class EtcdQueue(QueueDriver):
                 # or is granting a new one). The entry goes with its lease, but not
                 # before the lease's end is applied: delete it now, by its own revision,
                 # so it never sits ahead of the waiters.
-                self._delete(uid, mine[0].create_revision)
+                yield from self._delete(uid, mine[0].create_revision)
                 continue
             config = reply.responses[-1].response_range.kvs
             # (decoded only when newer than the capacity applied: usually it is not)
@@ -270,24 +309,12 @@ class EtcdQueue(QueueDriver):
                 )
             return self._enqueued(waiter, uid, mine[0].create_revision, listing)
 
-    def _create(self, waiter: Waiter, create: Callable[..., Any], deadline: Deadline) -> Any:
-        """The enqueue txn, retried on UNAVAILABLE. An interrupt is held until the txn
-        returns (``backend.run``), so an interrupted acquire never deletes its entry
-        while the create is still on its way (gRPC does not order calls)."""
-        return self._call(lambda timeout: create(timeout=timeout), deadline)
-
     def _enqueued(self, waiter: Waiter, uid: str, token: int, listing: Any) -> Enqueued:
         waiter.created(uid, token)
         with self._lock:
             self._tokens[uid] = token
-        lower: list[Entry] = []
-        later = False
-        for kv in listing:
-            revision = kv.create_revision
-            if revision < token:
-                lower.append(self._entry(kv))
-            elif revision > token:
-                later = True
+        lower = self._entries([kv for kv in listing if kv.create_revision < token])
+        later = any(kv.create_revision > token for kv in listing)
         # our own entry is what we just wrote: not decoded again
         me = Entry(key=uid, order=token, weight=waiter.weight, held=False)
         capacity, version = self.capacity_answer()
@@ -308,17 +335,40 @@ class EtcdQueue(QueueDriver):
         uid, weight, data = self._decode(kv)
         return Entry(key=uid, order=kv.create_revision, weight=weight, held=data.held)
 
+    def _entries(self, kvs: Any) -> list[Entry]:
+        """The listed entries, each decoded once per version: a write's revision names
+        its key, creation and value, so ``(key, mod_revision)`` seen in the previous
+        listing is not decoded again. Every waiter lists every entry below its own, so
+        decoding them all each time made a queue of n waiters cost n² decodes, enough
+        to keep an event loop with many waiters from its lease's keepalives."""
+        known = self._listed
+        fresh: dict[tuple[bytes, int], Entry] = {}
+        for kv in kvs:
+            version = (kv.key, kv.mod_revision)
+            entry = known.get(version)
+            fresh[version] = self._entry(kv) if entry is None else entry
+        self._listed = fresh  # (a concurrent listing's may win: it is as good a cache)
+        return list(fresh.values())
+
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
     ) -> Mapping[str, EntryState | None] | SessionLost:
+        return self.backend.run(self._arm(waiter, keys, deadline))
+
+    async def arm_async(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Mapping[str, EntryState | None] | SessionLost:
+        return await self.backend.run_async(self._arm(waiter, keys, deadline))
+
+    def _arm(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
         generation = waiter.generation
         token = waiter.token
         assert token is not None
-        reply = self._call(
-            lambda timeout: self.client.txn(
-                [], [Op.range(self._key(k)) for k in keys], [], timeout=timeout
-            ),
-            deadline,
+        reads = [Op.range(self._key(k)) for k in keys]
+        reply = yield from self._call(
+            lambda timeout: Call.txn([], reads, [], timeout=timeout), deadline
         )
         states: dict[str, EntryState | None] = {}
         for key, response in zip(keys, reply.responses, strict=True):
@@ -333,10 +383,16 @@ class EtcdQueue(QueueDriver):
         return states
 
     def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
+        return self.backend.run(self._relist(waiter, deadline))
+
+    async def relist_async(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
+        return await self.backend.run_async(self._relist(waiter, deadline))
+
+    def _relist(self, waiter: Waiter, deadline: Deadline) -> Program[list[Entry] | SessionLost]:
         token = waiter.token
         assert token is not None
-        reply = self._call(
-            lambda timeout: self.client.range(
+        reply = yield from self._call(
+            lambda timeout: Call.range(
                 self.entries_prefix,
                 self._entries_end,
                 max_create_revision=token - 1,
@@ -344,7 +400,7 @@ class EtcdQueue(QueueDriver):
             ),
             deadline,
         )
-        return [self._entry(kv) for kv in reply.kvs]
+        return self._entries(reply.kvs)
 
     def _watch(self, waiter: Waiter, generation: int, key: str, start_revision: int) -> None:
         """A watch on one entry from ``start_revision``: nothing between the read and the
@@ -398,53 +454,46 @@ class EtcdQueue(QueueDriver):
     def write_mark(
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
     ) -> None:
-        """Sent without waiting. Guarded by our create_revision, so a mark can never
-        re-create an entry that is gone; the put keeps the entry's own lease. A mark still
-        waiting for a pool thread when the permit is released is not sent at all."""
-        lease, _ = parse_etcd_entry(key)  # the entry's own lease, whatever the current one
+        """Sent without waiting (in the background: a pool thread, or a task of the
+        loop). Guarded by our create_revision, so a mark can never re-create an entry
+        that is gone; the put keeps the entry's own lease. A mark still waiting for its
+        turn when the permit is released is not sent at all."""
         self.forget_mark(key)
         pending = (key, token)  # by token too: a released entry's slot may be reused
         with self._lock:
             self._marks_pending.add(pending)
+        self.backend.spawn(self._write_mark(key, token, mark, on_lost))
 
-        def write() -> None:
-            with self._lock:
-                if pending not in self._marks_pending:
-                    return  # released (or abandoned) already
-                self._marks_pending.discard(pending)
-            value = mark.encode()  # by the thread that sends it: not on acquire's path
-            if self._closed:
-                return
-            send = functools.partial(
-                self.client.txn,
-                [Compare.create_revision(self._key(key), "==", token)],
-                [Op.put(self._key(key), value, lease=lease)],
-                [],
+    def _write_mark(
+        self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
+    ) -> Program[None]:
+        lease, _ = parse_etcd_entry(key)  # the entry's own lease, whatever the current one
+        with self._lock:
+            if (key, token) not in self._marks_pending:
+                return  # released (or abandoned) already
+            self._marks_pending.discard((key, token))
+        value = mark.encode()  # by the background: not on acquire's path
+        if self._closed:
+            return
+        guard = [Compare.create_revision(self._key(key), "==", token)]
+        put = [Op.put(self._key(key), value, lease=lease)]
+        try:
+            reply = yield from retrying(
+                lambda timeout: Call.txn(guard, put, [], timeout=timeout),
+                Deadline(None, time.monotonic),
+                attempt_timeout=_ATTEMPT,
+                stop=lambda: self._closed,
             )
-            try:
-                reply = retry_unavailable(
-                    lambda timeout: send(timeout=timeout),
-                    Deadline(None, time.monotonic),
-                    attempt_timeout=_ATTEMPT,
-                    stop=lambda: self._closed,
-                )
-            except EtcdLeaseNotFound:
-                on_lost("the lease was gone when the held mark was written")
-                return
-            except EtcdUnavailable:
-                return  # closed meanwhile: revoking the lease removes the entry
-            except EtcdError as exc:
-                log.warning("held mark of %s failed: %s", key, exc)
-                return
-            if not reply.succeeded:
-                on_lost("the entry was gone when its held mark was written")
-
-        self._submit(write)
-
-    def _submit(self, fn: Callable[[], None]) -> None:
-        # RuntimeError: the backend is closing; revoking its lease removes the entries
-        with contextlib.suppress(RuntimeError):
-            self.backend.background.submit(fn)
+        except EtcdLeaseNotFound:
+            on_lost("the lease was gone when the held mark was written")
+            return
+        except EtcdUnavailable:
+            return  # closed meanwhile: revoking the lease removes the entry
+        except EtcdError as exc:
+            log.warning("held mark of %s failed: %s", key, exc)
+            return
+        if not reply.succeeded:
+            on_lost("the entry was gone when its held mark was written")
 
     def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
         def on_events(events: list[Any], revision: int) -> None:
@@ -458,64 +507,106 @@ class EtcdQueue(QueueDriver):
 
     # ---- leaving ------------------------------------------------------------------
     def remove(self, key: str) -> None:
+        self.backend.run(self._delete(key, self._leaving(key)))
+
+    async def remove_async(self, key: str) -> None:
+        # Its first attempt is bounded by the request timeout, then it goes on in the
+        # background (_delete). Cancelling this task cancels the call, which may or may
+        # not have been applied: the delete (guarded, so repeating it is harmless) is
+        # sent again in the background.
+        token = self._leaving(key)
+        try:
+            await self.backend.run_async(self._delete(key, token))
+        except asyncio.CancelledError:
+            self.backend.spawn(self._delete(key, token))
+            raise
+
+    def _leaving(self, key: str) -> int | None:
+        """Our entry ``key`` leaves: forget its mark and its token, end its holder's
+        watch (first: our own delete is no loss to report). Its token, if known."""
         self.forget_mark(key)
         with self._lock:
             token = self._tokens.pop(key, None)
             self._marks_pending.discard((key, token))
             watcher = self._holder_watchers.pop(key, None)
         if watcher is not None:
-            self._cancel([watcher])  # first: our own delete is no loss to report
-        self._delete(key, token)
+            self._cancel([watcher])
+        return token
 
     def abandon(self, waiter: Waiter) -> None:
         if waiter.key is not None:
             self.remove(waiter.key)
         elif waiter.entry_id is not None:
             # Its slot is not reused before this delete lands: only ever our entry. The
-            # create, if it was sent, is over (run() holds interrupts until it returns).
-            self._delete(waiter.entry_id, None)
+            # create, if it was sent, is over (SyncRunner holds interrupts until it returns).
+            self.backend.run(self._delete(waiter.entry_id, None))
 
-    def _delete(self, uid: str, token: int | None) -> None:
+    def abandon_nowait(self, waiter: Waiter) -> None:
+        if waiter.key is not None:
+            self.backend.spawn(self._delete(waiter.key, self._leaving(waiter.key)))
+        elif waiter.entry_id is not None:
+            # A create still on its way when the acquire was cancelled: its undo waits
+            # for its outcome first, else the delete could reach etcd before it.
+            self.backend.undo_create(waiter.entry_id, self._delete(waiter.entry_id, None))
+
+    async def abandon_async(self, waiter: Waiter) -> None:
+        if waiter.key is not None:
+            await self.remove_async(waiter.key)
+        elif waiter.entry_id is not None:
+            # the undo of abandon_nowait (after the create's end), awaited within the
+            # request timeout; it goes on in the background after that, or when this
+            # task is cancelled
+            undo = self.backend.undo_create(waiter.entry_id, self._delete(waiter.entry_id, None))
+            if undo is not None:
+                await asyncio.wait({undo}, timeout=self.request_timeout)
+
+    def _delete(self, uid: str, token: int | None) -> Program[None]:
         """Delete our entry, guarded by its create_revision when known. Tries now; if
         etcd cannot be reached, retries in the background (the lease's end removes the
         entry anyway)."""
         key = self._key(uid)
         guard = [] if token is None else [Compare.create_revision(key, "==", token)]
-
-        def attempt(timeout: float = _ATTEMPT) -> None:
-            self.client.txn(guard, [Op.delete(key)], [], timeout=timeout)
-            # Deleted, or already gone (the guard failed): the slot can serve again.
-            self.backend.free_entry_slot(uid)
-
+        delete = [Op.delete(key)]
         try:
-            # straight through off the main thread; release() returns within the
-            # request timeout, the background goes on after
-            self.backend.run(lambda: attempt(min(_ATTEMPT, self.request_timeout)))
+            # release() returns within the request timeout, the background goes on after
+            yield Call.txn(guard, delete, [], timeout=min(_ATTEMPT, self.request_timeout))
         except EtcdUnavailable:
             log.warning("delete of %r is pending until etcd is reachable again", uid)
-
-            def retry() -> None:
-                if self._closed:
-                    return
-                # gives up when the queue closes (or etcd refuses it): the lease's end
-                # removes the entry then
-                with contextlib.suppress(EtcdError):
-                    retry_unavailable(
-                        attempt,
-                        Deadline(None, time.monotonic),
-                        attempt_timeout=_ATTEMPT,
-                        initial_backoff=0.2,
-                        max_backoff=0.2,
-                        stop=lambda: self._closed,
-                    )
-
-            self._submit(retry)
+            self.backend.spawn(self._delete_retried(uid, guard, delete))
+            return
         except EtcdError as exc:
             log.warning("delete of %r failed: %s", uid, exc)
+            return
+        # Deleted, or already gone (the guard failed): the slot can serve again.
+        self.backend.free_entry_slot(uid)
+
+    def _delete_retried(self, uid: str, guard: list[Any], delete: list[Any]) -> Program[None]:
+        if self._closed:
+            return
+        # gives up when the queue closes (or etcd refuses it): the lease's end removes
+        # the entry then
+        with contextlib.suppress(EtcdError):
+            yield from retrying(
+                lambda timeout: Call.txn(guard, delete, [], timeout=timeout),
+                Deadline(None, time.monotonic),
+                attempt_timeout=_ATTEMPT,
+                initial_backoff=0.2,
+                max_backoff=0.2,
+                stop=lambda: self._closed,
+            )
+            self.backend.free_entry_slot(uid)
 
     # ---- reading and fencing --------------------------------------------------------
     def status(self) -> Status:
-        reply = self._call(lambda timeout: self.client.txn([], self._reads, [], timeout=timeout))
+        return self.backend.run(self._status())
+
+    async def status_async(self) -> Status:
+        return await self.backend.run_async(self._status())
+
+    def _status(self) -> Program[Status]:
+        reply = yield from self._call(
+            lambda timeout: Call.txn([], self._reads, [], timeout=timeout)
+        )
         config = reply.responses[1].response_range.kvs
         capacity = decode_capacity(self.name, config[0].value) if config else self.capacity
         rows = []
@@ -537,7 +628,7 @@ class EtcdQueue(QueueDriver):
 
     def close(self, deadline: Deadline) -> None:
         self._closed = True
-        watchers = [self._capacity_watch]
+        watchers = [] if self._capacity_watch is None else [self._capacity_watch]
         with self._lock:
             watchers += [w for ws in self._watchers.values() for w in ws.values()]
             watchers += self._holder_watchers.values()
@@ -564,6 +655,14 @@ class EtcdFencedTransaction(FencedTransaction):
         """One attempt, bounded by the request timeout (a txn of yours is not retried:
         it need not be idempotent). BackendUnavailable when it fails or times out: the
         txn may still have been applied then, so read back before committing again."""
+        self._queue.backend.run(self._commit())
+
+    async def commit_async(self) -> None:
+        """:meth:`commit`, awaited. Cancelling the awaiting task does not un-send the
+        txn: it may still be applied (read back before committing again)."""
+        await self._queue.backend.run_async(self._commit())
+
+    def _commit(self) -> Program[None]:
         compare = [Compare.create_revision(self.entry_key, "==", self.token)]
         ops = []
         for write in self.writes:
@@ -578,9 +677,7 @@ class EtcdFencedTransaction(FencedTransaction):
         queue = self._queue
         timeout = queue.request_timeout
         try:
-            reply = queue.backend.run(
-                lambda: queue.client.txn(compare, ops, reads, timeout=timeout)
-            )
+            reply: Any = yield Call.txn(compare, ops, reads, timeout=timeout)
         except EtcdUnavailable as exc:
             raise BackendUnavailable(
                 f"etcd unreachable (request timeout {timeout:g} s): {exc}; the transaction "

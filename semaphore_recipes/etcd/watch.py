@@ -19,29 +19,26 @@ them short (a slow one delays the events of the others, loses none).
 
 from __future__ import annotations
 
-import collections
 import logging
 import queue
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from ._proto import etcd_api_pb2 as pb
 from .callbacks import run_callback
 from .client import EtcdClient
-from .errors import (
-    EtcdAuthError,
-    EtcdCompacted,
-    EtcdError,
-    error_for_cancel_reason,
-    is_invalid_token,
-    map_rpc_error,
-)
+from .errors import EtcdError, map_rpc_error
 from .ops import Key, to_bytes
 from .retry import Backoff
+from .watch_mux import WatchMux
+
+if TYPE_CHECKING:
+    from .aio_client import AioEtcdClient
+    from .aio_watch import AsyncWatchHub
 
 __all__ = ["Event", "Watcher"]
 
@@ -66,7 +63,7 @@ class Watcher:
 
     def __init__(
         self,
-        client: EtcdClient,
+        client: EtcdClient | AioEtcdClient,
         key: Key,
         range_end: Key = b"",
         *,
@@ -140,7 +137,14 @@ _hubs: weakref.WeakKeyDictionary[EtcdClient, _WatchHub] = weakref.WeakKeyDiction
 _hubs_lock = threading.Lock()
 
 
-def _hub_of(client: EtcdClient) -> _WatchHub:
+def _hub_of(client: EtcdClient | AioEtcdClient) -> _WatchHub | AsyncWatchHub:
+    """The one hub (stream) of ``client``: a reader thread, or a task of the loop."""
+    from .aio_client import AioEtcdClient
+
+    if isinstance(client, AioEtcdClient):
+        from .aio_watch import hub_of
+
+        return hub_of(client)
     with _hubs_lock:
         hub = _hubs.get(client)
         if hub is None:
@@ -148,35 +152,23 @@ def _hub_of(client: EtcdClient) -> _WatchHub:
         return hub
 
 
-class _WatchHub:
-    """The one Watch stream of a client: sends creates and cancels, reads and dispatches.
-
-    State, under ``_lock``: ``_live`` every watch to keep (created or not), ``_creating``
-    the creates sent on the current stream and not yet answered (FIFO), ``_by_id`` the
-    watches the current stream confirmed. ``_outbox`` feeds the current stream.
-    """
+class _WatchHub(WatchMux):
+    """The one Watch stream of a client, on a reader thread: sends creates and cancels,
+    reads and dispatches (:class:`~.watch_mux.WatchMux`). ``_outbox`` feeds the current
+    stream."""
 
     def __init__(self, client: EtcdClient) -> None:
+        super().__init__()
         self._client = weakref.ref(client)
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)  # a callback returned
-        self._live: set[Watcher] = set()
-        self._creating: collections.deque[Watcher] = collections.deque()
-        self._by_id: dict[int, Watcher] = {}
         self._outbox: queue.SimpleQueue[Any] | None = None  # None: no stream open now
         self._call: Any = None
-        self._restart = False  # we cancelled the stream to open a fresh one (auth)
-        self._delivering: Watcher | None = None
         self._thread: threading.Thread | None = None
         self._pause = threading.Event()  # never set: the backoff sleeps on it
 
     # ---- from any thread ------------------------------------------------------------
     def add(self, watcher: Watcher) -> None:
         with self._lock:
-            self._live.add(watcher)
-            if self._outbox is not None:
-                self._creating.append(watcher)
-                self._outbox.put(watcher._create_request())
+            self._added(watcher, streaming=self._outbox is not None)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="etcd-watch-stream", daemon=True
@@ -185,13 +177,7 @@ class _WatchHub:
 
     def remove(self, watcher: Watcher, timeout: float | None) -> None:
         with self._lock:
-            watcher._stopped = True
-            self._live.discard(watcher)
-            watch_id = watcher._watch_id
-            if watch_id is not None and self._by_id.get(watch_id) is watcher:
-                del self._by_id[watch_id]
-                self._send_cancel(watch_id)
-            # (a create still unanswered is cancelled when its reply comes)
+            self._removed(watcher)
             if threading.current_thread() is not self._thread:
                 self._idle.wait_for(lambda: self._delivering is not watcher, timeout)
 
@@ -205,13 +191,9 @@ class _WatchHub:
                     self._thread = None  # add() starts a new one when needed
                     return
                 outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-                self._creating.clear()
-                self._by_id.clear()
-                for watcher in self._live:
-                    self._creating.append(watcher)
-                    outbox.put(watcher._create_request())
+                for request in self._new_stream():
+                    outbox.put(request)
                 self._outbox = outbox
-                self._restart = False
             try:
                 call = client.open_watch_stream(iter(outbox.get, _END))
                 with self._lock:
@@ -231,116 +213,13 @@ class _WatchHub:
                 outbox.put(_END)
                 with self._lock:
                     self._outbox = self._call = None
-                    for watcher in self._live:
-                        watcher.reconnects += 1
+                    self._stream_ended()
             if not self._restart:
                 self._pause.wait(backoff.next())
 
-    def _stream_failed(self, err: EtcdError) -> None:
-        """The whole stream broke: log it; with an auth error, authenticate again once,
-        or end the watches waiting for their create (their permission is what failed)."""
-        logger.info("etcd: watch stream broke (%s); creating its watches again", err)
-        if not isinstance(err, EtcdAuthError):
-            return
-        with self._lock:
-            waiting = list(self._creating)
-        if not waiting:
-            return
-        if all(w._auth_retried for w in waiting) or not is_invalid_token(err):
-            for watcher in waiting:
-                self._end(watcher, err)
-            return
-        for watcher in waiting:
-            watcher._auth_retried = True
-        self._refresh_token()
-
-    def _dispatch(self, resp: pb.WatchResponse) -> bool:
-        """Handle one response; True when it confirmed a watch (the stream works)."""
-        watch_id = int(resp.watch_id)
-        confirmed = False
-        with self._lock:
-            if resp.created:
-                watcher = self._creating.popleft() if self._creating else None
-                if watcher is None:
-                    return False  # cannot happen: the server answers every create
-                if not resp.canceled:
-                    confirmed = True
-                    if watcher._stopped:
-                        self._send_cancel(watch_id)
-                        return True
-                    self._by_id[watch_id] = watcher
-                    watcher._watch_id = watch_id
-            elif resp.canceled or resp.compact_revision:
-                watcher = self._by_id.pop(watch_id, None)
-            else:
-                watcher = self._by_id.get(watch_id)
-            if watcher is None or watcher._stopped:
-                return confirmed
-            self._delivering = watcher
-        try:
-            self._handle(watcher, resp)
-        finally:
-            with self._lock:
-                self._delivering = None
-                self._idle.notify_all()
-        return confirmed
-
-    def _handle(self, watcher: Watcher, resp: pb.WatchResponse) -> None:
-        if resp.compact_revision:
-            self._end(
-                watcher,
-                EtcdCompacted(
-                    f"watch start revision {watcher._next_revision} compacted "
-                    f"(oldest kept: {resp.compact_revision})",
-                    compact_revision=int(resp.compact_revision),
-                ),
-            )
-            return
-        if resp.canceled:
-            reason = resp.cancel_reason or "canceled by the server"
-            err = error_for_cancel_reason(reason)
-            if isinstance(err, EtcdAuthError) and (
-                watcher._auth_retried or not is_invalid_token(err)
-            ):
-                self._end(watcher, err)
-                return
-            logger.info("etcd: watch on %r canceled by the server: %s", watcher.key, reason)
-            if isinstance(err, EtcdAuthError):
-                watcher._auth_retried = True
-                self._refresh_token()
-            # a new stream creates its watches again, this one included: at once with a
-            # fresh token, else after the usual backoff
-            self._reopen(at_once=isinstance(err, EtcdAuthError))
-            return
-        if resp.created:
-            if watcher._next_revision == 0:
-                watcher._next_revision = int(resp.header.revision) + 1
-            if not watcher.created.is_set():
-                logger.debug("etcd: watch on %r created", watcher.key)
-            watcher.created.set()
-            watcher._auth_retried = False
-        events = list(resp.events)
-        if events:
-            watcher._next_revision = int(events[-1].kv.mod_revision) + 1
-            run_callback("on_events", watcher._on_events, events, int(resp.header.revision))
-        elif (
-            not resp.created
-            and watcher.created.is_set()
-            and resp.header.revision >= watcher._next_revision
-        ):
-            # a progress notification: nothing left to deliver up to it
-            watcher._next_revision = int(resp.header.revision) + 1
-
-    def _end(self, watcher: Watcher, err: Exception) -> None:
-        with self._lock:
-            self._live.discard(watcher)
-        watcher._fail(err)
-
-    def _send_cancel(self, watch_id: int) -> None:
+    def _send(self, request: pb.WatchRequest) -> None:
         if self._outbox is not None:
-            self._outbox.put(
-                pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=watch_id))
-            )
+            self._outbox.put(request)
 
     def _reopen(self, at_once: bool) -> None:
         """End the current stream; the reader opens a new one."""

@@ -41,9 +41,9 @@ def test_auth_required_and_accepted(auth_server: EtcdServer) -> None:
 def test_invalid_token_reauthenticates_once(auth_server: EtcdServer) -> None:
     with EtcdClient([auth_server.endpoint], user=USER, password=PASSWORD) as client:
         client.put("k", "v")
-        client._token = "not-a-token"  # as after a token expiry
+        client._auth.token = "not-a-token"  # as after a token expiry
         assert client.range("k").count == 1
-        assert client._token != "not-a-token"
+        assert client._auth.token != "not-a-token"
         # simple tokens do not survive a restart: the client gets a new one by itself
         auth_server.restart()
         assert retry(lambda: client.range("k").count) == 1
@@ -63,7 +63,7 @@ def test_streams_with_auth(auth_server: EtcdServer) -> None:
             on_restored=lambda: None,
         )
         got: list[int] = []
-        client._token = "stale"  # the watch stream must re-authenticate too
+        client._auth.token = "stale"  # the watch stream must re-authenticate too
         watcher = Watcher(client, "w", start_revision=0, on_events=lambda evs, rev: got.append(rev))
         try:
             assert watcher.created.wait(5.0)

@@ -1,0 +1,121 @@
+"""Running the etcd backend's programs: blocking on the sync client, awaited on the aio one.
+
+Each step of the backend and its queues (the capacity agreement, the enqueue, arm,
+relist, status, the deletes, the fenced commit, the lease grant) is written once as a
+program (``_core.program``) that yields :class:`~.rpc.Call` and :class:`~.rpc.Pause`
+values, plus the backend's own requests (``extra``: waiting for another caller's lease
+grant). :class:`SyncRunner` answers them on :class:`~.client.EtcdClient` in the calling
+thread and runs background programs (held marks, delete retries) on a small thread
+pool; :class:`AsyncRunner` awaits them on :class:`~.aio_client.AioEtcdClient` and runs
+background programs as tasks of the event loop: no thread per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from .._core.program import Program, run_program, run_program_async
+from .._interrupts import call_with_sigint_held
+from .aio_client import AioEtcdClient
+from .client import EtcdClient
+from .rpc import Call, Pause
+
+__all__ = ["AsyncRunner", "SyncRunner"]
+
+log = logging.getLogger("semaphore_recipes.etcd")
+T = TypeVar("T")
+
+
+class SyncRunner:
+    """Programs answered blocking, on the calling thread. On the main thread Ctrl-C is
+    held until each call returns, so a KeyboardInterrupt never lands inside grpc's code
+    (``_interrupts``) and an interrupted create is over before its undo is sent."""
+
+    def __init__(self, client: EtcdClient, extra: Callable[[object], object]) -> None:
+        self.client = client
+        self._extra = extra
+        # fire-and-forget programs (held marks, deletes that must be retried)
+        self.background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sr-etcd")
+
+    def answer(self, request: object) -> object:
+        if isinstance(request, Call):
+            return call_with_sigint_held(lambda: self.client.execute(request))
+        if isinstance(request, Pause):
+            time.sleep(request.seconds)
+            return None
+        return self._extra(request)
+
+    def run(self, program: Program[T]) -> T:
+        return run_program(program, self.answer)
+
+    def spawn(self, program: Program[None]) -> None:
+        """Run ``program`` on a pool thread, not waiting for it (dropped once closed:
+        revoking the lease removes the entries)."""
+        with contextlib.suppress(RuntimeError):
+            self.background.submit(self._run_logged, program)
+
+    def _run_logged(self, program: Program[None]) -> None:
+        try:
+            self.run(program)
+        except Exception:
+            log.exception("etcd: a background request failed")
+
+    def close(self) -> None:
+        """Queued background programs are dropped; a running one ends after its attempt."""
+        self.background.shutdown(wait=False, cancel_futures=True)
+
+
+class AsyncRunner:
+    """Programs answered awaited, in the event loop; background programs as its tasks."""
+
+    def __init__(self, client: AioEtcdClient, extra: Callable[[object], Awaitable[object]]) -> None:
+        self.client = client
+        self._extra = extra
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    async def answer(self, request: object) -> object:
+        if isinstance(request, Call):
+            return await self.client.execute(request)
+        if isinstance(request, Pause):
+            await asyncio.sleep(request.seconds)
+            return None
+        return await self._extra(request)
+
+    async def run(self, program: Program[T]) -> T:
+        return await run_program_async(program, self.answer)
+
+    def spawn(self, program: Program[None]) -> None:
+        """Run ``program`` as a task of the loop, not waiting for it."""
+        self.spawn_task(self.run(program))
+
+    def spawn_task(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+        """Run ``coroutine`` as a task, kept until it ends; its failure is logged. None
+        once closed (nothing is run: revoking the lease removes the entries)."""
+        if self._closed:
+            coroutine.close()
+            return None
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("etcd: a background request failed", exc_info=task.exception())
+
+    async def close(self) -> None:
+        """Background tasks are cancelled (revoking the lease removes the entries)."""
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
