@@ -112,6 +112,9 @@ class ZooKeeperBackend(Backend):
             run_program(opening.connecting(client), opening.wait)
         except Exception as exc:
             raise opening.failed(client, exc) from exc
+        except BaseException:  # interrupted: the client is not the caller's to stop
+            _stop_in_background(client)
+            raise
         return opening.backend(cls, client, owner)
 
     @classmethod
@@ -124,6 +127,9 @@ class ZooKeeperBackend(Backend):
             await run_program_async(opening.connecting(client), opening.wait_async)
         except Exception as exc:
             raise opening.failed(client, exc) from exc
+        except BaseException:  # cancelled: the client is not the caller's to stop
+            _stop_in_background(client)
+            raise
         return opening.backend(cls, client, owner)
 
     @classmethod

@@ -574,8 +574,9 @@ class ZooKeeperQueue(QueueDriver):
             log.warning("delete of %s is pending until ZooKeeper is reachable again", path)
         except KazooException:
             pass  # _deleted below sorts it out
-        except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
-            log.warning("delete of %s failed: %r", path, exc)
+        except Exception as exc:  # the client closed, or kazoo's own failure
+            if not self.backend.closed:
+                log.warning("delete of %s failed: %r", path, exc)
         except BaseException:
             reply.rawlink(self._deleted(path))  # interrupted: the delete is on its way
             raise
