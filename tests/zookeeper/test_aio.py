@@ -129,13 +129,30 @@ def test_cancellation_at_random_points_leaves_no_entry(zk: ZooKeeperHarness) -> 
     run(main)
 
 
+@pytest.fixture
+def proxy(zookeeper_server: Any) -> Iterator[FaultProxy]:
+    """A fault proxy in front of the server (backends opened through it by URL)."""
+    proxy = FaultProxy(zookeeper_server.host_port).start()
+    yield proxy
+    proxy.close()
+
+
+async def healed(proxy: FaultProxy, zk: ZooKeeperHarness, sem: aio.AsyncSemaphore) -> None:
+    """Heal ``proxy`` after it lost bytes (kazoo reconnects to the same session): then
+    nothing of ours is left, and the semaphore is free."""
+    proxy.cut()  # bytes were lost: these connections cannot go on
+    proxy.restore()
+    await until(lambda: zk.entries() == [])
+    async with sem.acquire(blocking=False):
+        pass
+
+
 def test_a_create_whose_reply_comes_after_the_cancel_is_deleted(
-    zk: ZooKeeperHarness, zookeeper_server: Any, sr_namespace: str
+    zk: ZooKeeperHarness, proxy: FaultProxy, sr_namespace: str
 ) -> None:
     """The create reaches the server but its reply is held back; the task is cancelled
     meanwhile. When the connection comes back (same session), the entry is found by its
     id and deleted: it must not block the queue."""
-    proxy = FaultProxy(zookeeper_server.host_port).start()
 
     async def main() -> None:
         url = f"zookeeper://{proxy.address}{sr_namespace}?session_timeout=8"
@@ -148,16 +165,9 @@ def test_a_create_whose_reply_comes_after_the_cancel_is_deleted(
             with pytest.raises(asyncio.CancelledError):
                 await task
             assert len(zk.entries()) == 1  # the delete cannot have been answered yet
-            proxy.cut()  # bytes were lost: kazoo reconnects to the same session
-            proxy.restore()
-            await until(lambda: zk.entries() == [])
-            async with sem.acquire(blocking=False):
-                pass
+            await healed(proxy, zk, sem)
 
-    try:
-        run(main)
-    finally:
-        proxy.close()
+    run(main)
 
 
 def test_a_cancelled_waiter_wakes_its_successor(zk: ZooKeeperHarness) -> None:
@@ -387,12 +397,11 @@ def test_bad_url_parameters_fail_before_any_io() -> None:
 
 
 def test_release_and_commit_are_bounded_while_zookeeper_is_unreachable(
-    zk: ZooKeeperHarness, zookeeper_server: Any, sr_namespace: str
+    zk: ZooKeeperHarness, proxy: FaultProxy, sr_namespace: str
 ) -> None:
     """Black-holed: a commit raises BackendUnavailable and a release returns, each within
     the request timeout, and the loop runs meanwhile; the delete lands once the
     connection is back (same session)."""
-    proxy = FaultProxy(zookeeper_server.host_port).start()
 
     async def main() -> None:
         url = f"zookeeper://{proxy.address}{sr_namespace}?session_timeout=10&request_timeout=1"
@@ -409,16 +418,9 @@ def test_release_and_commit_are_bounded_while_zookeeper_is_unreachable(
             assert ticker.done()  # the loop ran while release waited
             assert took <= 2 + MARGIN, f"two calls bounded by request_timeout=1 took {took:.1f} s"
             assert len(zk.entries()) == 1
-            proxy.cut()  # bytes were lost: kazoo reconnects to the same session
-            proxy.restore()
-            await until(lambda: zk.entries() == [])
-            async with sem.acquire(blocking=False):
-                pass
+            await healed(proxy, zk, sem)
 
-    try:
-        run(main)
-    finally:
-        proxy.close()
+    run(main)
 
 
 def test_a_cancelled_connect_stops_its_client(silent: str) -> None:
