@@ -4,6 +4,15 @@ Bounds: opening waits at most ``connect_timeout``; every later call but a waitin
 acquire at most ``request_timeout`` (kazoo's async calls with a bounded wait), then
 raises BackendUnavailable. If kazoo's connection loop dies (it never reconnects then),
 held permits are LOST, waiters raise BackendUnavailable, and so does every later call.
+
+Connection loss: kazoo reconnects by itself; held permits are SUSPENDED, then HELD again
+with the same session, or LOST when the session expired or stayed unreachable for a
+whole session timeout; waiters wait for the connection (within their deadline) and keep
+their place. Session expiry: waiters enter the queue again with kazoo's new session.
+
+The asyncio face (``from_url_async`` and the ``*_async`` methods) is the same backend:
+the same programs, awaited; kazoo's state listener and callback thread wake the event
+loop (``loop.call_soon_threadsafe``), so no thread is added per waiting task.
 """
 
 from __future__ import annotations
