@@ -24,7 +24,17 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from . import handoff, herd, latency, plots, report, throughput
+from . import (
+    aio_handoff,
+    aio_latency,
+    aio_waiters,
+    handoff,
+    herd,
+    latency,
+    plots,
+    report,
+    throughput,
+)
 from .config import FULL, TINY, Run
 from .impls import RawEtcd, RawZooKeeper, Target, etcd_client, kazoo_client
 from .peers import etcd3_interpreter
@@ -37,6 +47,9 @@ MEASUREMENTS: dict[str, Callable[..., None]] = {
     "handoff": handoff.measure,
     "herd": herd.measure,
     "throughput": throughput.measure,
+    "aio-latency": aio_latency.measure,
+    "aio-handoff": aio_handoff.measure,
+    "aio-waiters": aio_waiters.measure,
 }
 
 

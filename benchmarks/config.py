@@ -25,6 +25,9 @@ class Sizes:
     held_clients: int  # per process
     held_ms: float
     capacity: int  # uncontended and throughput
+    aio_waiters: tuple[int, ...]  # concurrent acquiring tasks in one loop (capacity 10)
+    aio_hold_ms: float  # how long each of them holds its permit
+    aio_rss_limit_mb: int  # a waiters' process stops there (the figure then says so)
     worker_max_seconds: float  # every worker stops by itself after this
 
 
@@ -43,6 +46,9 @@ FULL = Sizes(
     held_clients=4,
     held_ms=10.0,
     capacity=10,
+    aio_waiters=(100, 1000, 10000),
+    aio_hold_ms=1.0,
+    aio_rss_limit_mb=2048,
     worker_max_seconds=900.0,
 )
 
@@ -61,6 +67,9 @@ TINY = Sizes(
     held_clients=3,
     held_ms=10.0,
     capacity=10,
+    aio_waiters=(20, 200),
+    aio_hold_ms=1.0,
+    aio_rss_limit_mb=512,
     worker_max_seconds=120.0,
 )
 

@@ -13,7 +13,7 @@ layer). Implementations take turns sample by sample, so drift touches all alike.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from .config import Run
 from .impls import IMPLS
@@ -45,24 +45,34 @@ def one(holder: Worker, waiter: Worker, i: int, settle: float) -> int:
 def measure(
     run: Run, servers: ServerSet, results: Results, progress: Callable[[str], None]
 ) -> None:
+    floors = {impl: FLOOR[IMPLS[impl][0]] for impl in IMPLS_HERE + PEERS}
+    results.handoff += handoffs(run, results, progress, IMPLS_HERE + PEERS, floors)
+
+
+def handoffs(
+    run: Run,
+    results: Results,
+    progress: Callable[[str], None],
+    impls: Sequence[str],
+    floors: Mapping[str, str],
+    mode: str = "handoff",
+) -> list[LatencyRow]:
+    """Rows of ``impls``, a holder and a waiter worker of ``mode`` each, taking turns
+    sample by sample; each row's ratio is to its floor's row (``floors[impl]``)."""
     sizes = run.sizes
     pairs: dict[str, tuple[Worker, Worker]] = {}
     with Workers(run.work_dir, sizes.worker_max_seconds) as workers:
-        for impl in IMPLS_HERE + PEERS:
-            interp = interpreter(run, impl, results, "handoff")
+        for impl in impls:
+            interp = interpreter(run, impl, results, mode)
             if interp is None:
                 continue
             if impl == "etcd3-lock" and run.etcd3_wait_broken:
                 results.skip("handoff: python-etcd3 Lock", run.etcd3_wait_broken)
                 continue
-            target = run.target.with_name(f"handoff-{impl}", capacity=1)
+            target = run.target.with_name(f"{mode}-{impl}", capacity=1)
             pairs[impl] = (
-                workers.start(
-                    f"handoff-{impl}-holder", "handoff", impl, target, interp, role="holder"
-                ),
-                workers.start(
-                    f"handoff-{impl}-waiter", "handoff", impl, target, interp, role="waiter"
-                ),
+                workers.start(f"{mode}-{impl}-holder", mode, impl, target, interp, role="holder"),
+                workers.start(f"{mode}-{impl}-waiter", mode, impl, target, interp, role="waiter"),
             )
         samples: dict[str, list[int]] = {}
         for impl, (holder, waiter) in pairs.items():
@@ -73,16 +83,16 @@ def measure(
                     one(holder, waiter, -1 - i, sizes.handoff_settle)
                 samples[impl] = []
             except WorkerError as exc:
-                results.errors.append((f"handoff: {IMPLS[impl][1]}", str(exc)))
+                results.errors.append((f"{mode}: {IMPLS[impl][1]}", str(exc)))
         for i in range(sizes.handoff_samples):
             if i % max(1, sizes.handoff_samples // 5) == 0:
-                progress(f"handoff: sample {i + 1}/{sizes.handoff_samples}")
+                progress(f"{mode}: sample {i + 1}/{sizes.handoff_samples}")
             for impl in list(samples):
                 holder, waiter = pairs[impl]
                 try:
                     samples[impl].append(one(holder, waiter, i, sizes.handoff_settle))
                 except WorkerError as exc:
-                    results.errors.append((f"handoff: {IMPLS[impl][1]}", str(exc)))
+                    results.errors.append((f"{mode}: {IMPLS[impl][1]}", str(exc)))
                     del samples[impl]
         for impl in samples:
             for worker in pairs[impl]:
@@ -93,7 +103,7 @@ def measure(
         ms = [s / 1e6 for s in ns]
         rows[impl] = LatencyRow(backend, impl, label, len(ms), median(ms), percentile(ms, 99))
     for row in rows.values():
-        floor = rows.get(FLOOR[row.backend])
+        floor = rows.get(floors.get(row.impl, ""))
         if floor is not None:
             row.ratio = row.median_ms / floor.median_ms
-        results.handoff.append(row)
+    return list(rows.values())

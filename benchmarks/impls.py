@@ -36,6 +36,14 @@ IMPLS: dict[str, tuple[str, str]] = {
     "etcd3-lock": ("etcd", "python-etcd3 Lock"),
     "floor-zk": ("zookeeper", "raw predecessor-watch floor (delete -> watch fires)"),
     "floor-etcd": ("etcd", "raw predecessor-watch floor (delete -> watch event)"),
+    # the asyncio face (benchmarks.aio_impls), each on one event loop
+    "aio-raw-zk": ("zookeeper", "asyncio raw create+delete (kazoo async, awaited)"),
+    "aio-ours-zk": ("zookeeper", "semaphore-recipes AsyncSemaphore"),
+    "aio-raw-etcd": ("etcd", "asyncio raw put(lease)+delete (grpc.aio stubs)"),
+    "aio-ours-etcd": ("etcd", "semaphore-recipes AsyncSemaphore"),
+    "aio-ours-memory": ("memory", "semaphore-recipes AsyncSemaphore (in-process store)"),
+    "aio-floor-zk": ("zookeeper", "asyncio predecessor-watch floor (delete -> task woken)"),
+    "aio-floor-etcd": ("etcd", "asyncio predecessor-watch floor (delete -> task woken)"),
 }
 
 ACQUIRE_TIMEOUT = 60.0

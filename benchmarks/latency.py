@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from .config import Run
 from .impls import IMPLS
@@ -56,14 +57,29 @@ def cost_of_reading(read: Callable[[], dict[str, float]]) -> dict[str, float]:
 def measure(
     run: Run, servers: ServerSet, results: Results, progress: Callable[[str], None]
 ) -> None:
+    floors = {impl: FLOOR[IMPLS[impl][0]] for impl in ZK + ETCD}
+    results.latency += batches(run, servers, results, progress, ZK + ETCD, floors)
+
+
+def batches(
+    run: Run,
+    servers: ServerSet,
+    results: Results,
+    progress: Callable[[str], None],
+    impls: Sequence[str],
+    floors: Mapping[str, str],
+    mode: str = "latency",
+) -> list[LatencyRow]:
+    """Rows of ``impls`` measured batch by batch in turn by workers of ``mode``; each
+    row's ratio is to its floor's row (``floors[impl]``), when that one ran."""
     sizes = run.sizes
     with Workers(run.work_dir, sizes.worker_max_seconds) as workers:
         started: dict[str, Worker] = {}
-        for impl in ZK + ETCD:
-            interp = interpreter(run, impl, results, "latency")
+        for impl in impls:
+            interp = interpreter(run, impl, results, mode)
             if interp is not None:
                 target = run.target.with_name(f"lat-{impl}")
-                started[impl] = workers.start(f"latency-{impl}", "latency", impl, target, interp)
+                started[impl] = workers.start(f"{mode}-{impl}", mode, impl, target, interp)
         active: dict[str, Worker] = {}
         for impl, worker in started.items():
             try:
@@ -72,29 +88,33 @@ def measure(
                 worker.expect("SAMPLES", 120)
                 active[impl] = worker
             except WorkerError as exc:
-                results.errors.append((f"latency: {IMPLS[impl][1]}", str(exc)))
-        calib = {b: cost_of_reading(functools.partial(servers.counters, b)) for b in IN_OUT}
+                results.errors.append((f"{mode}: {IMPLS[impl][1]}", str(exc)))
+        counted = {IMPLS[impl][0] for impl in active} & set(IN_OUT)
+        calib = {b: cost_of_reading(functools.partial(servers.counters, b)) for b in counted}
         samples: dict[str, list[int]] = {impl: [] for impl in active}
         traffic: dict[str, list[float]] = {impl: [0.0, 0.0] for impl in active}
         for r in range(sizes.latency_rounds):
-            progress(f"latency: round {r + 1}/{sizes.latency_rounds}")
+            progress(f"{mode}: round {r + 1}/{sizes.latency_rounds}")
             order = list(active)
             order = order[r % len(order) :] + order[: r % len(order)]
             for impl in order:
                 backend = IMPLS[impl][0]
-                key_in, key_out = IN_OUT[backend]
-                before = servers.counters(backend)
+                before = servers.counters(backend) if backend in counted else {}
                 try:
                     active[impl].send(f"run {sizes.latency_batch}")
                     batch = json.loads(active[impl].expect("SAMPLES", 300))
                 except WorkerError as exc:
-                    results.errors.append((f"latency: {IMPLS[impl][1]}", str(exc)))
+                    results.errors.append((f"{mode}: {IMPLS[impl][1]}", str(exc)))
                     del active[impl]
                     continue
-                after = servers.counters(backend)
                 samples[impl] += batch
-                traffic[impl][0] += after[key_in] - before[key_in] - calib[backend][key_in]
-                traffic[impl][1] += after[key_out] - before[key_out] - calib[backend][key_out]
+                if backend in counted:
+                    after = servers.counters(backend)
+                    key_in, key_out = IN_OUT[backend]
+                    traffic[impl][0] += after[key_in] - before[key_in] - calib[backend][key_in]
+                    traffic[impl][1] += after[key_out] - before[key_out] - calib[backend][key_out]
+                else:
+                    traffic[impl] = [math.nan, math.nan]
         for worker in active.values():
             worker.send("quit")
             worker.finish()
@@ -113,7 +133,7 @@ def measure(
             replies=traffic[impl][1] / len(ms),
         )
     for row in rows.values():
-        floor = rows.get(FLOOR[row.backend])
+        floor = rows.get(floors.get(row.impl, ""))
         if floor is not None:
             row.ratio = row.median_ms / floor.median_ms
-        results.latency.append(row)
+    return list(rows.values())

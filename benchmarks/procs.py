@@ -27,6 +27,10 @@ class WorkerError(RuntimeError):
     pass
 
 
+class WorkerTimeout(WorkerError):
+    """The line awaited did not come in time (the worker may still be running)."""
+
+
 @dataclass
 class Interpreter:
     """The Python that runs a worker, and what it needs in its environment."""
@@ -74,19 +78,46 @@ class Worker:
 
     def expect(self, word: str, timeout: float = 60.0) -> str:
         """The rest of the next line that starts with ``word``."""
+        return self.expect_any((word,), timeout)[1]
+
+    def expect_any(self, words: tuple[str, ...], timeout: float = 60.0) -> tuple[str, str]:
+        """The first word and the rest of the next line that starts with one of ``words``."""
+        found = self.next_line(words, timeout)
+        if found is None:
+            raise WorkerTimeout(
+                f"worker {self.label}: no {' or '.join(words)} within {timeout:g} s; "
+                f"{self.log_tail()}"
+            )
+        return found
+
+    def next_line(self, words: tuple[str, ...], timeout: float) -> tuple[str, str] | None:
+        """As :meth:`expect_any`, but None when ``timeout`` passes first."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise WorkerError(
-                    f"worker {self.label}: no {word!r} within {timeout:g} s; {self.log_tail()}"
-                ) from None
+                return None
             if line is None or line.startswith("ERROR"):
                 time.sleep(0.2)  # let its traceback reach the log
                 raise WorkerError(f"worker {self.label} failed: {line}; {self.log_tail()}")
-            if line.split(" ", 1)[0] == word:
-                return line[len(word) :].strip()
+            word = line.split(" ", 1)[0]
+            if word in words:
+                return word, line[len(word) :].strip()
+
+    def process_status(self) -> dict[str, int]:
+        """The worker's resident set (VmRSS, kB) and native threads (Threads), read from
+        outside (``/proc``); empty once it has ended."""
+        out = {}
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as status:
+                for line in status:
+                    key, _, value = line.partition(":")
+                    if key in ("VmRSS", "Threads"):
+                        out[key] = int(value.split()[0])
+        except OSError:
+            return {}
+        return out
 
     def log_tail(self, lines: int = 15) -> str:
         try:

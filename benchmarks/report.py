@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from .results import HerdRow, LatencyRow, Results, ThroughputRow
-from .targets import NONE, ratio, verdicts
+from .results import HerdRow, LatencyRow, Results, ThroughputRow, WaitersRow
+from .targets import NONE, Verdict, aio_verdicts, ratio, verdicts
 
-BACKEND = {"zookeeper": "ZooKeeper", "etcd": "etcd"}
+BACKEND = {"zookeeper": "ZooKeeper", "etcd": "etcd", "memory": "memory://"}
 
 LATENCY_TEXT = (
     "One client alone: acquire, then release, in a loop (capacity 10 for the semaphores; "
@@ -41,6 +41,43 @@ THROUGHPUT_TEXT = (
     "herd-free FIFO acquire must send (create and listing back to back, one watch, the "
     "delete) and never waits, so no such protocol can beat its ratio on this machine "
     "(docs/design.md section 9)."
+)
+
+
+AIO_LATENCY_TEXT = (
+    "The asyncio face, one client alone on a worker's event loop: `await acquire()`, then "
+    "`await release()`, in a loop (capacity 10); every implementation in a worker process "
+    "of its own, all connected at once, taking turns batch by batch, the server's request "
+    "counters read around every batch. The floors, awaited from the loop as well: "
+    "ZooKeeper, kazoo's `create_async` "
+    "(ephemeral) + `delete_async`, each reply handed to the loop with "
+    "`loop.call_soon_threadsafe`; etcd, a `Put` with a lease granted once + a `DeleteRange` "
+    "over a `grpc.aio` channel with the project's generated stubs. `memory://` (an "
+    "in-process store, no floor) shows what the face itself costs."
+)
+AIO_HANDOFF_TEXT = (
+    "Capacity 1. A holder process's loop releases; a task of another process's loop, "
+    "blocked in `await sem.acquire()`, resumes. Measured from the release call to the "
+    "task's resumption (CLOCK_MONOTONIC, one machine). The floor: one process deletes a "
+    "key; a task of the other process's loop awaiting a watch on it wakes (ZooKeeper: a "
+    "kazoo `exists` watch whose callback wakes the loop with `call_soon_threadsafe`; etcd: "
+    "a watch on a `grpc.aio` Watch stream)."
+)
+AIO_WAITERS_TEXT = (
+    "W tasks on one event loop each acquire once from one semaphore of capacity 10 (one "
+    "worker process per backend and W, one session): the first ten granted hold until all "
+    "W entries are in the store, the others hold 1 ms and release. *FIFO lag*: the most "
+    "entries created before a granted one (lower token) not yet granted at that moment; "
+    "FIFO admission keeps it below the capacity. A run that passes the run's RSS limit "
+    "or does not end within its bound (W/50 s per phase, at least 60 s) is stopped, and "
+    "its row says how far it got. *threads*: the process's native threads "
+    "(`/proc/self/status`) once connected / at their peak while the tasks ran (sampled "
+    "every 20 ms) / Python threads. *RSS / waiter*: the peak RSS (sampled every 20 ms, "
+    "and `VmHWM`) less the RSS once connected, over W. *requests / grant*: server requests "
+    "(ZooKeeper packets, etcd gRPC messages) received / sent during the whole run per "
+    "task (its enqueue, grant and "
+    "release), and from the first release on (*drain*), less the cost of reading them; "
+    "*response bytes*: what the ZooKeeper server sent per grant (`zk_response_bytes`)."
 )
 
 
@@ -88,6 +125,52 @@ def latency_table(rows: Sequence[LatencyRow], floor: str, traffic: bool) -> list
             row += [fmt(r.requests, 1), fmt(r.replies, 1)]
         body.append(row)
     return table(header, body)
+
+
+def aio_targets_table(rows: Sequence[Verdict]) -> list[str]:
+    header = ["figure", "target", "semaphore-recipes, this run", "verdict"]
+    return table(header, ([v.figure, v.goal, v.ours_now, f"**{v.verdict}**"] for v in rows))
+
+
+def waiters_table(rows: Sequence[WaitersRow]) -> list[str]:
+    header = [
+        "backend",
+        "W",
+        "granted",
+        "FIFO lag",
+        "threads idle / peak / Python",
+        "RSS idle MB",
+        "RSS / waiter KB",
+        "enqueue s",
+        "drain s",
+        "requests / grant (in / out)",
+        "drain (in / out)",
+        "response bytes / grant",
+    ]
+    body = [
+        [
+            BACKEND[r.backend],
+            str(r.waiters),
+            "stopped" if r.aborted else str(r.grants),
+            NONE if r.aborted else f"{r.fifo_lag} ({'FIFO' if r.fifo else 'NOT FIFO'})",
+            f"{r.threads_idle} / {r.threads_peak} / {r.python_threads_peak}",
+            fmt(r.rss_idle_kb / 1024, 1),
+            fmt(r.rss_per_waiter_kb, 1),
+            fmt(r.enqueue_s, 2),
+            fmt(r.drain_s, 2),
+            f"{fmt(r.requests, 1)} / {fmt(r.replies, 1)}",
+            f"{fmt(r.drain_requests, 1)} / {fmt(r.drain_replies, 1)}",
+            fmt(r.response_bytes, 0),
+        ]
+        for r in sorted(rows, key=lambda r: (r.backend, r.waiters))
+    ]
+    aborted = [
+        f"- {BACKEND[r.backend]}, W={r.waiters}: {r.aborted}; its figures are what it had "
+        "reached by then (RSS / waiter: a lower bound)."
+        for r in rows
+        if r.aborted
+    ]
+    return table(header, body) + ([*aborted, ""] if aborted else [])
 
 
 def herd_table(rows: Sequence[HerdRow]) -> list[str]:
@@ -218,6 +301,25 @@ def sections(results: Results, capacity: int) -> list[str]:
         lines += ["## Throughput", "", THROUGHPUT_TEXT, "", *throughput_table(results.throughput)]
     if results.held:
         lines += ["### With a hold time", "", HELD_TEXT, "", *held_table(results.held, capacity)]
+    lines += aio_sections(results)
+    return lines
+
+
+def aio_sections(results: Results) -> list[str]:
+    lines: list[str] = []
+    if results.aio_latency:
+        lines += ["## asyncio: uncontended acquire+release", "", AIO_LATENCY_TEXT, ""]
+        for backend, floor in (("zookeeper", "raw"), ("etcd", "raw"), ("memory", "raw")):
+            if rows := by_backend(results.aio_latency, backend):
+                lines += latency_table(rows, floor, traffic=backend != "memory")
+    if results.aio_handoff:
+        lines += ["## asyncio: handoff", "", AIO_HANDOFF_TEXT, ""]
+        for backend in ("zookeeper", "etcd"):
+            if rows := by_backend(results.aio_handoff, backend):
+                lines += latency_table(rows, "floor", traffic=False)
+    if results.aio_waiters:
+        lines += ["## asyncio: concurrent waiters in one event loop", "", AIO_WAITERS_TEXT, ""]
+        lines += waiters_table(results.aio_waiters)
     return lines
 
 
@@ -235,6 +337,7 @@ def render(
         lines += ["**A `--tiny` run: counts shrunk for CI, figures indicative only.**", ""]
     lines += [*(f"- {e}" for e in environment), ""]
     lines += ["## Targets", "", *targets_table(results)]
+    lines += ["### The asyncio face (issue 14)", "", *aio_targets_table(aio_verdicts(results))]
     lines += sections(results, capacity)
     if results.plots:
         lines += ["## Plots", "", *(f"![{p}]({p})" for p in results.plots), ""]

@@ -108,12 +108,54 @@ class ThroughputRow:
 
 
 @dataclass
+class WaitersRow:
+    """W concurrent acquiring tasks in one event loop (one process), capacity C."""
+
+    backend: str
+    waiters: int
+    capacity: int
+    grants: int  # tasks granted, each once
+    distinct_tokens: int
+    fifo_lag: int  # most earlier entries not yet granted when a later one was
+    threads_idle: int  # the process's native threads, connected, before the waiters
+    threads_peak: int  # the most seen while the waiters ran (sampled every 20 ms)
+    python_threads_peak: int  # threading.active_count() at the full queue and the end
+    rss_idle_kb: int  # VmRSS before the waiters
+    rss_peak_kb: int  # the most VmRSS sampled, or VmHWM if higher
+    enqueue_s: float  # from the tasks' start to every entry in the store
+    drain_s: float  # from the first release to the last
+    requests: float = math.nan  # server requests (ZK packets / gRPC messages in) per grant
+    replies: float = math.nan
+    drain_requests: float = math.nan  # the same, from the first release on only
+    drain_replies: float = math.nan
+    response_bytes: float = math.nan  # ZooKeeper: bytes the server sent per grant
+    aborted: str = ""  # why the run stopped before every task was granted, if it did
+
+    @property
+    def rss_per_waiter_kb(self) -> float:
+        return (self.rss_peak_kb - self.rss_idle_kb) / self.waiters
+
+    @property
+    def fifo(self) -> bool:
+        """Every task granted once, never before an earlier entry was admitted."""
+        return (
+            not self.aborted
+            and self.grants == self.waiters
+            and self.distinct_tokens == self.waiters
+            and self.fifo_lag <= self.capacity - 1
+        )
+
+
+@dataclass
 class Results:
     latency: list[LatencyRow] = field(default_factory=list)
     handoff: list[LatencyRow] = field(default_factory=list)
     herd: list[HerdRow] = field(default_factory=list)
     throughput: list[ThroughputRow] = field(default_factory=list)
     held: list[ThroughputRow] = field(default_factory=list)  # throughput with a hold time
+    aio_latency: list[LatencyRow] = field(default_factory=list)
+    aio_handoff: list[LatencyRow] = field(default_factory=list)
+    aio_waiters: list[WaitersRow] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
     errors: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -84,6 +84,23 @@ class ServerSet:
                 out[name] += float(line.rsplit(" ", 1)[1])
         return out
 
+    def entries(self, backend: str) -> int:
+        """How many nodes (ZooKeeper ``zk_znode_count``) or keys (etcd
+        ``etcd_debugging_mvcc_keys_total``) the server holds; costs what a
+        :meth:`counters` read costs."""
+        if backend == "zookeeper":
+            for line in four_letter(self.zk_hosts, "mntr").splitlines():
+                key, _, value = line.partition("\t")
+                if key == "zk_znode_count":
+                    return int(value)
+            raise RuntimeError(f"ZooKeeper at {self.zk_hosts} gave no zk_znode_count in mntr")
+        url = f"http://{self.etcd_endpoint}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            for line in resp.read().decode(errors="replace").splitlines():
+                if line.startswith("etcd_debugging_mvcc_keys_total "):
+                    return int(float(line.split()[1]))
+        raise RuntimeError(f"etcd at {self.etcd_endpoint} gave no etcd_debugging_mvcc_keys_total")
+
     def counters(self, backend: str) -> dict[str, float]:
         return self.zk_counters() if backend == "zookeeper" else self.etcd_counters()
 

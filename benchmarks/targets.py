@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .results import HerdRow, LatencyRow, Results
+from .results import HerdRow, LatencyRow, Results, WaitersRow
 
 NONE = "-"
 
@@ -121,4 +121,98 @@ def verdicts(results: Results) -> list[Verdict]:
             "ours-etcd",
             1.3,
         ),
+    ]
+
+
+AIO_LIMIT = 1.3  # the issue's bound on both asyncio ratios
+RSS_LIMIT_KB = 50.0  # per waiter
+# gRPC and kazoo start a helper thread of their own now and then; a thread per waiter
+# or per request would add hundreds
+THREAD_SLACK = 2
+
+
+def _aio_ratio(figure: str, rows: Sequence[LatencyRow], impl: str) -> Verdict:
+    mine = _row(rows, impl)
+    goal = f"<= {AIO_LIMIT:g}x"
+    if mine is None or math.isnan(mine.ratio):
+        return Verdict(figure, "n/a", "n/a", goal, NONE, "not measured")
+    verdict = "met" if mine.ratio <= AIO_LIMIT else "missed"
+    return Verdict(figure, "n/a", "n/a", goal, ratio(mine.ratio), verdict)
+
+
+def _waiters(rows: Sequence[WaitersRow], backend: str) -> list[Verdict]:
+    """FIFO, threads, RSS per waiter and requests per grant of W tasks in one loop; a
+    row that stopped (RSS limit, or no end within its bound) misses all but threads."""
+    mine = sorted((r for r in rows if r.backend == backend), key=lambda r: r.waiters)
+    name = {"zookeeper": "ZooKeeper", "etcd": "etcd"}[backend]
+    fifo = f"{name}: W tasks in one loop, all granted in FIFO order", "every W"
+    threads = f"{name}: threads of the process at peak", f"independent of W (+-{THREAD_SLACK})"
+    rss = f"{name}: RSS per waiter at the largest W", f"< {RSS_LIMIT_KB:g} KB"
+    work = f"{name}: server requests / grant", "flat in W"
+    if not mine:
+        return [
+            Verdict(figure, "n/a", "n/a", goal, NONE, "not measured")
+            for figure, goal in (fifo, threads, rss, work)
+        ]
+
+    def verdict(figure: tuple[str, str], measured: str, ok: bool) -> Verdict:
+        return Verdict(figure[0], "n/a", "n/a", figure[1], measured, "met" if ok else "missed")
+
+    small, big = mine[0], mine[-1]
+    span = f" (W={small.waiters}..{big.waiters})"
+    peaks = [r.threads_peak for r in mine]
+    per_waiter = f"{big.rss_per_waiter_kb:.1f} KB"
+    return [
+        verdict(
+            fifo,
+            ", ".join(
+                f"W={r.waiters} stopped"
+                if r.aborted
+                else f"{r.grants}/{r.waiters} lag {r.fifo_lag}"
+                for r in mine
+            ),
+            all(r.fifo for r in mine),
+        ),
+        verdict(
+            threads,
+            " / ".join(map(str, peaks)) + span,
+            max(peaks) - min(peaks) <= THREAD_SLACK,
+        ),
+        verdict(
+            (f"{rss[0]} (W={big.waiters})", rss[1]),
+            f">= {per_waiter} (stopped)" if big.aborted else per_waiter,
+            not big.aborted and big.rss_per_waiter_kb < RSS_LIMIT_KB,
+        ),
+        verdict(
+            work,
+            " / ".join(NONE if r.aborted else f"{r.requests:.1f}" for r in mine) + span,
+            all(
+                flat(small.requests, r.requests, 2) and flat(small.replies, r.replies, 2)
+                for r in mine
+            ),
+        ),
+    ]
+
+
+def aio_verdicts(results: Results) -> list[Verdict]:
+    """The asyncio face's targets (issue 14), per backend."""
+    return [
+        _aio_ratio(
+            "ZooKeeper asyncio uncontended / asyncio raw create+delete",
+            results.aio_latency,
+            "aio-ours-zk",
+        ),
+        _aio_ratio(
+            "etcd asyncio uncontended / asyncio raw put+delete",
+            results.aio_latency,
+            "aio-ours-etcd",
+        ),
+        _aio_ratio(
+            "ZooKeeper asyncio handoff / asyncio watch floor", results.aio_handoff, "aio-ours-zk"
+        ),
+        _aio_ratio(
+            "etcd asyncio handoff / asyncio watch floor", results.aio_handoff, "aio-ours-etcd"
+        ),
+        *_waiters(results.aio_waiters, "zookeeper"),
+        *_waiters(results.aio_waiters, "etcd"),
     ]

@@ -15,6 +15,9 @@ Modes (one line per command in, one line per answer out):
   ``go START END`` -> loops acquire->(hold HOLD_MS)->release from START to END
   (monotonic ns), then ``COUNTS [grants per client]``.
 
+* ``aio-latency``, ``aio-handoff``, ``aio-waiters``: the asyncio modes
+  (``benchmarks.aio_worker``).
+
 Every worker ends by itself after ``max_seconds`` (a watchdog), and when stdin closes.
 """
 
@@ -31,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from . import aio_worker
 from .impls import (
     IMPLS,
     Client,
@@ -235,7 +239,9 @@ def main() -> None:
     target = Target.from_json(spec["target"])
     mode, impl = spec["mode"], spec["impl"]
     try:
-        if mode == "latency":
+        if mode.startswith("aio-"):
+            aio_worker.main(spec)
+        elif mode == "latency":
             latency(impl, target)
         elif mode == "handoff":
             handoff(impl, target, spec["role"])

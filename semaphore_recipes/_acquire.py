@@ -50,6 +50,16 @@ class StoreRequest:
     first_try: bool = False
 
 
+@dataclass(frozen=True)
+class Abandon:
+    """Remove the waiter's entry (found by its id if the create's reply is still to
+    come) and wait for the store to confirm it, within the request timeout (then it goes
+    on in the background). Answer: None."""
+
+
+ABANDON = Abandon()
+
+
 def acquisition(
     store: QueueDriver,
     waiter: Waiter,
@@ -60,7 +70,7 @@ def acquisition(
     new_permit: Callable[[Entry, Waiter], P],
     abandon: Callable[[Waiter], None],
     clock: Callable[[], float],
-) -> Generator[StoreRequest, object, P]:
+) -> Generator[StoreRequest | Abandon, object, P]:
     """The program of one acquire: returns the permit (its held mark handed to the store)."""
     name = store.name
     permit: P | None = None
@@ -92,10 +102,13 @@ def acquisition(
         # Last: a backend may hand the mark to a thread of its own, which would
         # then compete with this one for the GIL until acquire returns.
         store.mark_held(waiter, mark.me, mark.now, mark.lower, permit._entry_lost)
-    except BaseException:
+    except BaseException as exc:
         if permit is not None:  # interrupted between admission and return
             permit._abandoned()  # the abandon below deletes its entry
-        abandon(waiter)
+        if isinstance(exc, GeneratorExit):
+            abandon(waiter)  # the program is being closed: nothing can be awaited now
+        else:
+            yield ABANDON  # the face waits for the delete, as a release would
         raise
     finally:
         store.unregister(waiter)

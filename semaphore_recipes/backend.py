@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 from ._core.codec import EntryData
 from ._core.deadline import Deadline
 from ._core.names import validate_capacity, validate_name, validate_open_capacity
-from ._core.program import Program, run_program, run_program_async
+from ._core.program import run_program, run_program_async
 from ._core.protocol import (
     BackendFailed,
     CapacityChanged,
@@ -455,6 +455,12 @@ class QueueDriver(ABC):
         wait): the delete goes on in the background, also when the create's reply is
         still on its way (it finds the entry by its id)."""
         raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
+
+    async def abandon_async(self, waiter: Waiter) -> None:
+        """:meth:`abandon`, awaited: the delete's confirmation within the request
+        timeout, then the background; never raises but the task's cancellation (the
+        delete goes on). By default :meth:`abandon_nowait`, not waiting for anything."""
+        self.abandon_nowait(waiter)
 
     async def remove_async(self, key: str) -> None:
         """:meth:`remove`, awaited: the reply within the request timeout, then the

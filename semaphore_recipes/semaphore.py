@@ -27,7 +27,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._acquire import StoreRequest, acquisition, first_try_failed
+from ._acquire import Abandon, StoreRequest, acquisition, first_try_failed
 from ._core.deadline import Deadline, validate_timeout
 from ._core.names import validate_permits
 from ._core.program import run_program
@@ -174,6 +174,9 @@ class Semaphore:
         )
 
         def answer(request: object) -> object:
+            if isinstance(request, Abandon):
+                store.abandon(waiter)
+                return None
             assert isinstance(request, StoreRequest)
             step = request.step
             if isinstance(step, AwaitEvent):

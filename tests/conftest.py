@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from semaphore_recipes.testing.faces import Face
 from semaphore_recipes.testing.harness import Harness, Verb, VerbNotSupported
 
 from .secured import _secured_etcd, secured  # noqa: F401  (fixtures of the permission tests)
@@ -19,19 +20,32 @@ from .secured import _secured_etcd, secured  # noqa: F401  (fixtures of the perm
 WORKER = str(Path(__file__).with_name("worker.py"))
 
 
-@pytest.fixture(params=["zookeeper", "etcd", "memory"])
+def _faced(kinds: list[str]) -> list[tuple[str, Face]]:
+    return [(kind, face) for face in Face for kind in kinds]
+
+
+def _face_id(param: tuple[str, Face]) -> str:
+    kind, face = param
+    return kind if face is Face.SYNC else f"{kind}-aio"
+
+
+@pytest.fixture(params=_faced(["zookeeper", "etcd", "memory"]), ids=_face_id)
 def service(request: pytest.FixtureRequest) -> Harness:
-    """One backend under test, seen the same way whatever the store: a harness of the
-    plugin (``<kind>_harness``), with its fault verbs."""
-    harness: Harness = request.getfixturevalue(f"{request.param}_harness")
-    return harness
+    """One backend under test, seen the same way whatever the store and the face: a
+    harness of the plugin (``<kind>_harness``), with its fault verbs, opening backends
+    of the sync face, or of the asyncio face through a blocking view (``-aio`` ids:
+    interrupts of the calling thread become cancellations of the awaiting task)."""
+    kind, face = request.param
+    harness: Harness = request.getfixturevalue(f"{kind}_harness")
+    return harness.with_face(face)
 
 
-@pytest.fixture(params=["zookeeper", "etcd"])
+@pytest.fixture(params=_faced(["zookeeper", "etcd"]), ids=_face_id)
 def cluster(request: pytest.FixtureRequest) -> Harness:
-    """A 3-member ensemble/cluster under test (``kill_leader``)."""
-    harness: Harness = request.getfixturevalue(f"{request.param}_cluster_harness")
-    return harness
+    """A 3-member ensemble/cluster under test (``kill_leader``), through either face."""
+    kind, face = request.param
+    harness: Harness = request.getfixturevalue(f"{kind}_cluster_harness")
+    return harness.with_face(face)
 
 
 def needs(harness: Harness, *verbs: Verb) -> None:
@@ -45,12 +59,13 @@ def needs(harness: Harness, *verbs: Verb) -> None:
 class Workers:
     """Worker processes (tests/worker.py), killed at teardown if still running."""
 
-    def __init__(self) -> None:
+    def __init__(self, face: Face = Face.SYNC) -> None:
         self.procs: list[subprocess.Popen[str]] = []
+        self.face = face  # the test's: its workers drive the same face
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, WORKER, *args],
+            [sys.executable, WORKER, *args, "--face", self.face.value],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -81,9 +96,14 @@ class Workers:
 
 @pytest.fixture
 def workers(request: pytest.FixtureRequest) -> Iterator[Workers]:
-    if "service" in request.fixturenames and request.getfixturevalue("service").kind == "memory":
-        pytest.skip("worker processes cannot share an in-process memory store")
-    w = Workers()
+    face = Face.SYNC
+    for name in ("service", "cluster"):
+        if name in request.fixturenames:
+            harness: Harness = request.getfixturevalue(name)
+            if harness.kind == "memory":
+                pytest.skip("worker processes cannot share an in-process memory store")
+            face = harness.face
+    w = Workers(face)
     yield w
     for proc in w.procs:
         if proc.poll() is None:

@@ -33,6 +33,31 @@ ROWS = (
 )
 
 
+#: the asyncio rows of each server backend (tables of ``aio-latency``, ``aio-handoff``,
+#: ``aio-waiters``), expected when the backend has its asyncio face here
+AIO = {"ZooKeeper": "zookeeper", "etcd": "etcd"}
+AIO_ROWS = {
+    "ZooKeeper": (
+        "| ZooKeeper | asyncio raw create+delete (kazoo async, awaited) |",
+        "| ZooKeeper | asyncio predecessor-watch floor (delete -> task woken) |",
+        "| ZooKeeper | semaphore-recipes AsyncSemaphore |",
+        "| ZooKeeper | 200 | 200 |",
+    ),
+    "etcd": (
+        "| etcd | asyncio raw put(lease)+delete (grpc.aio stubs) |",
+        "| etcd | asyncio predecessor-watch floor (delete -> task woken) |",
+        "| etcd | semaphore-recipes AsyncSemaphore |",
+        "| etcd | 200 | 200 |",
+    ),
+}
+
+
+def has_async_face(scheme: str) -> bool:
+    from semaphore_recipes import registry
+
+    return registry.backend_class(scheme).has_async_face
+
+
 @pytest.mark.slow
 def test_tiny_run_writes_every_table_and_the_plots_or_says_why_not(
     zookeeper_server: Any, etcd_server: Any, tmp_path: Path
@@ -53,7 +78,7 @@ def test_tiny_run_writes_every_table_and_the_plots_or_says_why_not(
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=240,
     )  # fmt: skip  (the timeout bounds it; how fast it runs is not a test's business)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = (tmp_path / "benchmarks.md").read_text()
@@ -62,8 +87,27 @@ def test_tiny_run_writes_every_table_and_the_plots_or_says_why_not(
         assert row in report, row
     for section in ("## Uncontended", "## Handoff", "## Herd", "## Throughput"):
         assert section in report
-    assert "not measured" not in report and "## Errors" not in report
-    assert report.count("| **met** |") + report.count("| **missed** |") == 6
+    assert "## Errors" not in report
+
+    # the asyncio face: every backend that has it, measured; any other, said so
+    assert "### The asyncio face (issue 14)" in report
+    assert "| memory:// | semaphore-recipes AsyncSemaphore (in-process store) |" in report
+    assert "| memory:// | 20 | 20 | 0 (FIFO) |" in report  # 20 tasks in one loop, in order
+    with_face = [name for name, backend in AIO.items() if has_async_face(backend)]
+    for name, backend in AIO.items():
+        rows = AIO_ROWS[name]
+        if name in with_face:
+            for row in rows:
+                assert row in report, row
+        else:
+            for what in ("aio-latency", "aio-handoff", "aio-waiters"):
+                assert f"- {what}: {backend}: the {backend} backend has no asyncio face" in report
+            assert not any(row in report for row in rows)
+    missing = [name for name in AIO if name not in with_face]
+    unmeasured = [line for line in report.splitlines() if "not measured" in line]
+    assert all(any(line.startswith(f"| {name}") for name in missing) for line in unmeasured)
+    assert len(unmeasured) == 6 * len(missing)  # its two ratios and four figures of W tasks
+    assert report.count("| **met** |") + report.count("| **missed** |") == 6 + 6 * len(with_face)
 
     plots = [tmp_path / "bench-latency.png", tmp_path / "bench-herd.png"]
     if importlib.util.find_spec("matplotlib") is None:

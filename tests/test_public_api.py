@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import semaphore_recipes
-from semaphore_recipes import backend, errors, registry
+from semaphore_recipes import aio, backend, errors, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +45,7 @@ def _accidental(module: types.ModuleType) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "module", [semaphore_recipes, errors, backend, registry], ids=lambda m: m.__name__
+    "module", [semaphore_recipes, errors, backend, registry, aio], ids=lambda m: m.__name__
 )
 def test_every_name_in_all_exists_and_is_documented(module: types.ModuleType) -> None:
     assert len(module.__all__) == len(set(module.__all__)), "a name is listed twice"
@@ -55,7 +55,7 @@ def test_every_name_in_all_exists_and_is_documented(module: types.ModuleType) ->
     assert not undocumented, f"no docstring: {undocumented}"
 
 
-@pytest.mark.parametrize("module", [semaphore_recipes, errors], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [semaphore_recipes, errors, aio], ids=lambda m: m.__name__)
 def test_nothing_public_outside_all(module: types.ModuleType) -> None:
     assert not _accidental(module), (
         f"importable from {module.__name__} but not in its __all__: "

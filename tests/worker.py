@@ -19,8 +19,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import semaphore_recipes as sr
+import semaphore_recipes.aio
+from semaphore_recipes.testing.faces import BlockingAsyncBackend, Face, LoopThread
 
 
 def checked(path: str, delta: int) -> None:
@@ -53,8 +56,18 @@ def main() -> int:
     ap.add_argument("--lost-wait", type=float, default=30.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--release-file")
+    ap.add_argument("--face", choices=[f.value for f in Face], default=Face.SYNC.value)
     args = ap.parse_args()
-    backend = sr.connect(args.url)
+    backend: Any
+    if args.face == Face.ASYNC.value:  # the asyncio face, through the tests' blocking view
+        loop = LoopThread()
+
+        async def connect() -> sr.aio.AsyncBackend:
+            return await sr.aio.connect(args.url)
+
+        backend = BlockingAsyncBackend(loop.run(connect()), loop)
+    else:
+        backend = sr.connect(args.url)
     sem = backend.semaphore(args.name, capacity=args.capacity)
     if args.mode == "cycle":
         weights = [int(w) for w in args.weights.split(",")]

@@ -37,13 +37,18 @@ class Enqueue:
 @dataclass(frozen=True)
 class Enqueued:
     """``later_entries``: the listing already held entries created after ours.
-    ``capacity_version``: the store version of ``capacity`` (see CapacityChanged)."""
+    ``capacity_version``: the store version of ``capacity`` (see CapacityChanged).
+    ``lower_complete``: False when ``lower`` holds only the nearest lower entries (at
+    least ``capacity + 1`` of them, or all): a store that can list the nearest entries
+    alone saves a waiter far back in a long queue the listing of all of it. A
+    :class:`Relist` is always answered with every lower entry."""
 
     me: Entry
     lower: tuple[Entry, ...]
     capacity: int
     later_entries: bool
     capacity_version: int
+    lower_complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,11 @@ def acquire_protocol(
         first = False
         assert isinstance(answer, Enqueued)
         position = QueuePosition(
-            answer.me, answer.lower, answer.capacity, capacity_version=answer.capacity_version
+            answer.me,
+            answer.lower,
+            answer.capacity,
+            capacity_version=answer.capacity_version,
+            complete=answer.lower_complete,
         )
         # A successor that lists us after our listing sees at most the lower entries we
         # saw, so it finds us admissible by itself. Only successors already in our

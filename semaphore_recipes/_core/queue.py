@@ -86,20 +86,57 @@ class QueuePosition:
     """
 
     def __init__(
-        self, me: Entry, lower: Iterable[Entry], capacity: int, *, capacity_version: int = 0
+        self,
+        me: Entry,
+        lower: Iterable[Entry],
+        capacity: int,
+        *,
+        capacity_version: int = 0,
+        complete: bool = True,
     ) -> None:
         self.me = me
         self.capacity = capacity
         self.capacity_version = capacity_version
+        ordered = sorted(lower, key=lambda e: e.order)
+        if ordered and ordered[-1].order >= me.order:
+            raise ValueError(f"entry {ordered[-1].key!r} is not lower than {me.key!r}")
         self._lower: dict[str, Entry] = {}
-        for e in sorted(lower, key=lambda e: e.order):
-            if e.order >= me.order:
-                raise ValueError(f"entry {e.key!r} is not lower than {me.key!r}")
-            self._lower[e.key] = e
+        #: The view keeps only the nearest entries (see _keep_nearest): never admit from it.
+        self.truncated = False
+        self._keep_nearest(ordered)
+        self.truncated |= not complete  # the store listed only the nearest entries
         self._armed: set[str] = set()
         #: Our predecessor vanished before we saw it held: the rest of the view may be
         #: long gone too. One fresh listing beats probing it entry by entry.
-        self.stale = False
+        self._stale = False
+
+    def _keep_nearest(self, ordered: list[Entry]) -> None:
+        """Keep the nearest lower entries until their weights pass the capacity: they
+        alone show we cannot be admitted, so a waiter far back in a long queue holds
+        (and sums, at every event) at most capacity + 1 entries, not the whole queue.
+        The view is then no longer a superset of the lower entries: a decision that
+        could admit us, or make us the head (who watches every lower entry), needs a
+        fresh listing first (:attr:`stale`)."""
+        kept: list[Entry] = []
+        total = 0
+        self.truncated = False
+        for e in reversed(ordered):
+            if total > self.capacity:
+                self.truncated = True
+                break
+            kept.append(e)
+            total += e.weight
+        self._lower = {e.key: e for e in reversed(kept)}
+
+    @property
+    def stale(self) -> bool:
+        """Is a fresh listing of the lower entries needed before deciding?"""
+        if self._stale:
+            return True
+        if not self.truncated:
+            return False
+        decision = self.decision()
+        return isinstance(decision, Admitted) or decision.head
 
     @property
     def lower(self) -> tuple[Entry, ...]:
@@ -135,6 +172,10 @@ class QueuePosition:
                 for other in [e for e in self._lower.values() if e.order < entry.order]:
                     if other.key not in keep:
                         self.deleted(other.key)
+                # What a truncated view left out is older than this entry, so it is in
+                # that recorded view or gone: if we hold all of the recorded view, it is gone.
+                if self.truncated and keep.issubset(self._lower):
+                    self.truncated = False
 
     def lower_keys(self) -> tuple[str, ...] | None:
         """What our held mark records of our view (None when too long to record)."""
@@ -153,21 +194,23 @@ class QueuePosition:
             # admission allowed, so some of it is long gone, and probing it one entry
             # per round trip is what a zero-hold-time queue would do at every grant.
             if not head or (predecessor.held and total > self.capacity):
-                self.stale = True
+                self._stale = True
         self._lower.pop(key, None)
         self._armed.discard(key)
 
     def relisted(self, lower: Iterable[Entry]) -> None:
         """A fresh listing of the lower entries replaces the view (held marks we already
         saw are kept: they never go back)."""
-        fresh: dict[str, Entry] = {}
+        fresh: list[Entry] = []
         for e in sorted(lower, key=lambda e: e.order):
             if e.order < self.me.order:
                 old = self._lower.get(e.key)
-                fresh[e.key] = replace(e, held=True) if old is not None and old.held else e
-        self._lower = fresh
-        self._armed &= set(fresh)
-        self.stale = False
+                fresh.append(replace(e, held=True) if old is not None and old.held else e)
+        self._stale = False
+        self._keep_nearest(fresh)
+        if self.stale:  # this listing is whole: decide from all of it, not list again
+            self._lower, self.truncated = {e.key: e for e in fresh}, False
+        self._armed &= set(self._lower)
 
     def marked_held(self, key: str) -> None:
         """The watch on ``key`` fired because the entry wrote its held mark."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .._core.queue import Entry
 from .._permit import PermitBase
-from ..backend import FencedTransaction, QueueDriver
+from ..backend import FencedTransaction, QueueDriver, Write
 
 if TYPE_CHECKING:
     from .semaphore import AsyncSemaphore
@@ -84,6 +84,11 @@ class AsyncTransaction:
 
     def __init__(self, transaction: FencedTransaction) -> None:
         self._transaction = transaction
+
+    @property
+    def writes(self) -> list[Write]:
+        """The writes added so far, in order."""
+        return self._transaction.writes
 
     def create(self, key: str, value: bytes = b"") -> AsyncTransaction:
         self._transaction.create(key, value)

@@ -8,20 +8,23 @@ ended; a holder's permit goes SUSPENDED, then HELD or LOST.
 
 Cancellation is an exit like a timeout: a task cancelled (``task.cancel()``,
 ``asyncio.timeout()``, ``asyncio.wait_for``) at any await of an acquire leaves no entry
-in the store. The entry's delete is started before the ``CancelledError`` goes on and
-completes in the background; a create whose reply is still on its way is found by its
-id and deleted; the successor is woken as by a release.
+in the store. Before the ``CancelledError`` goes on, the acquire deletes its entry and
+waits for the store to confirm it (one round trip; at most the request timeout when the
+store cannot be reached, after which the delete goes on in the background), so the
+successor is woken as by a release; a create whose reply is still on its way is found
+by its id and deleted. Cancelled again during that wait, the task leaves at once and the
+delete goes on in the background.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .._acquire import StoreRequest, acquisition, first_try_failed
+from .._acquire import Abandon, StoreRequest, acquisition, first_try_failed
 from .._core.deadline import Deadline, validate_timeout
 from .._core.names import validate_capacity, validate_permits
 from .._core.program import run_program_async
@@ -88,7 +91,7 @@ class AsyncSemaphore:
     async def _opened(self) -> QueueDriver:
         if self._store is not None:
             return self._store
-        if self._opening is None or (self._opening.done() and self._opening.exception()):
+        if self._opening is None or _failed(self._opening):
             self._opening = asyncio.ensure_future(
                 self._backend.backend.open_queue_async(
                     self._name,
@@ -97,6 +100,7 @@ class AsyncSemaphore:
                     create=self._create,
                 )
             )
+            self._opening.add_done_callback(_failed)  # its error is the callers' (no warning)
         # shielded: one caller's cancellation must not cancel the opening others await
         store = await asyncio.shield(self._opening)
         self._store = store
@@ -153,6 +157,10 @@ class AsyncSemaphore:
         )
 
         async def answer(request: object) -> object:
+            if isinstance(request, Abandon):
+                # shielded: cancelled again, the task leaves at once and the delete goes on
+                await asyncio.shield(store.abandon_async(waiter))
+                return None
             assert isinstance(request, StoreRequest)
             step = request.step
             if isinstance(step, AwaitEvent):
@@ -183,18 +191,30 @@ class AsyncSemaphore:
         await (await self._opened()).set_capacity_async(capacity)
 
 
-class Acquiring:
-    """An acquire in progress: await it for the permit, or ``async with`` it to hold
-    the permit for the block (released at its end, whatever the way out)."""
+class Acquiring(Coroutine[Any, Any, AsyncPermit]):
+    """An acquire in progress: a coroutine (``await`` it, or ``asyncio.create_task``
+    it) that returns the permit, and an async context manager that holds the permit for
+    the block (released at its end, whatever the way out)."""
 
     __slots__ = ("_coro", "_permit")
 
-    def __init__(self, coro: Any) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, AsyncPermit]) -> None:
         self._coro = coro
         self._permit: AsyncPermit | None = None
 
     def __await__(self) -> Generator[Any, None, AsyncPermit]:
-        return self._coro.__await__()  # type: ignore[no-any-return]
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)  # pragma: no cover (the old signature)
+
+    def close(self) -> None:
+        self._coro.close()
 
     async def __aenter__(self) -> AsyncPermit:
         self._permit = await self._coro
@@ -208,3 +228,8 @@ class Acquiring:
     ) -> None:
         if self._permit is not None:
             await self._permit.release()
+
+
+def _failed(opening: asyncio.Future[QueueDriver]) -> bool:
+    """Did the opening end without a queue (an opening that failed is tried again)?"""
+    return opening.done() and (opening.cancelled() or opening.exception() is not None)

@@ -21,12 +21,16 @@ waiting acquires raise BackendUnavailable); later calls raise BackendUnavailable
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
+from .._core.program import Program, run_program, run_program_async
 from ..backend import (
     DEFAULT_REQUEST_TIMEOUT,
     RESTORED,
@@ -41,10 +45,11 @@ from ..backend import (
     validate_name,
 )
 from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
-from .queue import MemoryQueue
+from .queue import Connected, MemoryQueue
 from .store import MemoryStore, store_named
 
 log = logging.getLogger("semaphore_recipes.memory")
+T = TypeVar("T")
 
 #: the parameters a memory:// URL may carry (docs/operations.md)
 URL_PARAMETERS = frozenset({"request_timeout"})
@@ -76,6 +81,8 @@ class MemoryBackend(Backend):
         self._connected = True
         self._closed = False
         self._pending: list[Callable[[], object]] = []  # sent on reconnect
+        # requests of the asyncio face waiting for the connection: (their loop, a future)
+        self._async_waits: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.session = store.open_session()
 
     @classmethod
@@ -139,6 +146,7 @@ class MemoryBackend(Backend):
             self._connected = True
             pending, self._pending = self._pending, []
             self._reachable.notify_all()
+            self._wake_async_waits()
         log.info("memory backend of store %r reconnected", self.store.name)
         self.publish(RESTORED)
         for send in pending:
@@ -164,6 +172,51 @@ class MemoryBackend(Backend):
                     )
                 self._reachable.wait(limit.remaining())
 
+    async def request_async(self, deadline: Deadline | None = None) -> int:
+        """:meth:`request`, awaited: the loop goes on while disconnected."""
+        limit = deadline or Deadline(self.request_timeout, time.monotonic)
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._lock:
+                self._check_open()
+                if self._connected:
+                    return self.session
+                left = limit.remaining()
+                if left is not None and left <= 0:
+                    if deadline is not None:
+                        raise AcquireTimeout(f"memory store {self.store.name!r}: disconnected")
+                    raise BackendUnavailable(
+                        f"memory store {self.store.name!r} unreachable: disconnected "
+                        f"(request timeout {self.request_timeout:g} s)"
+                    )
+                woken: asyncio.Future[None] = loop.create_future()
+                self._async_waits.append((loop, woken))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(woken), left)
+
+    def _wake_async_waits(self) -> None:
+        """(Under the lock.) Connected again, or closed: wake the awaiting requests."""
+        waits, self._async_waits = self._async_waits, []
+        for loop, woken in waits:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                loop.call_soon_threadsafe(_resolve, woken)
+
+    def run(self, program: Program[T]) -> T:
+        """Run a queue's program, blocking (each request waits for the connection)."""
+        return run_program(program, self._answer)
+
+    async def run_async(self, program: Program[T]) -> T:
+        """Run a queue's program from an event loop."""
+        return await run_program_async(program, self._answer_async)
+
+    def _answer(self, pending: object) -> object:
+        assert isinstance(pending, Connected)
+        return self.request(pending.deadline)
+
+    async def _answer_async(self, pending: object) -> object:
+        assert isinstance(pending, Connected)
+        return await self.request_async(pending.deadline)
+
     def send(self, write: Callable[[], object]) -> None:
         """Send a write whose reply nobody waits for (a release, a held mark): now, or on
         reconnect; dropped once the backend is closed (its entries are gone)."""
@@ -183,7 +236,35 @@ class MemoryBackend(Backend):
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
     ) -> MemoryQueue:
-        return MemoryQueue(self, name, capacity, adopt_capacity=adopt_capacity, create=create)
+        queue = MemoryQueue(self, name)
+        return self.run(queue.open(capacity, adopt_capacity=adopt_capacity, create=create))
+
+    # ---- the asyncio face: the same programs, awaited ------------------------------------
+    has_async_face = True
+
+    @classmethod
+    async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> MemoryBackend:
+        return cls.from_url(url, owner=owner)  # nothing to connect to: no I/O
+
+    async def open_queue_async(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> MemoryQueue:
+        queue = MemoryQueue(self, name)
+        return await self.run_async(
+            queue.open(capacity, adopt_capacity=adopt_capacity, create=create)
+        )
+
+    async def read_async(self, key: str) -> bytes | None:
+        await self.request_async()
+        return self.store.read(key)
+
+    async def delete_semaphore_async(self, name: str) -> None:
+        path = self.semaphore_path(validate_name(name))
+        await self.request_async()
+        call_with_sigint_held(lambda: self.store.delete_semaphore(path))
+
+    async def close_async(self) -> None:
+        self.close()  # in-process: it never waits
 
     def semaphore_path(self, name: str) -> str:
         """Where the semaphore ``name`` is in the store."""
@@ -225,9 +306,15 @@ class MemoryBackend(Backend):
             self._closed = True
             self._pending.clear()
             self._reachable.notify_all()
+            self._wake_async_waits()
             deliver = self.store.end_session(self.session)
         self.fail("the memory backend was closed")
         deliver()
+
+
+def _resolve(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)
 
 
 def _made_on(entry_id: str | None, session: int) -> bool:

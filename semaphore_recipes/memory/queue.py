@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from .._core.program import Program
 from ..backend import (
     Deadline,
     Enqueued,
@@ -41,57 +43,78 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Connected:
+    """What a memory program waits for: the backend connected (its answer: the session
+    to send the request on), within ``deadline`` or, without one, the request timeout."""
+
+    deadline: Deadline | None
+
+
 class MemoryQueue(QueueDriver):
     backend: MemoryBackend
 
-    def __init__(
-        self,
-        backend: MemoryBackend,
-        name: str,
-        capacity: int | None,
-        *,
-        adopt_capacity: bool,
-        create: bool,
-    ) -> None:
+    def __init__(self, backend: MemoryBackend, name: str) -> None:
         super().__init__(name, backend)
         self.store = backend.store
         self.path = backend.semaphore_path(name)
         self._watches: dict[Waiter, list[tuple[str, int]]] = {}  # waiter -> (key, watch id)
         self._holder_watches: dict[str, int] = {}  # key -> watch id (acquire(watch_entry))
-        opened = self.run(
+
+    def open(
+        self, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> Program[MemoryQueue]:
+        """Create the semaphore if ``create`` and it is missing, then agree on the
+        capacity (a program: ``backend.run`` or ``backend.run_async`` runs it)."""
+        opened = yield from self.call(
             lambda: self.store.open_semaphore(
                 self.path, capacity if create else None, self.apply_capacity
             )
         )
         if opened is None:
-            raise SemaphoreNotFound(name, f"memory store {self.store.name!r} at {self.path}")
+            where = f"memory store {self.store.name!r} at {self.path}"
+            raise SemaphoreNotFound(self.name, where)
         stored, version = opened
         with self._lock:  # a change applied meanwhile by the listener is newer
             if version > self._capacity_version:
                 self._capacity_version, self.capacity = version, stored
         if capacity is not None and stored != capacity and not adopt_capacity:
-            raise CapacityMismatch(name, capacity, stored)
+            raise CapacityMismatch(self.name, capacity, stored)
+        return self
 
-    def run(self, request: Callable[[], T], deadline: Deadline | None = None) -> T:
+    def call(self, request: Callable[[], T], deadline: Deadline | None = None) -> Program[T]:
         """One request to the store, once connected (see ``MemoryBackend.request``).
         On the main thread Ctrl-C waits until it returns: a change and the events it
         owes the watchers are never torn apart."""
-        self.backend.request(deadline)
+        yield Connected(deadline)
         return call_with_sigint_held(request)
 
     # ---- capacity ------------------------------------------------------------------------
     def set_capacity(self, capacity: int) -> None:
         validate_capacity(capacity)
-        self.run(lambda: self.store.set_capacity(self.path, capacity))
+        self.backend.run(self.call(lambda: self.store.set_capacity(self.path, capacity)))
+
+    async def set_capacity_async(self, capacity: int) -> None:
+        validate_capacity(capacity)
+        await self.backend.run_async(
+            self.call(lambda: self.store.set_capacity(self.path, capacity))
+        )
 
     # ---- the protocol steps ----------------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        return self.backend.run(self._enqueue(waiter, deadline))
+
+    async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        return await self.backend.run_async(self._enqueue(waiter, deadline))
+
+    def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
         self._drop_watches(waiter)
         while True:
             # A generation per attempt: the end of a session this attempt gave up on is
             # reported to the attempt that made an entry on it, not to this one.
             waiter.new_generation()
-            session = self.backend.request(deadline)
+            session = yield Connected(deadline)
+            assert isinstance(session, int)
             key = self.store.new_entry_key(session)
             waiter.creating(key)  # before the create: an interrupted acquire finds it
             data = EntryData(
@@ -101,7 +124,7 @@ class MemoryQueue(QueueDriver):
                 create = functools.partial(
                     self.store.create_entry, self.path, key, session, data, self.capacity
                 )
-                entry, lower, capacity, version = self.run(create, deadline)
+                entry, lower, complete, capacity, version = yield from self.call(create, deadline)
             except SessionEnded:
                 continue  # expired meanwhile: the backend has a new session
             waiter.created(key, entry.token)
@@ -113,11 +136,22 @@ class MemoryQueue(QueueDriver):
                 capacity=capacity,
                 later_entries=False,  # the listing is atomic with the create
                 capacity_version=version,
+                lower_complete=complete,
             )
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
     ) -> Mapping[str, EntryState | None] | SessionLost:
+        return self.backend.run(self._arm(waiter, keys, deadline))
+
+    async def arm_async(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Mapping[str, EntryState | None] | SessionLost:
+        return await self.backend.run_async(self._arm(waiter, keys, deadline))
+
+    def _arm(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Program[Mapping[str, EntryState | None]]:
         generation = waiter.generation
 
         def watch(key: str) -> EntryWatch:
@@ -129,7 +163,9 @@ class MemoryQueue(QueueDriver):
 
             return changed
 
-        found = self.run(lambda: self.store.watch_entries(self.path, keys, watch), deadline)
+        found = yield from self.call(
+            lambda: self.store.watch_entries(self.path, keys, watch), deadline
+        )
         states: dict[str, EntryState | None] = {}
         with self._lock:
             armed = self._watches.setdefault(waiter, [])
@@ -142,9 +178,18 @@ class MemoryQueue(QueueDriver):
         return states
 
     def relist(self, waiter: Waiter, deadline: Deadline) -> Sequence[Entry] | SessionLost:
+        return self.backend.run(self._relist(waiter, deadline))
+
+    async def relist_async(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> Sequence[Entry] | SessionLost:
+        return await self.backend.run_async(self._relist(waiter, deadline))
+
+    def _relist(self, waiter: Waiter, deadline: Deadline) -> Program[Sequence[Entry]]:
         token = waiter.token
         assert token is not None
-        return [_entry(e) for e in self.run(lambda: self.store.entries(self.path, token), deadline)]
+        entries = yield from self.call(lambda: self.store.entries(self.path, token), deadline)
+        return [_entry(e) for e in entries]
 
     def write_mark(
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
@@ -165,13 +210,18 @@ class MemoryQueue(QueueDriver):
         def watch(key: str) -> EntryWatch:
             return changed
 
-        found = self.run(lambda: self.store.watch_entries(self.path, (key,), watch))
-        entry, watch_id = found[key]
-        if entry is None or watch_id is None or entry.token != token:
-            on_lost("the entry was gone when the holder began watching it")
-            return
-        with self._lock:
-            self._holder_watches[key] = watch_id
+        def start() -> None:
+            found = call_with_sigint_held(
+                lambda: self.store.watch_entries(self.path, (key,), watch)
+            )
+            entry, watch_id = found[key]
+            if entry is None or watch_id is None or entry.token != token:
+                on_lost("the entry was gone when the holder began watching it")
+                return
+            with self._lock:
+                self._holder_watches[key] = watch_id
+
+        self.backend.send(start)  # now, or on reconnect: never blocks (the asyncio face)
 
     # ---- leaving ----------------------------------------------------------------------------
     def unregister(self, waiter: Waiter) -> None:
@@ -200,9 +250,21 @@ class MemoryQueue(QueueDriver):
         if key is not None:
             self.remove(key)
 
+    def abandon_nowait(self, waiter: Waiter) -> None:
+        self.abandon(waiter)  # it never waits: the delete is sent now or on reconnect
+
+    async def remove_async(self, key: str) -> None:
+        self.remove(key)
+
     # ---- reading and fencing ------------------------------------------------------------------
     def status(self) -> Status:
-        stored, entries = self.run(lambda: self.store.queue(self.path))
+        return self.backend.run(self._status())
+
+    async def status_async(self) -> Status:
+        return await self.backend.run_async(self._status())
+
+    def _status(self) -> Program[Status]:
+        stored, entries = yield from self.call(lambda: self.store.queue(self.path))
         capacity = self.capacity if stored is None else stored  # (deleted: as etcd does)
         rows = [
             EntryStatus(e.key, e.data.owner, _weight(e), e.token, e.data.held, e.data.since)

@@ -200,20 +200,24 @@ class MemoryStore:
     # ---- queue entries ------------------------------------------------------------------
     def create_entry(
         self, path: str, key: str, session: int, data: EntryData, capacity: int
-    ) -> tuple[StoredEntry, list[StoredEntry], int, int]:
+    ) -> tuple[StoredEntry, list[StoredEntry], bool, int, int]:
         """Create the entry ``key`` on ``session``; return it, the entries lower than it
-        (all the others: it is the newest), and the capacity with its version (the
-        semaphore is made again with ``capacity`` if it was deleted). SessionEnded when
-        the session has ended."""
+        (the others: it is the newest; only the nearest ``capacity + 1`` of them),
+        whether those are all of them, and the capacity with its version (the semaphore
+        is made again with ``capacity`` if it was deleted). SessionEnded when the
+        session has ended."""
         with self._lock:
             if session not in self._sessions:
                 raise SessionEnded(session)
             semaphore = self._semaphore(path, capacity)
             self._revision += 1
             entry = StoredEntry(key, self._revision, session, data)
-            lower = list(semaphore.entries.values())
+            nearest = semaphore.capacity + 1
+            lower = list(itertools.islice(reversed(semaphore.entries.values()), nearest))
+            lower.reverse()
+            complete = len(semaphore.entries) <= nearest
             semaphore.entries[key] = entry
-            return entry, lower, semaphore.capacity, semaphore.version
+            return entry, lower, complete, semaphore.capacity, semaphore.version
 
     def entries(self, path: str, below: int | None = None) -> list[StoredEntry]:
         """The entries of a semaphore in queue order (those with a token below ``below``)."""

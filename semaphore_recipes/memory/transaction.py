@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._core.program import Program
 from ..backend import FencedTransaction
 
 if TYPE_CHECKING:
@@ -28,5 +29,13 @@ class MemoryFencedTransaction(FencedTransaction):
         write's condition fails (nothing is written then), BackendUnavailable when the
         backend is closed or stays disconnected past the request timeout (nothing is
         written then either: a memory store never leaves a commit in doubt)."""
+        self._queue.backend.run(self._commit())
+
+    async def commit_async(self) -> None:
+        await self._queue.backend.run_async(self._commit())
+
+    def _commit(self) -> Program[None]:
         queue = self._queue
-        queue.run(lambda: queue.store.commit(queue.path, self.entry_key, self.token, self.writes))
+        yield from queue.call(
+            lambda: queue.store.commit(queue.path, self.entry_key, self.token, self.writes)
+        )

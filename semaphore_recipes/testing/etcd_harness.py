@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backend import Backend
 from ..etcd.backend import EtcdBackend
+from .faces import store_backend
 from .harness import NetworkHarness, Verb
 from .plugin import alive_etcd_leases, leftover_etcd_entries
 
@@ -54,9 +55,9 @@ class EtcdHarness(NetworkHarness):
     def connect(self, *args: Any, **kwargs: Any) -> EtcdBackend:
         """As :meth:`Harness.connect`, typed for this store."""
         backend = super().connect(*args, **kwargs)
-        if not isinstance(backend, EtcdBackend):
+        if not isinstance(store_backend(backend), EtcdBackend):
             raise TypeError(f"the etcd harness opened {backend!r}")
-        return backend
+        return backend  # type: ignore[return-value]  # or the asyncio face's blocking view
 
     @contextmanager
     def _admin_client(self) -> Iterator[EtcdClient]:
@@ -82,6 +83,7 @@ class EtcdHarness(NetworkHarness):
             return alive_etcd_leases(admin)
 
     def session_of(self, backend: Backend) -> int:
+        backend = store_backend(backend)
         if not isinstance(backend, EtcdBackend):
             raise TypeError(f"not an etcd backend: {backend!r}")
         lease: int = backend.lease_id

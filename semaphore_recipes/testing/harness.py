@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from ..backend import Backend
+from .faces import Face
 from .proxy import FaultProxy, ProxyMode
 
 __all__ = ["Cut", "Harness", "NetworkHarness", "Verb", "VerbNotSupported"]
@@ -79,10 +80,18 @@ class Harness(ABC):
     kind: ClassVar[str]
     #: the verbs this harness lacks, and why (the skip reason of a scenario needing one)
     missing: Mapping[Verb, str] = {}
+    #: which face :meth:`connect` opens: the sync one, or asyncio seen through a blocking
+    #: view (``testing.faces``), so one test body checks both faces
+    face: Face = Face.SYNC
 
     def __init__(self, url: str, make: Callable[..., Backend]) -> None:
         self.url = url
         self._make = make
+
+    def with_face(self, face: Face) -> Harness:
+        """This harness, opening backends of ``face`` from now on."""
+        self.face = face
+        return self
 
     # -- backends and what they leave --
     def connect(
@@ -96,10 +105,12 @@ class Harness(ABC):
         """A backend into the test's namespace (``url`` replaces the harness's;
         ``session_timeout`` replaces its query; ``options`` go to ``connect()``).
         ``proxied=True``: through fault proxies, so ``cut``/``lose_next_reply`` work on it.
+        With the asyncio :attr:`face`, a :class:`~.faces.BlockingAsyncBackend` (typed as
+        a Backend: it answers the calls the sync face's tests make).
         """
         if proxied:
             raise VerbNotSupported(self.kind, Verb.CUT, self.missing.get(Verb.CUT, "no network"))
-        return self._make(url=url, session_timeout=session_timeout, **options)
+        return self._make(url=url, session_timeout=session_timeout, face=self.face, **options)
 
     def url_with(self, **params: object) -> str:
         """The harness's URL with ``params`` as its whole query."""
@@ -194,6 +205,7 @@ class NetworkHarness(Harness):
             backend = self._make(
                 url=f"{self.kind}://{addresses}{path_and_query}",
                 session_timeout=session_timeout,
+                face=self.face,
                 **options,
             )
         except BaseException:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..backend import Backend
 from ..memory import MemoryBackend, store_named
+from .faces import store_backend
 from .harness import Harness, Verb
 
 __all__ = ["MemoryHarness"]
@@ -31,9 +32,9 @@ class MemoryHarness(Harness):
     def connect(self, *args: Any, **kwargs: Any) -> MemoryBackend:
         """As :meth:`Harness.connect`, typed for this store."""
         backend = super().connect(*args, **kwargs)
-        if not isinstance(backend, MemoryBackend):
+        if not isinstance(store_backend(backend), MemoryBackend):
             raise TypeError(f"the memory harness opened {backend!r}")
-        return backend
+        return backend  # type: ignore[return-value]  # or the asyncio face's blocking view
 
     @property
     def _store_name(self) -> str:
@@ -54,6 +55,7 @@ class MemoryHarness(Harness):
 
 
 def _memory(backend: Backend) -> MemoryBackend:
+    backend = store_backend(backend)
     if not isinstance(backend, MemoryBackend):
         raise TypeError(f"not a memory backend: {backend!r}")
     return backend

@@ -225,24 +225,44 @@ def leftover_entries(admin: Any, namespace: str, name: str | None = None) -> lis
 def _backend_factory(
     default_url: str, leftovers: Callable[[], list[str]]
 ) -> Iterator[Callable[..., Any]]:
-    """Yield ``make(url=None, session_timeout=None, **connect_kwargs)``; at teardown close
-    every backend made, then fail if queue entries remain (waiting out the sessions of
-    killed processes)."""
+    """Yield ``make(url=None, session_timeout=None, face=Face.SYNC, **connect_kwargs)``
+    (``Face.ASYNC``: a blocking view of an asyncio backend, ``testing.faces``); at
+    teardown close every backend made, then fail if queue entries remain (waiting out the
+    sessions of killed processes)."""
     import semaphore_recipes as sr
 
-    backends: list[Any] = []
+    from .faces import BlockingAsyncBackend, Face, LoopThread
 
-    def make(url: str | None = None, session_timeout: float | None = None, **kwargs: Any) -> Any:
+    backends: list[Any] = []
+    loops: list[LoopThread] = []
+
+    def make(
+        url: str | None = None,
+        session_timeout: float | None = None,
+        face: Face = Face.SYNC,
+        **kwargs: Any,
+    ) -> Any:
         target = url or default_url
         if session_timeout is not None:
             target = target.split("?")[0] + f"?session_timeout={session_timeout}"
-        backend = sr.connect(target, **kwargs)
+        if face is Face.ASYNC:
+            if not loops:
+                loops.append(LoopThread())
+
+            async def connect() -> Any:
+                return await sr.aio.connect(target, **kwargs)
+
+            backend: Any = BlockingAsyncBackend(loops[0].run(connect()), loops[0])
+        else:
+            backend = sr.connect(target, **kwargs)
         backends.append(backend)
         return backend
 
     yield make
     for backend in backends:
         backend.close()
+    for loop in loops:
+        loop.close()
     deadline = time.monotonic() + 12.0  # longest session timeout the tests use + margin
     left = leftovers()
     while left and time.monotonic() < deadline:

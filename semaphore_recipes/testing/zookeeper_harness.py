@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backend import Backend
 from ..zookeeper.backend import ZooKeeperBackend
+from .faces import store_backend
 from .harness import NetworkHarness, Verb
 from .plugin import leftover_entries
 from .zookeeper_server import expire_session
@@ -53,9 +54,9 @@ class ZooKeeperHarness(NetworkHarness):
     def connect(self, *args: Any, **kwargs: Any) -> ZooKeeperBackend:
         """As :meth:`Harness.connect`, typed for this store."""
         backend = super().connect(*args, **kwargs)
-        if not isinstance(backend, ZooKeeperBackend):
+        if not isinstance(store_backend(backend), ZooKeeperBackend):
             raise TypeError(f"the ZooKeeper harness opened {backend!r}")
-        return backend
+        return backend  # type: ignore[return-value]  # or the asyncio face's blocking view
 
     def entries(self, name: str | None = None) -> list[str]:
         # retried: an ensemble's admin client may be reconnecting after a leader kill
@@ -63,6 +64,7 @@ class ZooKeeperHarness(NetworkHarness):
         return found
 
     def expire_session(self, backend: Backend) -> None:
+        backend = store_backend(backend)
         if not isinstance(backend, ZooKeeperBackend):
             raise TypeError(f"not a ZooKeeper backend: {backend!r}")
         expire_session(backend.client, hosts=",".join(self._servers))

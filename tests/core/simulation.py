@@ -267,6 +267,11 @@ class Simulation:
             assert c.key is not None
             me = self.store[c.key]
             lower = tuple(Entry(e.key, e.order, e.weight) for e in self._lower(me))  # names only
+            # a store may list only the nearest capacity + 1 lower entries (etcd, memory)
+            nearest = self.capacity + 1
+            complete = len(lower) <= nearest or self.rng.random() < 0.5
+            if not complete:
+                lower = lower[-nearest:]
             later = any(e.order > me.order for e in self.store.values())
             c.known_capacity = self.capacity
             if not self.stale_capacity_events:
@@ -277,6 +282,7 @@ class Simulation:
                 self.capacity,
                 later,
                 capacity_version=self.capacity_version,
+                lower_complete=complete,
             )
             self._send(c, answer)
         elif action == "arm":

@@ -136,3 +136,30 @@ def test_a_mark_carried_by_a_lasting_watch_needs_no_read() -> None:
     assert [e.key for e in pos.lower] == ["k4", "k5"]  # pruned as a read would
     d = pos.decision()
     assert isinstance(d, Wait) and d.head and pos.keys_to_arm(d) == ("k4",)  # k5 still armed
+
+
+def test_a_waiter_far_back_keeps_only_its_nearest_entries() -> None:
+    """10,000 waiters must not each hold (and sum at every event) the whole queue: the
+    view keeps the nearest entries whose weights pass the capacity. Such a view never
+    admits: a decision that could, or that makes us the head, lists afresh first."""
+    lower = [Entry(f"k{i}", i, 1) for i in range(1000)]
+    pos = QueuePosition(Entry("me", 2000, 1), lower, capacity=3)
+    assert [e.key for e in pos.lower] == ["k996", "k997", "k998", "k999"]
+    assert pos.truncated and not pos.stale  # not admissible; watches its predecessor
+    assert pos.decision() == Wait(watch=("k999",), head=False)
+    pos.marked_held("k999")  # the predecessor is admitted: we are the head
+    assert pos.stale  # a head watches every lower entry: it needs all of them
+    pos.relisted([Entry("k998", 998, 1), Entry("k999", 999, 1)])
+    assert not pos.stale and not pos.truncated
+    assert pos.decision() == Admitted()
+
+
+def test_a_partial_listing_never_admits_and_a_mark_can_complete_it() -> None:
+    near = [Entry("k8", 8, 1), Entry("k9", 9, 1)]
+    pos = QueuePosition(Entry("me", 20, 1), near, capacity=3, complete=False)
+    assert pos.truncated and pos.stale  # 2 + 1 <= 3 would admit: not from a partial view
+    # k9's held mark records its view when admitted: k8 alone. Older entries we were
+    # not shown are in that view or gone, and we hold all of it: the view is whole.
+    pos.armed("k9", EntryState(held=True, lower=("k8",)))
+    assert not pos.truncated and not pos.stale
+    assert pos.decision() == Admitted()

@@ -135,8 +135,9 @@ def test_simulation_catches_ignoring_entries_already_behind_us(
         capacity: int,
         later_entries: bool,
         capacity_version: int,
+        lower_complete: bool = True,
     ) -> None:
-        real_init(self, me, lower, capacity, False, capacity_version)
+        real_init(self, me, lower, capacity, False, capacity_version, lower_complete)
 
     monkeypatch.setattr(protocol.Enqueued, "__init__", never_later)
     assert find_lost_wakeup() is not None
@@ -179,3 +180,34 @@ def test_simulation_catches_a_stale_capacity_event(monkeypatch: pytest.MonkeyPat
         except OverAdmission:
             return
     raise AssertionError("no run over-admitted on stale capacity events")
+
+
+def test_simulation_catches_admitting_from_a_truncated_view(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A waiter keeps only its nearest lower entries (those whose weights pass the
+    capacity), so 10,000 waiters do not each hold and sum the whole queue. Such a view
+    is no superset of the lower entries: deciding from it without a fresh listing
+    over-admits (or sleeps as a head that does not watch every holder)."""
+    from .simulation import OverAdmission
+
+    truncations = 0
+    real_keep = core_queue.QueuePosition._keep_nearest
+
+    def counting(self: core_queue.QueuePosition, ordered: list[Entry]) -> None:
+        nonlocal truncations
+        real_keep(self, ordered)
+        truncations += self.truncated
+
+    monkeypatch.setattr(core_queue.QueuePosition, "_keep_nearest", counting)
+    for seed in range(200):
+        run_one(seed)
+    assert truncations > 20  # the random runs do go through truncated views
+
+    monkeypatch.setattr(core_queue.QueuePosition, "stale", property(lambda self: self._stale))
+    for seed in range(RUNS):
+        try:
+            run_one(seed)
+        except (OverAdmission, LostWakeup):
+            return
+    raise AssertionError("no run went wrong deciding from a truncated view")

@@ -1,0 +1,269 @@
+"""Run tests written against the sync face through the asyncio face as well.
+
+:class:`BlockingAsyncBackend` is a blocking view of an :class:`~semaphore_recipes.aio.AsyncBackend`
+whose coroutines run on an event loop in a thread of its own (:class:`LoopThread`): a test
+calls ``backend.semaphore(...).acquire(...)`` as it would on the sync face, and the call
+is an ``await`` on that loop. An interrupt of the calling thread (``KeyboardInterrupt``,
+as the interrupt tests send) cancels the awaiting task, and the call returns once the
+task is over, cancellation cleanup included: the sync face's interrupt tests become the
+asyncio face's cancellation tests. Threads of a test may call at once; each call is a
+task of its own on the one loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+from collections.abc import Coroutine
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from .._core.status import Status
+    from .._permit import PermitState
+    from ..aio import AsyncBackend, AsyncPermit, AsyncSemaphore, AsyncTransaction
+    from ..backend import Backend, SessionState, Write
+
+T = TypeVar("T")
+
+__all__ = ["BlockingAsyncBackend", "Face", "LoopThread", "store_backend"]
+
+
+class Face(enum.Enum):
+    """Which face a test drives: the blocking one, or asyncio through a blocking view."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+class LoopThread:
+    """An event loop running in a daemon thread; :meth:`run` awaits a coroutine on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="sr-test-loop")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """The coroutine's result (or exception). Interrupted (KeyboardInterrupt in the
+        calling thread), the task is cancelled and waited for, then the interrupt goes on."""
+        done = threading.Event()
+        outcome: list[Any] = []
+
+        async def runner() -> None:
+            try:
+                outcome.append((True, await coro))
+            except BaseException as exc:  # CancelledError included: reported below
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+        task = asyncio.run_coroutine_threadsafe(runner(), self.loop)
+        try:
+            done.wait()
+        except BaseException:
+            self.loop.call_soon_threadsafe(task.cancel)
+            while not done.wait(0.05):  # the task's cleanup runs to its end
+                pass
+            raise
+        ok, value = outcome[0]
+        if ok:
+            return value  # type: ignore[no-any-return]
+        raise value
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class BlockingAsyncBackend:
+    """The sync face's ``Backend`` calls, made on an :class:`AsyncBackend`."""
+
+    def __init__(self, backend: AsyncBackend, loop: LoopThread) -> None:
+        self.aio = backend
+        self.store_backend: Backend = backend.backend
+        self._loop = loop
+        self.owner = backend.owner
+
+    def semaphore(
+        self,
+        name: str,
+        capacity: int | None = None,
+        *,
+        adopt_capacity: bool = False,
+        create: bool = True,
+    ) -> BlockingSemaphore:
+        sem = self.aio.semaphore(name, capacity, adopt_capacity=adopt_capacity, create=create)
+        self._loop.run(sem.open())  # the sync face opens at once: so do we
+        return BlockingSemaphore(sem, self._loop)
+
+    def status(self, name: str) -> Status:
+        return self._loop.run(self.aio.status(name))
+
+    def read(self, key: str) -> bytes | None:
+        return self._loop.run(self.aio.read(key))
+
+    def delete_semaphore(self, name: str) -> None:
+        self._loop.run(self.aio.delete_semaphore(name))
+
+    def data_key(self, semaphore: str, name: str = "data") -> str:
+        return self.aio.data_key(semaphore, name)
+
+    @property
+    def session_state(self) -> SessionState:
+        return self.aio.session_state
+
+    def describe(self) -> str:
+        return self.aio.describe()
+
+    def close(self) -> None:
+        self._loop.run(self.aio.close())
+
+    def __getattr__(self, name: str) -> Any:
+        # the store's own verbs (the memory backend's disconnect(), a client object...)
+        return getattr(self.store_backend, name)
+
+    def __enter__(self) -> BlockingAsyncBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<BlockingAsyncBackend {self.describe()}>"
+
+
+class BlockingSemaphore:
+    """The sync face's ``Semaphore`` calls, made on an :class:`AsyncSemaphore`."""
+
+    def __init__(self, semaphore: AsyncSemaphore, loop: LoopThread) -> None:
+        self.aio = semaphore
+        self._loop = loop
+        self.owner = semaphore.owner
+
+    @property
+    def name(self) -> str:
+        return self.aio.name
+
+    @property
+    def capacity(self) -> int:
+        capacity = self.aio.capacity
+        assert capacity is not None  # opened
+        return capacity
+
+    def acquire(
+        self,
+        permits: int = 1,
+        timeout: float | None = None,
+        blocking: bool = True,
+        *,
+        watch_entry: bool = False,
+    ) -> BlockingPermit:
+        acquiring = self.aio.acquire(permits, timeout, blocking, watch_entry=watch_entry)
+        return BlockingPermit(self, self._loop.run(acquiring), self._loop)
+
+    def status(self) -> Status:
+        return self._loop.run(self.aio.status())
+
+    def set_capacity(self, capacity: int) -> None:
+        self._loop.run(self.aio.set_capacity(capacity))
+
+    def __repr__(self) -> str:
+        return f"<BlockingSemaphore {self.name!r}>"
+
+
+class _LostView:
+    """``permit.lost`` as a ``threading.Event`` reader."""
+
+    def __init__(self, event: asyncio.Event, loop: LoopThread) -> None:
+        self._event = event
+        self._loop = loop
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        async def wait() -> bool:
+            try:
+                await asyncio.wait_for(self._event.wait(), timeout)
+            except TimeoutError:
+                return False
+            return True
+
+        return self._loop.run(wait())
+
+
+class BlockingPermit:
+    """The sync face's ``Permit`` calls, made on an :class:`AsyncPermit`."""
+
+    def __init__(self, semaphore: BlockingSemaphore, permit: AsyncPermit, loop: LoopThread) -> None:
+        self.semaphore = semaphore
+        self.aio = permit
+        self._loop = loop
+        self.key = permit.key
+        self.permits = permit.permits
+        self.token = permit.token
+        self.owner = permit.owner
+        self.lost = _LostView(permit.lost, loop)
+
+    @property
+    def state(self) -> PermitState:
+        return self.aio.state
+
+    def check(self) -> None:
+        self.aio.check()
+
+    def release(self) -> None:
+        self._loop.run(self.aio.release())
+
+    def transaction(self) -> BlockingTransaction:
+        return BlockingTransaction(self.aio.transaction(), self._loop)
+
+    def __enter__(self) -> BlockingPermit:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<Blocking{self.aio!r}>"
+
+
+class BlockingTransaction:
+    def __init__(self, transaction: AsyncTransaction, loop: LoopThread) -> None:
+        self.aio = transaction
+        self._loop = loop
+
+    @property
+    def writes(self) -> list[Write]:
+        return self.aio.writes
+
+    def create(self, key: str, value: bytes = b"") -> BlockingTransaction:
+        self.aio.create(key, value)
+        return self
+
+    def set(self, key: str, value: bytes) -> BlockingTransaction:
+        self.aio.set(key, value)
+        return self
+
+    def delete(self, key: str) -> BlockingTransaction:
+        self.aio.delete(key)
+        return self
+
+    def commit(self) -> None:
+        self._loop.run(self.aio.commit())
+
+
+def store_backend(backend: Any) -> Any:
+    """The store's :class:`~semaphore_recipes.backend.Backend` behind ``backend``, which
+    is one, or a :class:`BlockingAsyncBackend` (the harness's verbs act on the store's)."""
+    return getattr(backend, "store_backend", backend)

@@ -1,0 +1,86 @@
+"""Cancellation, the asyncio face's own way out of an acquire, on every store.
+
+Through ``asyncio`` itself (the ``-aio`` parameters of the rest of the contract suite
+reach the asyncio face through a blocking view; these tests are native): a task
+cancelled at any point of an acquire leaves no entry, and the waiter behind it moves up
+as after a release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+import semaphore_recipes as sr
+from semaphore_recipes.testing.harness import Harness
+
+
+@pytest.fixture(params=["zookeeper", "etcd", "memory"])
+def store(request: pytest.FixtureRequest) -> Harness:
+    harness: Harness = request.getfixturevalue(f"{request.param}_harness")
+    return harness
+
+
+async def _turns(rng: random.Random) -> None:
+    """A random point in time: some loop turns, sometimes a few milliseconds."""
+    for _ in range(rng.randint(0, 15)):
+        await asyncio.sleep(0)
+    if rng.random() < 0.4:
+        await asyncio.sleep(rng.uniform(0, 0.01))
+
+
+def test_cancelling_at_random_points_leaves_nothing_behind(store: Harness) -> None:
+    rng = random.Random(1414)
+
+    async def main() -> None:
+        async with sr.aio.connect(store.url) as backend:
+            sem = backend.semaphore("cancel", capacity=2)
+            held = await sem.acquire()  # one permit taken: acquires of 1 may be granted
+            for _ in range(60):
+                full = rng.random() < 0.5
+                blocker = await sem.acquire() if full else None
+                task = asyncio.create_task(sem.acquire(timeout=30))
+                await _turns(rng)
+                task.cancel()
+                try:
+                    permit = await task  # granted before the cancel landed
+                    await permit.release()
+                except asyncio.CancelledError:
+                    pass
+                if blocker is not None:
+                    await blocker.release()
+                # only the steady holder's entry: nothing of the cancelled acquire is left
+                assert len(store.entries("cancel")) == 1
+            # no ghost ahead of anyone: the free permit, then both, are granted at once
+            async with sem.acquire(blocking=False):
+                pass
+            await held.release()
+            async with sem.acquire(blocking=False), sem.acquire(blocking=False):
+                pass
+
+    asyncio.run(main())
+    assert store.entries() == []
+
+
+def test_a_cancelled_waiter_wakes_its_successor_as_a_release_would(store: Harness) -> None:
+    async def main() -> None:
+        async with sr.aio.connect(store.url) as backend:
+            sem = backend.semaphore("successor", capacity=2)
+            first, second = await sem.acquire(), await sem.acquire()
+            big = asyncio.create_task(sem.acquire(permits=2))  # the head: needs both
+            small = asyncio.create_task(sem.acquire(timeout=10))  # behind it
+            while len((await sem.status()).waiters) < 2:
+                await asyncio.sleep(0.01)
+            await first.release()  # 1 free, but FIFO: the small one waits behind the big one
+            await asyncio.sleep(0.3)
+            assert not small.done()
+            big.cancel()  # the head leaves: the small one fits now and must be woken
+            permit = await asyncio.wait_for(small, 5)
+            assert big.cancelled()
+            await permit.release()
+            await second.release()
+
+    asyncio.run(main())
+    assert store.entries() == []
