@@ -4,24 +4,33 @@ Bounds: opening waits at most ``connect_timeout``; every later call but a waitin
 acquire at most ``request_timeout`` (kazoo's async calls with a bounded wait), then
 raises BackendUnavailable. If kazoo's connection loop dies (it never reconnects then),
 held permits are LOST, waiters raise BackendUnavailable, and so does every later call.
+
+Connection loss: kazoo reconnects by itself; held permits are SUSPENDED, then HELD again
+with the same session, or LOST when the session expired or stayed unreachable for a
+whole session timeout; waiters wait for the connection (within their deadline) and keep
+their place. Session expiry: waiters enter the queue again with kazoo's new session.
+
+The asyncio face (``from_url_async`` and the ``*_async`` methods) is the same backend:
+the same programs, awaited; kazoo's state listener and callback thread wake the event
+loop (``loop.call_soon_threadsafe``), so no thread is added per waiting task.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     AuthFailedError,
-    ConnectionClosedError,
     ConnectionLoss,
-    KazooException,
     NoAuthError,
     NoNodeError,
     NotEmptyError,
@@ -32,6 +41,7 @@ from kazoo.protocol.states import KazooState, KeeperState
 
 from .._core.deadline import Deadline
 from .._core.names import join_path, validate_name, validate_root
+from .._core.program import run_program, run_program_async
 from .._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..backend import (
     RESTORED,
@@ -43,12 +53,14 @@ from ..backend import (
 )
 from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
 from . import _kazoo_compat
+from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
 
 if TYPE_CHECKING:
     from .queue import ZooKeeperQueue
 
 log = logging.getLogger("semaphore_recipes.zookeeper")
 T = TypeVar("T")
+B = TypeVar("B", bound="ZooKeeperBackend")
 
 DEFAULT_ROOT = "/semaphore_recipes"
 DEFAULT_SESSION_TIMEOUT = 10.0
@@ -68,6 +80,7 @@ class ZooKeeperBackend(Backend):
     """
 
     scheme = "zookeeper"
+    has_async_face = True
 
     def __init__(
         self,
@@ -91,6 +104,9 @@ class ZooKeeperBackend(Backend):
         self._expiry_timer: threading.Timer | None = None
         self._closed = False
         self._failure: str | None = None  # why this backend can no longer be used
+        # tasks of the asyncio face waiting for the connection: (their loop, their future)
+        self._connection_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]
+        self._connection_waiters = set()
         if client.state == KazooState.CONNECTED:
             self._connected.set()
         _kazoo_compat.track_negotiated_session_timeout(client)  # seen from its next connect
@@ -99,64 +115,31 @@ class ZooKeeperBackend(Backend):
     # ---- construction -------------------------------------------------------
     @classmethod
     def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> ZooKeeperBackend:
-
-        params = dict(url.params)
-        session_timeout = url.seconds_param(
-            "session_timeout",
-            DEFAULT_SESSION_TIMEOUT,
-            minimum=MIN_SESSION_TIMEOUT,
-            maximum=MAX_SESSION_TIMEOUT,
-        )
-        connect_timeout = url.connect_timeout()
-        request_timeout = url.request_timeout()
-        root = validate_root(params.get("root", DEFAULT_ROOT))
-        kwargs: dict[str, Any] = {}
-        user = params.get("username")
-        if user is not None:
-            kwargs["auth_data"] = [("digest", f"{user}:{params.get('password', '')}")]
-        if params.get("tls", "").lower() in ("1", "true", "yes") or "ca" in params:
-            kwargs.update(
-                use_ssl=True,
-                ca=params.get("ca"),
-                certfile=params.get("certfile"),
-                keyfile=params.get("keyfile"),
-                verify_certs=params.get("verify", "true").lower() not in ("0", "false", "no"),
-            )
-        hosts = url.hosts_string
-        client = KazooClient(hosts=hosts, timeout=session_timeout, **kwargs)
-        _kazoo_compat.track_negotiated_session_timeout(client)
-        deadline = Deadline(connect_timeout, time.monotonic)
+        opening = _Opening(url)  # ValueError on a bad parameter, before any I/O
+        client = opening.new_client()
         try:
-            # Not client.start(timeout): when it times out it stops the client and waits
-            # for kazoo's connection attempt in progress, which is bounded by the session
-            # timeout, not by ours.
-            client.start_async().wait(connect_timeout)
-            if not client.connected:
-                raise KazooTimeoutError("no connection")
-            if url.path:
-                # kazoo wants the chroot to exist before it is used: make it, then apply it
-                client.ensure_path_async(url.path).get(timeout=deadline.remaining())
-                client.chroot = url.path
-            elif user is not None:
-                # The server answers the credentials before any later request: this read
-                # fails with AuthFailedError when they were refused (no retries follow).
-                client.exists_async("/").get(timeout=deadline.remaining())
-        except NoAuthError as exc:
-            _stop_in_background(client)
-            raise PermissionDenied("ZooKeeper", user, url.path, "cannot create the chroot") from exc
+            run_program(opening.connecting(client), opening.wait)
         except Exception as exc:
-            refused = isinstance(exc, AuthFailedError) or (
-                client.client_state == KeeperState.AUTH_FAILED
-            )
+            raise opening.failed(client, exc) from exc
+        except BaseException:  # interrupted: the client is not the caller's to stop
             _stop_in_background(client)
-            if refused:
-                raise AuthenticationFailed("ZooKeeper", user, hosts, f"{exc!r}") from exc
-            if isinstance(exc, KazooTimeoutError):
-                raise BackendUnavailable(
-                    f"no ZooKeeper server answered at {hosts} within {connect_timeout:g} s"
-                ) from exc
-            raise BackendUnavailable(f"cannot use ZooKeeper at {hosts}: {exc}") from exc
-        return cls(client, root=root, owner=owner, own_client=True, request_timeout=request_timeout)
+            raise
+        return opening.backend(cls, client, owner)
+
+    @classmethod
+    async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> ZooKeeperBackend:
+        """:meth:`from_url` without blocking the event loop: kazoo's connection thread
+        connects; a connection listener wakes the loop (within the connect timeout)."""
+        opening = _Opening(url)
+        client = opening.new_client()
+        try:
+            await run_program_async(opening.connecting(client), opening.wait_async)
+        except Exception as exc:
+            raise opening.failed(client, exc) from exc
+        except BaseException:  # cancelled: the client is not the caller's to stop
+            _stop_in_background(client)
+            raise
+        return opening.backend(cls, client, owner)
 
     @classmethod
     def from_client(
@@ -183,7 +166,23 @@ class ZooKeeperBackend(Backend):
         from .queue import ZooKeeperQueue
 
         self.check_usable()
-        return ZooKeeperQueue(self, name, capacity, adopt_capacity=adopt_capacity, create=create)
+        queue = ZooKeeperQueue(self, name)
+        opening = queue.opening(capacity, adopt_capacity, create)
+        self.call(opening, f"opening {queue.path}", queue.path)
+        self.register_queue(queue)
+        return queue
+
+    async def open_queue_async(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> ZooKeeperQueue:
+        from .queue import ZooKeeperQueue
+
+        self.check_usable()
+        queue = ZooKeeperQueue(self, name)
+        opening = queue.opening(capacity, adopt_capacity, create)
+        await self.call_async(opening, f"opening {queue.path}", queue.path)
+        self.register_queue(queue)
+        return queue
 
     def describe(self) -> str:
         chroot = self.client.chroot or ""
@@ -205,79 +204,85 @@ class ZooKeeperBackend(Backend):
         return self._closed
 
     def read(self, key: str) -> bytes | None:
+        return self.call(lambda: self._reading(key), f"reading {key}", key)
 
-        def attempt(deadline: Deadline) -> bytes | None:
-            try:
-                value, _ = self.answer(self.client.get_async(key), deadline, f"reading {key}")
-            except NoNodeError:
-                return None
-            return bytes(value)
+    async def read_async(self, key: str) -> bytes | None:
+        return await self.call_async(lambda: self._reading(key), f"reading {key}", key)
 
-        return self.bounded(attempt, f"reading {key}", key)
+    def _reading(self, key: str) -> ZkProgram[bytes | None]:
+        try:
+            value, _ = yield self.client.get_async(key)
+        except NoNodeError:
+            return None
+        return bytes(value)
 
-    def bounded(self, attempt: Callable[[Deadline], T], what: str, path: str) -> T:
-        """Run ``attempt`` (retry-safe) within the request timeout, again after a
-        connection loss or a session change (kazoo queues requests made while
-        disconnected and sends them on reconnect). BackendUnavailable when the time
-        runs out, or when the client cannot be used any more; PermissionDenied (naming
-        ``path``) when an ACL refuses it."""
-
+    # ---- calls bounded by the request timeout -----------------------------------
+    def call(self, attempt: Callable[[], ZkProgram[T]], what: str, path: str) -> T:
+        """Run the program ``attempt()`` makes (retry-safe) within the request timeout,
+        again after a connection loss or a session change (kazoo queues requests made
+        while disconnected and sends them on reconnect). BackendUnavailable when the
+        time runs out, or when the client cannot be used any more; PermissionDenied
+        (naming ``path``) when an ACL refuses it."""
         deadline = Deadline(self.request_timeout, time.monotonic)
+        program = self._bounded(attempt, what, deadline)
+        return run_program(program, self._call_waits(deadline, what, path).wait)
+
+    async def call_async(self, attempt: Callable[[], ZkProgram[T]], what: str, path: str) -> T:
+        """:meth:`call`, awaited."""
+        deadline = Deadline(self.request_timeout, time.monotonic)
+        program = self._bounded(attempt, what, deadline)
+        return await run_program_async(program, self._call_waits(deadline, what, path).wait_async)
+
+    def _bounded(
+        self, attempt: Callable[[], ZkProgram[T]], what: str, deadline: Deadline
+    ) -> ZkProgram[T]:
         while True:
             self.check_usable()
             try:
-                return attempt(deadline)
-            except NoAuthError as exc:
-                raise self.permission_denied(path, exc) from exc
+                return (yield from attempt())
             except (ConnectionLoss, SessionExpiredError) as exc:
                 if deadline.expired():
                     raise BackendUnavailable(
                         f"ZooKeeper unreachable {what} (request timeout "
                         f"{self.request_timeout:g} s): {exc!r}"
                     ) from exc
-                time.sleep(deadline.cap(0.05))
+                yield Pause(deadline.cap(0.05))
 
-    def answer(self, reply: Any, deadline: Deadline, what: str) -> Any:
-        """The value of one kazoo reply for a call bounded by the request timeout."""
-
-        try:
-            return reply.get(block=True, timeout=deadline.remaining())
-        except KazooTimeoutError as exc:
-            raise BackendUnavailable(
+    def _call_waits(self, deadline: Deadline, what: str, path: str) -> Waits:
+        def timed_out() -> BackendUnavailable:
+            return BackendUnavailable(
                 f"{what}: no answer from ZooKeeper within the request "
                 f"timeout ({self.request_timeout:g} s)"
-            ) from exc
-        except ConnectionClosedError as exc:
-            raise BackendUnavailable("the ZooKeeper client was closed") from exc
-        except (KazooException, BackendUnavailable):
-            raise
-        except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
-            raise BackendUnavailable(f"the ZooKeeper client failed: {exc!r}") from exc
+            )
+
+        return Waits(self, deadline, timed_out=timed_out, path=path)
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
         # "+" is in no entry name (nor any semaphore name): listings skip the node
         return join_path(self.root, validate_name(semaphore), f"+{validate_name(name)}")
 
     def delete_semaphore(self, name: str) -> None:
-
         path = join_path(self.root, validate_name(name))
+        self.call(lambda: self._deleting_semaphore(path), f"deleting {path}", path)
 
-        def attempt(deadline: Deadline) -> None:
-            while True:
-                try:
-                    children = self.answer(self.client.get_children_async(path), deadline, path)
-                except NoNodeError:
-                    return
-                for child in children:
-                    with contextlib.suppress(NoNodeError):
-                        self.answer(self.client.delete_async(f"{path}/{child}"), deadline, path)
-                try:
-                    self.answer(self.client.delete_async(path), deadline, path)
-                    return
-                except (NoNodeError, NotEmptyError):
-                    continue  # an entry came meanwhile: again
+    async def delete_semaphore_async(self, name: str) -> None:
+        path = join_path(self.root, validate_name(name))
+        await self.call_async(lambda: self._deleting_semaphore(path), f"deleting {path}", path)
 
-        self.bounded(attempt, f"deleting {path}", path)
+    def _deleting_semaphore(self, path: str) -> ZkProgram[None]:
+        while True:
+            try:
+                children = yield self.client.get_children_async(path)
+            except NoNodeError:
+                return
+            for child in children:
+                with contextlib.suppress(NoNodeError):
+                    yield self.client.delete_async(f"{path}/{child}")
+            try:
+                yield self.client.delete_async(path)
+                return
+            except (NoNodeError, NotEmptyError):
+                continue  # an entry came meanwhile: again
 
     @property
     def user(self) -> str | None:
@@ -297,22 +302,44 @@ class ZooKeeperBackend(Backend):
         go). Returns within the request timeout: if ZooKeeper does not acknowledge the
         close in time, the connection is dropped and the server expires the session
         (and its entries go) after the session timeout."""
+        closing = self._begin_close()
+        if closing is not None:
+            closing.join(self.request_timeout)
+            self._end_close(closing)
+
+    async def close_async(self) -> None:
+        """:meth:`close`, awaited: kazoo's stop runs on a thread of its own, which wakes
+        the loop when it is done."""
+        loop = asyncio.get_running_loop()
+        stopped: asyncio.Future[None] = loop.create_future()
+        closing = self._begin_close(lambda: _wake_threadsafe(loop, stopped))
+        if closing is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopped, self.request_timeout)
+            self._end_close(closing)
+
+    def _begin_close(self, stopped: Callable[[], None] | None = None) -> threading.Thread | None:
+        """Mark the backend closed and start stopping the client if it is ours (the
+        thread doing it, which calls ``stopped`` at its end; None: nothing to wait for)."""
         if self._closed:
-            return
+            return None
         self._closed = True
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
         self.client.remove_listener(self._on_state)
-        if self._own_client:
-            closing = _stop_in_background(self.client)
-            closing.join(self.request_timeout)
-            if closing.is_alive():
-                _kazoo_compat.drop_connection(self.client)
-                log.warning(
-                    "ZooKeeper did not acknowledge the close within %g s: connection "
-                    "dropped; the server expires the session after its timeout",
-                    self.request_timeout,
-                )
+        self._wake_connection_waiters()
+        if not self._own_client:
+            return None
+        return _stop_in_background(self.client, stopped)
+
+    def _end_close(self, closing: threading.Thread) -> None:
+        if closing.is_alive():
+            _kazoo_compat.drop_connection(self.client)
+            log.warning(
+                "ZooKeeper did not acknowledge the close within %g s: connection "
+                "dropped; the server expires the session after its timeout",
+                self.request_timeout,
+            )
 
     # ---- session ------------------------------------------------------------
     @property
@@ -340,6 +367,42 @@ class ZooKeeperBackend(Backend):
                 raise AcquireTimeout("timed out waiting for the ZooKeeper connection")
             self._connected.wait(left)
 
+    @property
+    def connected(self) -> bool:
+        """Is the client connected right now (as its state listener last heard)?"""
+        return self._connected.is_set()
+
+    async def wait_connected_async(self, deadline: Deadline) -> None:
+        """:meth:`wait_connected`, awaited: the state listener wakes the loop."""
+        loop = asyncio.get_running_loop()
+        while not self._connected.is_set():
+            self.check_usable()
+            left = deadline.cap(1.0)
+            if left <= 0:
+                raise AcquireTimeout("timed out waiting for the ZooKeeper connection")
+            woken: asyncio.Future[None] = loop.create_future()
+            waiting = (loop, woken)
+            with self._lock:
+                self._connection_waiters.add(waiting)
+            try:
+                if self._connected.is_set():
+                    continue  # connected as we registered: the wake-up may have missed us
+                timer = loop.call_later(left, _wake, woken)
+                try:
+                    await woken
+                finally:
+                    timer.cancel()
+            finally:
+                with self._lock:
+                    self._connection_waiters.discard(waiting)
+
+    def _wake_connection_waiters(self) -> None:
+        """Wake every task in :meth:`wait_connected_async` (it checks why itself)."""
+        with self._lock:
+            waiting = list(self._connection_waiters)
+        for loop, woken in waiting:
+            _wake_threadsafe(loop, woken)
+
     def check_usable(self) -> None:
         """BackendUnavailable if this backend is closed or its client can no longer
         reach ZooKeeper (stopped by its owner, or its connection loop died)."""
@@ -364,6 +427,7 @@ class ZooKeeperBackend(Backend):
             )
         self._connected.clear()
         self._cancel_expiry_timer()
+        self._wake_connection_waiters()
         log.error("%s; held permits are lost, waiters fail", self._failure)
         self.fail(self._failure)
 
@@ -400,6 +464,7 @@ class ZooKeeperBackend(Backend):
                     queue.forget_old_session()
                     queue.arm_capacity_watch()
             self._connected.set()
+            self._wake_connection_waiters()
         elif state == KazooState.LOST and _kazoo_compat.connection_loop_died(self.client):
             self._fail()
         elif state == KazooState.LOST:
@@ -434,10 +499,10 @@ class ZooKeeperBackend(Backend):
             )
 
 
-def _stop_in_background(client: Any) -> threading.Thread:
+def _stop_in_background(client: Any, stopped: Callable[[], None] | None = None) -> threading.Thread:
     """Stop and close a kazoo client on a thread of its own (returned, started): kazoo's
     stop() waits for its connection thread, which may be in the middle of an attempt
-    bounded only by the session timeout."""
+    bounded only by the session timeout. ``stopped`` is called at the thread's end."""
 
     def stop() -> None:
         try:
@@ -445,7 +510,146 @@ def _stop_in_background(client: Any) -> threading.Thread:
             client.close()
         except Exception as exc:  # nothing to tell anyone: the client is being dropped
             log.debug("stopping the kazoo client: %r", exc)
+        finally:
+            if stopped is not None:
+                stopped()
 
     thread = threading.Thread(target=stop, name="sr-zk-stop", daemon=True)
     thread.start()
     return thread
+
+
+def _wake(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
+def _wake_threadsafe(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
+    with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+        loop.call_soon_threadsafe(_wake, woken)
+
+
+@dataclass(frozen=True)
+class _Started:
+    """Yielded by the connecting program: kazoo's first connection, ``live`` being
+    what ``start_async()`` returned."""
+
+    live: threading.Event
+
+
+class _Opening:
+    """``from_url`` and ``from_url_async``: the URL read once (ValueError before any
+    I/O), the connecting program both run, its waits and its errors."""
+
+    def __init__(self, url: ServiceURL) -> None:
+        params = dict(url.params)
+        self.session_timeout = url.seconds_param(
+            "session_timeout",
+            DEFAULT_SESSION_TIMEOUT,
+            minimum=MIN_SESSION_TIMEOUT,
+            maximum=MAX_SESSION_TIMEOUT,
+        )
+        self.connect_timeout = url.connect_timeout()
+        self.request_timeout = url.request_timeout()
+        self.root = validate_root(params.get("root", DEFAULT_ROOT))
+        self.chroot = url.path
+        self.hosts = url.hosts_string
+        self.kwargs: dict[str, Any] = {}
+        self.user = params.get("username")
+        if self.user is not None:
+            self.kwargs["auth_data"] = [("digest", f"{self.user}:{params.get('password', '')}")]
+        if params.get("tls", "").lower() in ("1", "true", "yes") or "ca" in params:
+            self.kwargs.update(
+                use_ssl=True,
+                ca=params.get("ca"),
+                certfile=params.get("certfile"),
+                keyfile=params.get("keyfile"),
+                verify_certs=params.get("verify", "true").lower() not in ("0", "false", "no"),
+            )
+        self.deadline: Deadline | None = None
+
+    def new_client(self) -> Any:
+        client = KazooClient(hosts=self.hosts, timeout=self.session_timeout, **self.kwargs)
+        _kazoo_compat.track_negotiated_session_timeout(client)
+        self.client = client
+        self.deadline = Deadline(self.connect_timeout, time.monotonic)
+        return client
+
+    def connecting(self, client: Any) -> ZkProgram[None]:
+        # Not client.start(timeout): when it times out it stops the client and waits
+        # for kazoo's connection attempt in progress, which is bounded by the session
+        # timeout, not by ours.
+        yield _Started(client.start_async())
+        if self.chroot:
+            # kazoo wants the chroot to exist before it is used: make it, then apply it
+            yield client.ensure_path_async(self.chroot)
+            client.chroot = self.chroot
+        elif self.user is not None:
+            # The server answers the credentials before any later request: this read
+            # fails with AuthFailedError when they were refused (no retries follow).
+            yield client.exists_async("/")
+
+    def wait(self, request: object) -> object:
+        assert self.deadline is not None
+        if isinstance(request, _Started):
+            request.live.wait(self.connect_timeout)
+            if not self.client.connected:
+                raise KazooTimeoutError("no connection")
+            return None
+        return request.get(timeout=self.deadline.remaining())  # type: ignore[attr-defined]
+
+    async def wait_async(self, request: object) -> object:
+        assert self.deadline is not None
+        if isinstance(request, _Started):
+            await self._started(self.deadline)
+            return None
+        try:
+            return await reply_async(request, self.deadline.remaining())
+        except NoReplyInTime:
+            raise KazooTimeoutError("no answer") from None
+
+    async def _started(self, deadline: Deadline) -> None:
+        """Until the client's first connection (or its end: refused credentials),
+        woken by a connection listener; KazooTimeoutError at the connect timeout."""
+        client = self.client
+        loop = asyncio.get_running_loop()
+        settled: asyncio.Future[None] = loop.create_future()
+
+        def listener(state: Any) -> None:  # on kazoo's connection thread
+            if state in (KazooState.CONNECTED, KazooState.LOST):
+                _wake_threadsafe(loop, settled)
+
+        client.add_listener(listener)
+        try:
+            # A change before the listener was added is seen here.
+            if client.connected or client.client_state == KeeperState.AUTH_FAILED:
+                return
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(settled, deadline.remaining())
+        finally:
+            client.remove_listener(listener)
+        if not client.connected:
+            raise KazooTimeoutError("no connection")
+
+    def failed(self, client: Any, exc: Exception) -> Exception:
+        """The library's error for ``exc``, raised while connecting; the client is
+        stopped in the background."""
+        _stop_in_background(client)
+        if isinstance(exc, NoAuthError):
+            return PermissionDenied("ZooKeeper", self.user, self.chroot, "cannot create the chroot")
+        if isinstance(exc, AuthFailedError) or client.client_state == KeeperState.AUTH_FAILED:
+            return AuthenticationFailed("ZooKeeper", self.user, self.hosts, f"{exc!r}")
+        if isinstance(exc, KazooTimeoutError):
+            return BackendUnavailable(
+                f"no ZooKeeper server answered at {self.hosts} within {self.connect_timeout:g} s"
+            )
+        return BackendUnavailable(f"cannot use ZooKeeper at {self.hosts}: {exc}")
+
+    def backend(self, cls: type[B], client: Any, owner: str | None) -> B:
+        return cls(
+            client,
+            root=self.root,
+            owner=owner,
+            own_client=True,
+            request_timeout=self.request_timeout,
+        )

@@ -8,6 +8,18 @@ the listing's parent stat shows that it changed.
 A client that cycles alone skips the listing (one request per acquire, like a raw
 create): see ``_alone_since`` below and docs/design.md section 9.
 
+Both faces run the same steps: each is written once as a program that yields the kazoo
+requests in flight (or "wait until connected") and is run blocking by the sync methods
+and awaited by the ``*_async`` ones (``._waits``); the asyncio face is woken by kazoo's
+callback thread through the event loop, with no thread of its own.
+
+Connection loss: a step waits for the connection to come back (within the acquire's
+deadline) and goes on; a create whose reply was lost is looked for by its entry id
+before creating again. Session expiry: the entries die with the session; a waiter
+enters the queue again with kazoo's new session (see ``backend.py``). A cancelled or
+interrupted acquire starts the delete of its entry (found by its id when the create's
+reply has not come yet) and does not wait for it.
+
 Bounds: the protocol steps wait within the acquire's deadline; every other call
 (opening, status, set_capacity, a fenced commit, release) waits at most the backend's
 request timeout for kazoo's replies, then raises BackendUnavailable (release logs and
@@ -20,7 +32,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import (
     ConnectionClosedError,
@@ -32,7 +44,6 @@ from kazoo.exceptions import (
     RolledBackError,
     SessionExpiredError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KeeperState
 
 from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
@@ -44,6 +55,7 @@ from .._core.names import (
     validate_capacity,
     zk_entry_prefix,
 )
+from .._core.program import run_program, run_program_async
 from .._core.protocol import Enqueued, EntryChanged, EntryDeleted, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
@@ -57,13 +69,12 @@ from ..errors import (
     WriteConflict,
 )
 from . import _kazoo_compat
+from ._waits import Await, Waits, ZkProgram
 
 if TYPE_CHECKING:
     from .backend import ZooKeeperBackend
 
 log = logging.getLogger("semaphore_recipes.zookeeper")
-
-T = TypeVar("T")
 
 
 class ZooKeeperQueue(QueueDriver):
@@ -71,15 +82,8 @@ class ZooKeeperQueue(QueueDriver):
 
     backend: ZooKeeperBackend
 
-    def __init__(
-        self,
-        backend: ZooKeeperBackend,
-        name: str,
-        capacity: int | None,
-        *,
-        adopt_capacity: bool,
-        create: bool = True,
-    ) -> None:
+    def __init__(self, backend: ZooKeeperBackend, name: str) -> None:
+        """No I/O: :meth:`opening` agrees the capacity (``backend.open_queue``)."""
         super().__init__(name, backend)
         self.client = backend.client
         self.path = join_path(backend.root, name)
@@ -91,54 +95,58 @@ class ZooKeeperQueue(QueueDriver):
         self._alone_since: int | None = None
         self._alone: dict[str, int] = {}  # our live entries known alone -> their sequence
         self._marks_pending: set[str] = set()  # held marks handed to kazoo's callback thread
-        self.capacity = self._agree_capacity(capacity, adopt_capacity, create)
-        backend.register_queue(self)
+
+    # ---- how programs are waited for --------------------------------------------
+    def _step_waits(self, deadline: Deadline) -> Waits:
+        """A protocol step's: within the acquire's deadline, then AcquireTimeout."""
+        return Waits(self.backend, deadline, timed_out=self._no_answer_in_time, path=self.path)
+
+    def _no_answer_in_time(self) -> AcquireTimeout:
+        return AcquireTimeout(f"semaphore {self.name!r}: no answer from ZooKeeper in time")
+
+    def _connection(self) -> ZkProgram[None]:
+        """Wait until the client is connected (at once when it is)."""
+        if not self.backend.connected:
+            yield Await.CONNECTION
 
     # ---- capacity -------------------------------------------------------------
-    def _agree_capacity(self, capacity: int | None, adopt: bool, create: bool) -> int:
-        """Create the node if ``create`` and it is missing, then read (and watch) the
-        stored capacity; without ``create`` nothing is written."""
+    def opening(
+        self, capacity: int | None, adopt: bool, create: bool
+    ) -> Callable[[], ZkProgram[int]]:
+        """The opening, as a retry-safe attempt for ``backend.call``: create the node if
+        ``create`` and it is missing, then read (and watch) the stored capacity; without
+        ``create`` nothing is written. Returns the capacity; CapacityMismatch,
+        SemaphoreNotFound."""
 
-        def agree(deadline: Deadline) -> tuple[bool, bytes, Any]:
+        def agree() -> ZkProgram[int]:
             created = False
             if create:
                 assert capacity is not None
                 with contextlib.suppress(NodeExistsError):
-                    self._answer(
-                        self.client.create_async(
-                            self.path, encode_capacity(capacity), makepath=True
-                        ),
-                        deadline,
+                    yield self.client.create_async(
+                        self.path, encode_capacity(capacity), makepath=True
                     )
                     created = True
             # one watch per process on the capacity: a change wakes our waiters (read
             # after the create: a create with makepath may first create the parents)
             try:
-                raw, stat = self._answer(
-                    self.client.get_async(self.path, watch=self._capacity_event), deadline
-                )
+                raw, stat = yield self.client.get_async(self.path, watch=self._capacity_event)
             except NoNodeError:
                 if create:
                     raise
                 where = f"ZooKeeper node {(self.client.chroot or '') + self.path}"
                 raise SemaphoreNotFound(self.name, where) from None
-            return created, raw, stat
+            if created:
+                log.info("created semaphore %r with capacity %d", self.name, capacity)
+            stored = decode_capacity(self.name, raw)
+            self._capacity_version = stat.mzxid
+            self._capacity_settled = True
+            if capacity is not None and stored != capacity and not adopt:
+                raise CapacityMismatch(self.name, capacity, stored)
+            self.capacity = stored
+            return stored
 
-        created, raw, stat = self._bounded(agree, f"opening {self.path}")
-        if created:
-            log.info("created semaphore %r with capacity %d", self.name, capacity)
-        stored = decode_capacity(self.name, raw)
-        self._capacity_version = stat.mzxid
-        self._capacity_settled = True
-        if capacity is not None and stored != capacity and not adopt:
-            raise CapacityMismatch(self.name, capacity, stored)
-        return stored
-
-    def _bounded(self, attempt: Callable[[Deadline], T], what: str) -> T:
-        return self.backend.bounded(attempt, what, self.path)
-
-    def _answer(self, reply: Any, deadline: Deadline) -> Any:
-        return self.backend.answer(reply, deadline, f"semaphore {self.name!r}")
+        return agree
 
     def _capacity_event(self, event: Any) -> None:
         if self.backend.closed or (event.type == EventType.NONE and session_ended(event)):
@@ -181,58 +189,40 @@ class ZooKeeperQueue(QueueDriver):
 
     def set_capacity(self, capacity: int) -> None:
         validate_capacity(capacity)
+        self.backend.call(self._writing_capacity(capacity), f"writing {self.path}", self.path)
 
-        def write(deadline: Deadline) -> Any:
+    async def set_capacity_async(self, capacity: int) -> None:
+        validate_capacity(capacity)
+        await self.backend.call_async(
+            self._writing_capacity(capacity), f"writing {self.path}", self.path
+        )
+
+    def _writing_capacity(self, capacity: int) -> Callable[[], ZkProgram[None]]:
+        def write() -> ZkProgram[None]:
             try:
-                return self._answer(
-                    self.client.set_async(self.path, encode_capacity(capacity)), deadline
-                )
+                stat = yield self.client.set_async(self.path, encode_capacity(capacity))
             except NoNodeError:
                 with contextlib.suppress(NodeExistsError):
-                    self._answer(
-                        self.client.create_async(
-                            self.path, encode_capacity(capacity), makepath=True
-                        ),
-                        deadline,
+                    yield self.client.create_async(
+                        self.path, encode_capacity(capacity), makepath=True
                     )
-                return self._answer(self.client.exists_async(self.path), deadline)
+                stat = yield self.client.exists_async(self.path)
+            log.info("semaphore %r: capacity set to %d", self.name, capacity)
+            self.apply_capacity(capacity, stat.mzxid)
 
-        stat = self._bounded(write, f"writing {self.path}")
-        log.info("semaphore %r: capacity set to %d", self.name, capacity)
-        self.apply_capacity(capacity, stat.mzxid)
-
-    def _result(self, async_result: Any, deadline: Deadline) -> Any:
-        try:
-            while True:
-                try:
-                    return async_result.get(block=True, timeout=deadline.remaining())
-                except KazooTimeoutError:
-                    # kazoo gives up when its one wait returns without a value, which
-                    # may be a moment before our clock says the deadline passed
-                    if deadline.expired():
-                        raise AcquireTimeout(
-                            f"semaphore {self.name!r}: no answer from ZooKeeper in time"
-                        ) from None
-        except ConnectionClosedError as exc:
-            if _kazoo_compat.interrupted_request(exc, self.client):
-                # kazoo swallowed a KeyboardInterrupt (the request may still be sent):
-                # give the caller its interrupt back; the cleanup finds any entry by its id
-                _kazoo_compat.wake_connection_thread(self.client)  # else requests lag behind
-                raise KeyboardInterrupt("interrupted while kazoo was sending a request") from exc
-            raise BackendUnavailable("the ZooKeeper client was closed") from exc
-        except NoAuthError as exc:
-            # every request of a step is on the semaphore's node or its entries
-            raise self.backend.permission_denied(self.path, exc) from exc
-        except (KazooException, AcquireTimeout):
-            raise
-        except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
-            raise BackendUnavailable(f"the ZooKeeper client failed: {exc!r}") from exc
+        return write
 
     # ---- the protocol steps ---------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        return run_program(self._enqueue(waiter), self._step_waits(deadline).wait)
+
+    async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        return await run_program_async(self._enqueue(waiter), self._step_waits(deadline).wait_async)
+
+    def _enqueue(self, waiter: Waiter) -> ZkProgram[Enqueued]:
         waiter.new_generation()
         while True:
-            self.backend.wait_connected(deadline)
+            yield from self._connection()
             entry_id = new_entry_id()
             waiter.creating(entry_id)
             prefix = f"{self.path}/{zk_entry_prefix(entry_id, waiter.weight)}"
@@ -247,43 +237,41 @@ class ZooKeeperQueue(QueueDriver):
             if alone_since is None:
                 listing = self.client.get_children_async(self.path, include_data=True)
             try:
-                path, stat = self._result(create, deadline)
+                path, stat = yield create
                 if listing is None:
                     alone = self._enqueue_alone(waiter, path, stat.czxid, alone_since, session)
                     if alone is not None:
                         return alone
                     listing = self.client.get_children_async(self.path, include_data=True)
-                children, parent = self._result(listing, deadline)
+                children, parent = yield listing
             except NoNodeError:
                 log.warning("semaphore node %s vanished; creating it again", self.path)
-                self._recreate_node(deadline)
+                yield from self._recreate_node()
                 continue
             except ConnectionLoss:
                 # The create may or may not have happened: look for our id before
                 # creating again, so no orphan entry blocks the queue.
-                found = self._find_after_lost_reply(waiter, deadline)
+                found = yield from self._find_after_lost_reply(waiter)
                 if found is None:
                     continue
                 path, stat, children, parent = found
             except SessionExpiredError:
                 continue  # a create in the dead session died with it; kazoo makes a new one
-            if parent.mzxid != self._capacity_version and not self._refresh_capacity(deadline):
+            if parent.mzxid != self._capacity_version and not (yield from self._refresh_capacity()):
                 continue  # the session ended meanwhile: that entry is gone with it
             if self.backend.session_id != session:
                 continue  # raced a session change: that entry is gone with its session
             return self._enqueued(waiter, path, stat.czxid, children)
 
-    def _refresh_capacity(self, deadline: Deadline) -> bool:
+    def _refresh_capacity(self) -> ZkProgram[bool]:
         """Read the capacity again and re-arm its watch (the listing showed it changed).
         A read is safe to repeat, so a lost connection is waited out within the deadline
         like any other step. False when the session (or the node) ended meanwhile."""
         while True:
             try:
-                raw, stat = self._result(
-                    self.client.get_async(self.path, watch=self._capacity_event), deadline
-                )
+                raw, stat = yield self.client.get_async(self.path, watch=self._capacity_event)
             except ConnectionLoss:
-                self.backend.wait_connected(deadline)
+                yield from self._connection()
                 continue
             except (SessionExpiredError, NoNodeError):
                 return False
@@ -345,13 +333,13 @@ class ZooKeeperQueue(QueueDriver):
         )
 
     def _find_after_lost_reply(
-        self, waiter: Waiter, deadline: Deadline
-    ) -> tuple[str, Any, list[str], Any] | None:
+        self, waiter: Waiter
+    ) -> ZkProgram[tuple[str, Any, list[str], Any] | None]:
         while True:
-            self.backend.wait_connected(deadline)
+            yield from self._connection()
             listing = self.client.get_children_async(self.path, include_data=True)
             try:
-                children, parent = self._result(listing, deadline)
+                children, parent = yield listing
                 mine = [c for c in children if c.startswith(f"e-{waiter.entry_id}-")]
                 if not mine:
                     log.info(
@@ -360,7 +348,7 @@ class ZooKeeperQueue(QueueDriver):
                     )
                     return None
                 path = f"{self.path}/{mine[0]}"
-                stat = self._result(self.client.exists_async(path), deadline)
+                stat = yield self.client.exists_async(path)
                 if stat is None:
                     return None
                 log.info("create reply of %r was lost; adopted entry %s", self.name, mine[0])
@@ -370,23 +358,32 @@ class ZooKeeperQueue(QueueDriver):
             except (SessionExpiredError, NoNodeError):
                 return None
 
-    def _recreate_node(self, deadline: Deadline) -> None:
+    def _recreate_node(self) -> ZkProgram[None]:
         while True:
             try:
                 with contextlib.suppress(NodeExistsError):
-                    self._result(
-                        self.client.create_async(
-                            self.path, encode_capacity(self.capacity), makepath=True
-                        ),
-                        deadline,
+                    yield self.client.create_async(
+                        self.path, encode_capacity(self.capacity), makepath=True
                     )
                 return
             except (ConnectionLoss, SessionExpiredError):
-                self.backend.wait_connected(deadline)  # a create of a node is safe to repeat
+                yield Await.CONNECTION  # a create of a node is safe to repeat
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
     ) -> Mapping[str, EntryState | None] | SessionLost:
+        return run_program(self._arm(waiter, keys), self._step_waits(deadline).wait)
+
+    async def arm_async(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Mapping[str, EntryState | None] | SessionLost:
+        return await run_program_async(
+            self._arm(waiter, keys), self._step_waits(deadline).wait_async
+        )
+
+    def _arm(
+        self, waiter: Waiter, keys: tuple[str, ...]
+    ) -> ZkProgram[Mapping[str, EntryState | None] | SessionLost]:
         generation = waiter.generation
         while True:
             pending = [
@@ -402,27 +399,33 @@ class ZooKeeperQueue(QueueDriver):
             try:
                 for key, reply in pending:
                     try:
-                        raw, _ = self._result(reply, deadline)
+                        raw, _ = yield reply
                         data = decode_entry(key, raw)
                         states[key] = EntryState(held=data.held, lower=data.lower)
                     except NoNodeError:
                         states[key] = None  # a get on a missing node leaves no watch behind
                 return states
             except ConnectionLoss:
-                self.backend.wait_connected(deadline)
+                yield Await.CONNECTION
             except SessionExpiredError:
                 return SessionLost()
 
     def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
+        return run_program(self._relist(waiter), self._step_waits(deadline).wait)
+
+    async def relist_async(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
+        return await run_program_async(self._relist(waiter), self._step_waits(deadline).wait_async)
+
+    def _relist(self, waiter: Waiter) -> ZkProgram[list[Entry] | SessionLost]:
         assert waiter.key is not None
         parsed = parse_zk_entry(waiter.key)
         assert parsed is not None
         my_seq = parsed[2]
         while True:
             try:
-                children = self._result(self.client.get_children_async(self.path), deadline)
+                children = yield self.client.get_children_async(self.path)
             except ConnectionLoss:
-                self.backend.wait_connected(deadline)
+                yield Await.CONNECTION
                 continue
             except SessionExpiredError:
                 return SessionLost()
@@ -511,28 +514,86 @@ class ZooKeeperQueue(QueueDriver):
 
     # ---- leaving ----------------------------------------------------------------
     def remove(self, key: str) -> None:
+        run_program(self._removing(key), self._delete_waits().wait)
+
+    async def remove_async(self, key: str) -> None:
+        await run_program_async(self._removing(key), self._delete_waits().wait_async)
+
+    def _removing(self, key: str) -> ZkProgram[None]:
         self.forget_mark(key)
-        with self._lock:
-            alone = self._alone.pop(key, None)
-            self._marks_pending.discard(key)
-        if self._delete_now_or_later(f"{self.path}/{key}") and alone is not None:
+        alone = self._forget_entry(key)
+        if (yield from self._deleting(f"{self.path}/{key}")) and alone is not None:
             with self._lock:
                 self._alone_since = alone  # deleted, reply in hand: see _enqueue_alone
 
+    def _forget_entry(self, key: str) -> int | None:
+        """Our entry ``key`` leaves: drop its pending held mark and what the lone-client
+        path kept of it (its sequence number, returned)."""
+        with self._lock:
+            self._marks_pending.discard(key)
+            return self._alone.pop(key, None)
+
     def abandon(self, waiter: Waiter) -> None:
         if waiter.key is not None:
-            with self._lock:
-                self._alone.pop(waiter.key, None)
-                self._marks_pending.discard(waiter.key)
-            self._delete_now_or_later(f"{self.path}/{waiter.key}")
+            self._forget_entry(waiter.key)
+            run_program(self._deleting(f"{self.path}/{waiter.key}"), self._delete_waits().wait)
+        elif waiter.entry_id is not None:
+            listing = self._delete_by_id(waiter.entry_id)
+            if listing is not None:
+                with contextlib.suppress(Exception):
+                    listing.get(block=True, timeout=self.request_timeout)
+
+    def abandon_nowait(self, waiter: Waiter) -> None:
+        """Start the delete and return: the exact entry, or (its create's reply not in
+        hand) the listing that finds it by its id, sent after the create on the same
+        session, so it sees the create if it landed."""
+        if waiter.key is not None:
+            self._forget_entry(waiter.key)
+            self._delete_in_background(f"{self.path}/{waiter.key}")
         elif waiter.entry_id is not None:
             self._delete_by_id(waiter.entry_id)
 
-    def _delete_now_or_later(self, path: str) -> bool:
+    def _delete_waits(self) -> Waits:
+        deadline = Deadline(self.request_timeout, time.monotonic)
+        return Waits(self.backend, deadline, timed_out=_DeletePending, path=self.path)
+
+    def _deleting(self, path: str) -> ZkProgram[bool]:
         """Delete exactly ``path`` (unique id + sequence: it can only be ours). Waits for
         the reply at most the request timeout; if the connection is down, kazoo sends it
         on reconnect and a ConnectionLoss sends it again until it lands or the session
-        is gone. Never raises but an interrupt. True when the reply says it is done."""
+        is gone. Never raises but an interrupt or a cancellation (the delete goes on).
+        True when the reply says it is done."""
+        if self.backend.failure is not None:
+            log.warning("not deleting %s: %s", path, self.backend.failure)
+            return False
+        reply = self.client.delete_async(path)
+        try:
+            yield reply
+            return True
+        except _DeletePending:
+            log.warning("delete of %s is pending until ZooKeeper is reachable again", path)
+        except KazooException:
+            pass  # _deleted below sorts it out
+        except Exception as exc:  # the client closed, or kazoo's own failure
+            if not self.backend.closed:
+                log.warning("delete of %s failed: %r", path, exc)
+        except BaseException:
+            reply.rawlink(self._deleted(path))  # interrupted: the delete is on its way
+            raise
+        # Only now: a callback costs a hop through kazoo's callback thread.
+        reply.rawlink(self._deleted(path))
+        return False
+
+    def _delete_in_background(self, path: str) -> None:
+        """Send the delete of exactly ``path``; its reply is seen to on kazoo's thread."""
+        if self.backend.failure is not None:
+            log.warning("not deleting %s: %s", path, self.backend.failure)
+            return
+        self.client.delete_async(path).rawlink(self._deleted(path))
+
+    def _deleted(self, path: str) -> Callable[[Any], None]:
+        """The reply of a delete of ``path``, on kazoo's callback thread: sent again
+        after a ConnectionLoss, until it lands or the session is gone."""
 
         def done(result: Any) -> None:
             try:
@@ -545,29 +606,12 @@ class ZooKeeperQueue(QueueDriver):
             except Exception as exc:
                 log.error("could not delete %s: %r", path, exc)
 
-        if self.backend.failure is not None:
-            log.warning("not deleting %s: %s", path, self.backend.failure)
-            return False
-        reply = self.client.delete_async(path)
-        try:
-            reply.get(block=True, timeout=self.request_timeout)
-            return True
-        except KazooTimeoutError:
-            log.warning("delete of %s is pending until ZooKeeper is reachable again", path)
-        except KazooException:
-            pass  # done() below sorts it out
-        except Exception as exc:  # kazoo's own failure, e.g. its connection loop dying
-            log.warning("delete of %s failed: %r", path, exc)
-        except BaseException:
-            reply.rawlink(done)  # interrupted: the delete is on its way, keep it going
-            raise
-        # Only now: a callback costs a hop through kazoo's callback thread.
-        reply.rawlink(done)
-        return False
+        return done
 
-    def _delete_by_id(self, entry_id: str) -> None:
-        """After an interrupted create: find the entry by its id and delete it. The listing
-        goes out on the same session after the create, so it sees the create if it landed."""
+    def _delete_by_id(self, entry_id: str) -> Any:
+        """After an interrupted create: find the entry by its id and delete it, on kazoo's
+        callback thread. The listing goes out on the same session after the create, so
+        it sees the create if it landed. Returns the listing's reply (None: not sent)."""
 
         def listed(result: Any) -> None:
             try:
@@ -581,43 +625,52 @@ class ZooKeeperQueue(QueueDriver):
             for child in children:
                 if child.startswith(f"e-{entry_id}-"):
                     log.info("removing entry %s left by an interrupted acquire", child)
-                    self._delete_now_or_later(f"{self.path}/{child}")
+                    self._delete_in_background(f"{self.path}/{child}")
 
         if self.backend.failure is not None:
-            return  # the server removes the entry with the session
+            return None  # the server removes the entry with the session
         reply = self.client.get_children_async(self.path)
         reply.rawlink(listed)
-        with contextlib.suppress(Exception):
-            reply.get(block=True, timeout=self.request_timeout)
+        return reply
 
     # ---- reading and fencing -------------------------------------------------------
     def status(self) -> Status:
-        def read(deadline: Deadline) -> tuple[int, list[tuple[int, EntryStatus]]] | None:
-            listing = self.client.get_children_async(self.path)
-            capacity_reply = self.client.get_async(self.path)
-            try:
-                children = self._answer(listing, deadline)
-                capacity = decode_capacity(self.name, self._answer(capacity_reply, deadline)[0])
-            except NoNodeError:
-                return None
-            entries = []
-            for child in children:
-                p = parse_zk_entry(child)
-                if p is not None:
-                    entries.append((p, child, self.client.get_async(f"{self.path}/{child}")))
-            rows = []
-            for (_, weight, seq), child, reply in entries:
-                try:
-                    raw, stat = self._answer(reply, deadline)
-                except NoNodeError:
-                    continue  # left while we listed
-                data = decode_entry(child, raw)
-                rows.append(
-                    (seq, EntryStatus(child, data.owner, weight, stat.czxid, data.held, data.since))
-                )
-            return capacity, rows
+        return self._status_of(
+            self.backend.call(self._reading_status, f"reading {self.path}", self.path)
+        )
 
-        found = self._bounded(read, f"reading {self.path}")
+    async def status_async(self) -> Status:
+        return self._status_of(
+            await self.backend.call_async(self._reading_status, f"reading {self.path}", self.path)
+        )
+
+    def _reading_status(self) -> ZkProgram[tuple[int, list[tuple[int, EntryStatus]]] | None]:
+        listing = self.client.get_children_async(self.path)
+        capacity_reply = self.client.get_async(self.path)
+        try:
+            children = yield listing
+            raw, _ = yield capacity_reply
+        except NoNodeError:
+            return None
+        capacity = decode_capacity(self.name, raw)
+        entries = []
+        for child in children:
+            p = parse_zk_entry(child)
+            if p is not None:
+                entries.append((p, child, self.client.get_async(f"{self.path}/{child}")))
+        rows = []
+        for (_, weight, seq), child, reply in entries:
+            try:
+                raw, stat = yield reply
+            except NoNodeError:
+                continue  # left while we listed
+            data = decode_entry(child, raw)
+            rows.append(
+                (seq, EntryStatus(child, data.owner, weight, stat.czxid, data.held, data.since))
+            )
+        return capacity, rows
+
+    def _status_of(self, found: tuple[int, list[tuple[int, EntryStatus]]] | None) -> Status:
         if found is None:
             return Status(self.name, self.capacity, (), ())
         capacity, rows = found
@@ -627,6 +680,10 @@ class ZooKeeperQueue(QueueDriver):
     def transaction(self, key: str, token: int) -> ZooKeeperFencedTransaction:
         # An entry's name is never reused (unique id and sequence): its existence is the fence.
         return ZooKeeperFencedTransaction(self, f"{self.path}/{key}")
+
+
+class _DeletePending(Exception):
+    """No reply to a delete within the request timeout (it goes on in the background)."""
 
 
 class ZooKeeperFencedTransaction(FencedTransaction):
@@ -646,6 +703,25 @@ class ZooKeeperFencedTransaction(FencedTransaction):
         self.entry_path = entry_path
 
     def commit(self) -> None:
+        run_program(self._committing(), self._waits().wait)
+
+    async def commit_async(self) -> None:
+        await run_program_async(self._committing(), self._waits().wait_async)
+
+    def _waits(self) -> Waits:
+        queue = self._queue
+        timeout = queue.request_timeout
+
+        def timed_out() -> BackendUnavailable:
+            return BackendUnavailable(
+                f"no answer from ZooKeeper within the request timeout ({timeout:g}"
+                " s): the transaction may still be applied"
+            )
+
+        deadline = Deadline(timeout, time.monotonic)
+        return Waits(queue.backend, deadline, timed_out=timed_out, path=self.entry_path)
+
+    def _committing(self) -> ZkProgram[None]:
         queue = self._queue
         tx = queue.client.transaction()
         tx.check(self.entry_path, -1)  # version -1: any version, the node must exist
@@ -656,17 +732,11 @@ class ZooKeeperFencedTransaction(FencedTransaction):
                 tx.set_data(write.key, write.value, -1)
             else:
                 tx.delete(write.key, -1)
-        timeout = queue.request_timeout
         try:
-            results = tx.commit_async().get(block=True, timeout=timeout)
+            results = yield tx.commit_async()
         except SessionExpiredError as exc:
             raise PermitLost(f"session expired: {self.entry_path} is gone") from exc
-        except KazooTimeoutError as exc:
-            raise BackendUnavailable(
-                f"no answer from ZooKeeper within the request timeout ({timeout:g}"
-                " s): the transaction may still be applied"
-            ) from exc
-        except (ConnectionLoss, ConnectionClosedError) as exc:
+        except ConnectionLoss as exc:
             raise BackendUnavailable(
                 f"ZooKeeper unreachable: {exc!r}; the transaction may have been applied"
             ) from exc

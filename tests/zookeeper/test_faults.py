@@ -14,6 +14,7 @@ from semaphore_recipes.testing.harness import Cut
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 from semaphore_recipes.testing.zookeeper_server import ZooKeeperEnsemble
+from semaphore_recipes.zookeeper._waits import Waits
 from semaphore_recipes.zookeeper.queue import ZooKeeperQueue
 
 from ..conftest import wait_until
@@ -151,12 +152,17 @@ def test_a_kazoo_wait_that_gives_up_before_the_deadline_is_waited_again() -> Non
                 raise KazooTimeoutError("the wait returned without a value")
             return "the reply"
 
-    queue = cast(Any, SimpleNamespace(name="early"))
+    backend = cast(Any, SimpleNamespace(client=None))
+
+    def waits(deadline: Deadline) -> Waits:
+        timed_out = lambda: sr.AcquireTimeout("no answer")  # noqa: E731
+        return Waits(backend, deadline, timed_out=timed_out, path="/early")
+
     reply = GivesUpOnce()
-    assert ZooKeeperQueue._result(queue, reply, Deadline(5.0, time.monotonic)) == "the reply"
+    assert waits(Deadline(5.0, time.monotonic)).wait(reply) == "the reply"
     assert reply.calls == 2
     with pytest.raises(sr.AcquireTimeout):
-        ZooKeeperQueue._result(queue, GivesUpOnce(), Deadline(0.0, time.monotonic))
+        waits(Deadline(0.0, time.monotonic)).wait(GivesUpOnce())
 
 
 def test_a_connection_lost_as_the_enqueue_rereads_a_changed_capacity_is_waited_out(
