@@ -534,14 +534,34 @@ class ZooKeeperQueue(QueueDriver):
             return self._alone.pop(key, None)
 
     def abandon(self, waiter: Waiter) -> None:
+        run_program(self._abandoning(waiter), self._delete_waits().wait)
+
+    async def abandon_async(self, waiter: Waiter) -> None:
+        await run_program_async(self._abandoning(waiter), self._delete_waits().wait_async)
+
+    def _abandoning(self, waiter: Waiter) -> ZkProgram[None]:
+        """Delete the waiter's entry, waiting for the replies at most the request timeout
+        (then in the background): the exact entry, or, its create's reply not in hand,
+        the one the listing finds by its id (sent after the create on the same session,
+        it sees the create if it landed)."""
         if waiter.key is not None:
             self._forget_entry(waiter.key)
-            run_program(self._deleting(f"{self.path}/{waiter.key}"), self._delete_waits().wait)
-        elif waiter.entry_id is not None:
-            listing = self._delete_by_id(waiter.entry_id)
-            if listing is not None:
-                with contextlib.suppress(Exception):
-                    listing.get(block=True, timeout=self.request_timeout)
+            yield from self._deleting(f"{self.path}/{waiter.key}")
+            return
+        entry_id = waiter.entry_id
+        if entry_id is None or self.backend.failure is not None:
+            return  # nothing was sent; or the server removes the entry with the session
+        try:
+            children = yield self.client.get_children_async(self.path)
+        except NoNodeError:
+            return
+        except Exception:  # no answer in time, connection lost, client closed: never raises
+            self._delete_by_id(entry_id)  # the background goes on from a fresh listing
+            return
+        for child in children:
+            if child.startswith(f"e-{entry_id}-"):
+                log.info("removing entry %s left by an interrupted acquire", child)
+                yield from self._deleting(f"{self.path}/{child}")
 
     def abandon_nowait(self, waiter: Waiter) -> None:
         """Start the delete and return: the exact entry, or (its create's reply not in
