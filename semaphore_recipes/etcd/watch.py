@@ -82,7 +82,7 @@ class Watcher:
         self._next_revision = start_revision
         self.created = threading.Event()
         self.reconnects = 0  #: times the watch was created again after its stream broke
-        self._stopped = False
+        self._ended = False
         self._started = False
         self._error: Exception | None = None
         self._auth_retried = False
@@ -104,7 +104,7 @@ class Watcher:
     @property
     def running(self) -> bool:
         """True from :meth:`start` until cancelled, failed, or the client closed."""
-        return self._started and not self._stopped and not self.client.closed
+        return self._started and not self._ended and not self.client.closed
 
     def start(self) -> None:
         """Send the create request (done by the constructor unless ``start=False``)."""
@@ -128,7 +128,7 @@ class Watcher:
 
     def _fail(self, err: Exception) -> None:
         self._error = err
-        self._stopped = True
+        self._ended = True
         logger.warning("etcd: watch on %r stopped: %s", self.key, err)
         run_callback("on_error", self._on_error, err)
 

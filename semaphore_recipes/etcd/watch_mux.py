@@ -90,7 +90,7 @@ class WatchMux:
     def _removed(self, watcher: Watcher) -> None:
         """Stop ``watcher`` (call under ``_lock``); a create still unanswered is
         cancelled when its reply comes."""
-        watcher._stopped = True
+        watcher._ended = True
         self._live.discard(watcher)
         watch_id = watcher._watch_id
         if watch_id is not None and self._by_id.get(watch_id) is watcher:
@@ -129,7 +129,7 @@ class WatchMux:
                     return False  # cannot happen: the server answers every create
                 if not resp.canceled:
                     confirmed = True
-                    if watcher._stopped:
+                    if watcher._ended:
                         self._send_cancel(watch_id)
                         return True
                     self._by_id[watch_id] = watcher
@@ -138,7 +138,7 @@ class WatchMux:
                 watcher = self._by_id.pop(watch_id, None)
             else:
                 watcher = self._by_id.get(watch_id)
-            if watcher is None or watcher._stopped:
+            if watcher is None or watcher._ended:
                 return confirmed
             self._delivering = watcher
         try:

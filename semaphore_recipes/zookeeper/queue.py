@@ -60,7 +60,7 @@ from .._core.program import run_program, run_program_async
 from .._core.protocol import Enqueued, EntryChanged, EntryDeleted, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
-from ..backend import FencedTransaction, QueueDriver, Waiter, WriteKind
+from ..backend import FencedTransaction, QueueDriver, Waiter, WriteKind, nearest_needed
 from ..errors import (
     AcquireTimeout,
     BackendUnavailable,
@@ -335,7 +335,7 @@ class ZooKeeperQueue(QueueDriver):
         waiter.created(node, czxid)
         capacity, version = self.capacity_answer()
         # only the nearest entries below ours: all a waiter far back needs (design.md 2)
-        lower, complete, later_entries = nearest_lower(entries, my_seq, capacity + 1)
+        lower, complete, later_entries = nearest_lower(entries, my_seq, nearest_needed(capacity))
         if not lower and not later_entries:
             with self._lock:
                 self._alone[node] = my_seq
