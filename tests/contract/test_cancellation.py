@@ -70,6 +70,8 @@ def test_a_cancelled_waiter_wakes_its_successor_as_a_release_would(store: Harnes
             sem = backend.semaphore("successor", capacity=2)
             first, second = await sem.acquire(), await sem.acquire()
             big = asyncio.create_task(sem.acquire(permits=2))  # the head: needs both
+            while len((await sem.status()).waiters) < 1:  # (in the queue before the next)
+                await asyncio.sleep(0.01)
             small = asyncio.create_task(sem.acquire(timeout=10))  # behind it
             while len((await sem.status()).waiters) < 2:
                 await asyncio.sleep(0.01)
