@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -247,7 +248,7 @@ def test_fenced_transaction_commits_only_while_held(service: Harness) -> None:
     sem = service.connect().semaphore("fence", capacity=1)
     permit = sem.acquire()
     tx = permit.transaction()
-    tx.create("/fenced-ok", b"1")
+    tx.create(f"/fenced-ok-{uuid.uuid4().hex}", b"1")  # etcd keys are the server's own: unique
     tx.commit()
     permit.release()
     tx = permit.transaction()
