@@ -35,7 +35,8 @@ def service(request: pytest.FixtureRequest) -> Harness:
     harness of the plugin (``<kind>_harness``), with its fault verbs, opening backends
     of the sync face, or of the asyncio face through a blocking view (``-aio`` ids:
     interrupts of the calling thread become cancellations of the awaiting task)."""
-    kind, face = request.param
+    # (a test may parametrize it indirectly with the store's name alone: the sync face)
+    kind, face = (request.param, Face.SYNC) if isinstance(request.param, str) else request.param
     harness: Harness = request.getfixturevalue(f"{kind}_harness")
     return harness.with_face(face)
 
@@ -43,7 +44,8 @@ def service(request: pytest.FixtureRequest) -> Harness:
 @pytest.fixture(params=_faced(["zookeeper", "etcd"]), ids=_face_id)
 def cluster(request: pytest.FixtureRequest) -> Harness:
     """A 3-member ensemble/cluster under test (``kill_leader``), through either face."""
-    kind, face = request.param
+    # (a test may parametrize it indirectly with the store's name alone: the sync face)
+    kind, face = (request.param, Face.SYNC) if isinstance(request.param, str) else request.param
     harness: Harness = request.getfixturevalue(f"{kind}_cluster_harness")
     return harness.with_face(face)
 

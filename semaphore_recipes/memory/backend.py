@@ -27,10 +27,9 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TypeVar
 
-from .._core.program import Program, run_program, run_program_async
 from ..backend import (
     DEFAULT_REQUEST_TIMEOUT,
     RESTORED,
@@ -41,6 +40,8 @@ from ..backend import (
     SessionState,
     call_with_sigint_held,
     default_owner,
+    run_program,
+    run_program_async,
     session_lost,
     validate_name,
 )
@@ -201,11 +202,11 @@ class MemoryBackend(Backend):
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
                 loop.call_soon_threadsafe(_resolve, woken)
 
-    def run(self, program: Program[T]) -> T:
+    def run(self, program: Generator[object, object, T]) -> T:
         """Run a queue's program, blocking (each request waits for the connection)."""
         return run_program(program, self._answer)
 
-    async def run_async(self, program: Program[T]) -> T:
+    async def run_async(self, program: Generator[object, object, T]) -> T:
         """Run a queue's program from an event loop."""
         return await run_program_async(program, self._answer_async)
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from .._core.program import Program
 from ..backend import (
     Deadline,
     Enqueued,
@@ -63,7 +62,7 @@ class MemoryQueue(QueueDriver):
 
     def open(
         self, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> Program[MemoryQueue]:
+    ) -> Generator[object, object, MemoryQueue]:
         """Create the semaphore if ``create`` and it is missing, then agree on the
         capacity (a program: ``backend.run`` or ``backend.run_async`` runs it)."""
         opened = yield from self.call(
@@ -82,7 +81,9 @@ class MemoryQueue(QueueDriver):
             raise CapacityMismatch(self.name, capacity, stored)
         return self
 
-    def call(self, request: Callable[[], T], deadline: Deadline | None = None) -> Program[T]:
+    def call(
+        self, request: Callable[[], T], deadline: Deadline | None = None
+    ) -> Generator[object, object, T]:
         """One request to the store, once connected (see ``MemoryBackend.request``).
         On the main thread Ctrl-C waits until it returns: a change and the events it
         owes the watchers are never torn apart."""
@@ -107,7 +108,7 @@ class MemoryQueue(QueueDriver):
     async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
         return await self.backend.run_async(self._enqueue(waiter, deadline))
 
-    def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
+    def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
         self._drop_watches(waiter)
         while True:
             # A generation per attempt: the end of a session this attempt gave up on is
@@ -151,7 +152,7 @@ class MemoryQueue(QueueDriver):
 
     def _arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Program[Mapping[str, EntryState | None]]:
+    ) -> Generator[object, object, Mapping[str, EntryState | None]]:
         generation = waiter.generation
 
         def watch(key: str) -> EntryWatch:
@@ -185,7 +186,9 @@ class MemoryQueue(QueueDriver):
     ) -> Sequence[Entry] | SessionLost:
         return await self.backend.run_async(self._relist(waiter, deadline))
 
-    def _relist(self, waiter: Waiter, deadline: Deadline) -> Program[Sequence[Entry]]:
+    def _relist(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> Generator[object, object, Sequence[Entry]]:
         token = waiter.token
         assert token is not None
         entries = yield from self.call(lambda: self.store.entries(self.path, token), deadline)
@@ -263,7 +266,7 @@ class MemoryQueue(QueueDriver):
     async def status_async(self) -> Status:
         return await self.backend.run_async(self._status())
 
-    def _status(self) -> Program[Status]:
+    def _status(self) -> Generator[object, object, Status]:
         stored, entries = yield from self.call(lambda: self.store.queue(self.path))
         capacity = self.capacity if stored is None else stored  # (deleted: as etcd does)
         rows = [

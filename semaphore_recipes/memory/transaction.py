@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
-from .._core.program import Program
 from ..backend import FencedTransaction
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class MemoryFencedTransaction(FencedTransaction):
     async def commit_async(self) -> None:
         await self._queue.backend.run_async(self._commit())
 
-    def _commit(self) -> Program[None]:
+    def _commit(self) -> Generator[object, object, None]:
         queue = self._queue
         yield from queue.call(
             lambda: queue.store.commit(queue.path, self.entry_key, self.token, self.writes)
