@@ -13,9 +13,11 @@ task of its own on the one loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
+import signal
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,6 +39,21 @@ class Face(enum.Enum):
     ASYNC = "async"
 
 
+@contextlib.contextmanager
+def _sigint_handled_by(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """SIGINT calls ``handler`` instead of raising, in the main thread (the only one a
+    SIGINT reaches); elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class LoopThread:
     """An event loop running in a daemon thread; :meth:`run` awaits a coroutine on it."""
 
@@ -51,34 +68,61 @@ class LoopThread:
         coro: Coroutine[Any, Any, T],
         undo: Callable[[T], Coroutine[Any, Any, Any]] | None = None,
     ) -> T:
-        """The coroutine's result (or exception). Interrupted (KeyboardInterrupt in the
-        calling thread), the task is cancelled and waited for, then the interrupt goes on;
-        if the task had finished with a result all the same, ``undo(result)`` is awaited
-        first (an acquire's permit is released: the interrupt reached the caller, who will
-        never see it)."""
+        """The coroutine's result (or exception). Interrupted (SIGINT or
+        ``_thread.interrupt_main()`` in the main thread), the task is cancelled and waited
+        for, then ``KeyboardInterrupt`` is raised; if the task had finished with a result
+        all the same, ``undo(result)`` is awaited first (an acquire's permit is released:
+        the interrupt reached the caller, who will never see it).
+
+        The interrupt is held back from the moment the task is scheduled until its
+        outcome is known: one landing between the two (in ``run_coroutine_threadsafe``,
+        or just after the result came back) would otherwise orphan a granted permit.
+        """
         done = threading.Event()
-        outcome: list[Any] = []
+        outcome: list[tuple[bool, Any]] = []
+        tasks: list[asyncio.Task[None]] = []
+        cancelled_early: list[bool] = []
 
         async def runner() -> None:
             try:
+                if cancelled_early:  # interrupted before the task existed
+                    coro.close()
+                    raise asyncio.CancelledError
+                tasks.append(asyncio.current_task())  # type: ignore[arg-type]
                 outcome.append((True, await coro))
             except BaseException as exc:  # CancelledError included: reported below
                 outcome.append((False, exc))
             finally:
                 done.set()
 
-        task = asyncio.run_coroutine_threadsafe(runner(), self.loop)
+        def cancel() -> None:  # on the loop: the task is known there, or not yet started
+            if tasks:
+                tasks[0].cancel()
+            else:
+                cancelled_early.append(True)
+
+        interrupted: list[bool] = []
+
+        def on_interrupt(signum: int, frame: object) -> None:
+            if not interrupted:
+                interrupted.append(True)
+                self.loop.call_soon_threadsafe(cancel)
+
+        scheduled = False
         try:
-            done.wait()
-        except BaseException:
-            self.loop.call_soon_threadsafe(task.cancel)
-            while not done.wait(0.05):  # the task's cleanup runs to its end
-                pass
-            finished, value = outcome[0]
-            if finished and undo is not None:
-                asyncio.run_coroutine_threadsafe(undo(value), self.loop).result()
+            with _sigint_handled_by(on_interrupt):
+                asyncio.run_coroutine_threadsafe(runner(), self.loop)
+                scheduled = True
+                done.wait()
+                ok, value = outcome[0]
+                if interrupted:
+                    if ok and undo is not None:
+                        asyncio.run_coroutine_threadsafe(undo(value), self.loop).result()
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            if not scheduled and not done.is_set():  # interrupted before the handler was in
+                coro.close()
             raise
-        ok, value = outcome[0]
         if ok:
             return value  # type: ignore[no-any-return]
         raise value
@@ -173,9 +217,11 @@ class BlockingSemaphore:
         *,
         watch_entry: bool = False,
     ) -> BlockingPermit:
-        acquiring = self.aio.acquire(permits, timeout, blocking, watch_entry=watch_entry)
-        permit = self._loop.run(acquiring, undo=lambda permit: permit.release())
-        return BlockingPermit(self, permit, self._loop)
+        async def acquired() -> BlockingPermit:  # the view is made before the call returns
+            acquiring = self.aio.acquire(permits, timeout, blocking, watch_entry=watch_entry)
+            return BlockingPermit(self, await acquiring, self._loop)
+
+        return self._loop.run(acquired(), undo=lambda permit: permit.aio.release())
 
     def status(self) -> Status:
         return self._loop.run(self.aio.status())
