@@ -55,6 +55,8 @@ class Await(enum.Enum):
     """What a program may wait for besides a reply."""
 
     CONNECTION = "connection"  #: the client is connected (within the deadline)
+    #: let the event loop run the other ready tasks once (the sync face: nothing)
+    TURN = "turn"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class Waits:
         if request is Await.CONNECTION:
             self._backend.wait_connected(self._deadline)
             return None
+        if request is Await.TURN:
+            return None
         if isinstance(request, Pause):
             time.sleep(request.seconds)
             return None
@@ -107,6 +111,9 @@ class Waits:
     async def wait_async(self, request: object) -> object:
         if request is Await.CONNECTION:
             await self._backend.wait_connected_async(self._deadline)
+            return None
+        if request is Await.TURN:
+            await asyncio.sleep(0)
             return None
         if isinstance(request, Pause):
             await asyncio.sleep(request.seconds)

@@ -29,6 +29,7 @@ goes on in the background instead).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -59,7 +60,7 @@ from .._core.program import run_program, run_program_async
 from .._core.protocol import Enqueued, EntryChanged, EntryDeleted, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
-from ..backend import FencedTransaction, QueueDriver, Waiter, WriteKind
+from ..backend import FencedTransaction, QueueDriver, Waiter, WriteKind, nearest_needed
 from ..errors import (
     AcquireTimeout,
     BackendUnavailable,
@@ -69,6 +70,7 @@ from ..errors import (
     WriteConflict,
 )
 from . import _kazoo_compat
+from ._listing import Listings, nearest_lower, sorted_entries
 from ._waits import Await, Waits, ZkProgram
 
 if TYPE_CHECKING:
@@ -95,6 +97,7 @@ class ZooKeeperQueue(QueueDriver):
         self._alone_since: int | None = None
         self._alone: dict[str, int] = {}  # our live entries known alone -> their sequence
         self._marks_pending: set[str] = set()  # held marks handed to kazoo's callback thread
+        self._listings = Listings()  # one listing for the enqueues of a burst (_listing.py)
 
     # ---- how programs are waited for --------------------------------------------
     def _step_waits(self, deadline: Deadline) -> Waits:
@@ -230,20 +233,31 @@ class ZooKeeperQueue(QueueDriver):
             session = self.backend.session_id
             with self._lock:
                 alone_since, self._alone_since = self._alone_since, None
-            create = self.client.create_async(
-                prefix, data, ephemeral=True, sequence=True, include_data=True
+            number, create = self._listings.create(
+                functools.partial(
+                    self.client.create_async,
+                    prefix,
+                    data,
+                    ephemeral=True,
+                    sequence=True,
+                    include_data=True,
+                )
             )
             listing = None
             if alone_since is None:
-                listing = self.client.get_children_async(self.path, include_data=True)
+                # (the asyncio face lets the other tasks' creates go out first: one
+                # listing then serves them all; the sync face goes on at once)
+                yield Await.TURN
+                listing = self._listings.after(number, self._list)
             try:
                 path, stat = yield create
                 if listing is None:
                     alone = self._enqueue_alone(waiter, path, stat.czxid, alone_since, session)
                     if alone is not None:
                         return alone
-                    listing = self.client.get_children_async(self.path, include_data=True)
-                children, parent = yield listing
+                    listing = self._listings.after(number, self._list)
+                children, parent = yield listing.reply
+                entries = listing.entries(children)
             except NoNodeError:
                 log.warning("semaphore node %s vanished; creating it again", self.path)
                 yield from self._recreate_node()
@@ -255,13 +269,17 @@ class ZooKeeperQueue(QueueDriver):
                 if found is None:
                     continue
                 path, stat, children, parent = found
+                entries = sorted_entries(children)
             except SessionExpiredError:
                 continue  # a create in the dead session died with it; kazoo makes a new one
             if parent.mzxid != self._capacity_version and not (yield from self._refresh_capacity()):
                 continue  # the session ended meanwhile: that entry is gone with it
             if self.backend.session_id != session:
                 continue  # raced a session change: that entry is gone with its session
-            return self._enqueued(waiter, path, stat.czxid, children)
+            return self._enqueued(waiter, path, stat.czxid, entries)
+
+    def _list(self) -> Any:
+        return self.client.get_children_async(self.path, include_data=True)
 
     def _refresh_capacity(self) -> ZkProgram[bool]:
         """Read the capacity again and re-arm its watch (the listing showed it changed).
@@ -307,29 +325,28 @@ class ZooKeeperQueue(QueueDriver):
         capacity, version = self.capacity_answer()
         return Enqueued(me, (), capacity, later_entries=False, capacity_version=version)
 
-    def _enqueued(self, waiter: Waiter, path: str, czxid: int, children: list[str]) -> Enqueued:
+    def _enqueued(
+        self, waiter: Waiter, path: str, czxid: int, entries: list[tuple[int, int, str]]
+    ) -> Enqueued:
         node = path.rsplit("/", 1)[1]
         parsed = parse_zk_entry(node)
         assert parsed is not None
         _, weight, my_seq = parsed
         waiter.created(node, czxid)
-        lower = []
-        later_entries = False
-        for child in children:
-            p = parse_zk_entry(child)
-            if p is None:
-                continue
-            if p[2] < my_seq:
-                lower.append(Entry(key=child, order=p[2], weight=p[1]))
-            elif p[2] > my_seq:
-                later_entries = True
+        capacity, version = self.capacity_answer()
+        # only the nearest entries below ours: all a waiter far back needs (design.md 2)
+        lower, complete, later_entries = nearest_lower(entries, my_seq, nearest_needed(capacity))
         if not lower and not later_entries:
             with self._lock:
                 self._alone[node] = my_seq
         me = Entry(key=node, order=my_seq, weight=weight)
-        capacity, version = self.capacity_answer()
         return Enqueued(
-            me, tuple(lower), capacity, later_entries=later_entries, capacity_version=version
+            me,
+            lower,
+            capacity,
+            later_entries=later_entries,
+            capacity_version=version,
+            lower_complete=complete,
         )
 
     def _find_after_lost_reply(
