@@ -10,7 +10,7 @@ import pytest
 
 from chaos.runner import RunConfig, run_once
 
-SECONDS = float(os.environ.get("SEMAPHORE_RECIPES_CHAOS_SECONDS", "75"))
+SECONDS = float(os.environ.get("SEMAPHORE_RECIPES_CHAOS_SECONDS", "45"))
 
 
 @pytest.mark.slow
