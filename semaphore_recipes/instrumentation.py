@@ -47,7 +47,9 @@ class LostReason(enum.Enum):
     """Why a held permit was lost."""
 
     SESSION = "session"  #: the session or lease ended (or the client can never reconnect)
-    ENTRY = "entry"  #: the entry was deleted or its lease revoked from outside
+    #: the entry was deleted; on etcd also a lease revoked or expired, when the entry
+    #: watch (``watch_entry``) sees its keys go before the keepalive sees the lease gone
+    ENTRY = "entry"
 
 
 class Instrumentation:

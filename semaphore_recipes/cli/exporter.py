@@ -90,8 +90,8 @@ def cmd_exporter(args: argparse.Namespace, command: list[str]) -> int:
         ).start()
         try:
             say(
-                f"exporter: {len(names)} semaphore(s) at {describe_url(parsed)} on "
-                f"http://{server.address}/metrics"
+                f"exporter: listening on http://{server.address} "
+                f"({len(names)} semaphore(s) at {describe_url(parsed)})"
             )
             while not stop.wait(1.0):
                 pass
