@@ -12,9 +12,10 @@ makes the permit SUSPENDED: ``/readyz`` answers 503 until the same session is ba
 (then 200 again); ``/healthz`` stays 200. When the permit is *lost* (the session or
 lease ended, or the entry was deleted) the token file is removed and ``--on-lost``
 decides: ``exit`` (default) releases what is left and exits 76, so that the container
-is restarted and queues again; ``unready`` stays up with ``/readyz`` at 503 for good
-(``/healthz`` turns 503 too when it was the session that ended). docs/kubernetes.md
-has the pod's life around it.
+is restarted and queues again; ``unready`` stays up with ``/readyz`` at 503 for good.
+``/healthz`` answers 503 only once the client can never reach the store again (failed
+or closed): an expired session is replaced by a new one. docs/kubernetes.md has the
+pod's life around it.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class Phase(enum.Enum):
     STOPPING = "stopping"
 
 
-DEAD_SESSIONS = (SessionState.EXPIRED, SessionState.FAILED, SessionState.CLOSED)
+DEAD_SESSIONS = (SessionState.FAILED, SessionState.CLOSED)  # (EXPIRED: a new one comes)
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:

@@ -186,6 +186,7 @@ def test_readiness_follows_a_cut_then_a_lost_session_with_on_lost_unready(
         }
         assert lost == {r: 1 if r == reason else 0 for r in lost}
         assert sample(m, "semaphore_recipes_permits_held", semaphore="cut") == 0
+        assert s.get("/healthz")[0] == 200  # the client lives on, with a new session
         assert s.spawned.proc.poll() is None  # unready, still up
         s.spawned.proc.send_signal(signal.SIGTERM)
         assert s.spawned.wait(10) == 0, s.spawned.stderr()
