@@ -9,6 +9,7 @@ its request line ties up one thread for that long, never the server.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import threading
@@ -41,6 +42,16 @@ class Reply:
 
 
 Route = Callable[[], Reply]
+
+
+def add_listen_argument(p: argparse.ArgumentParser, default: str, what: str) -> None:
+    p.add_argument(
+        "--listen",
+        "-l",
+        default=default,
+        metavar="HOST:PORT",
+        help=f"where to serve {what} (default {default}; port 0: any free port)",
+    )
 
 
 def parse_listen(text: str) -> tuple[str, int]:

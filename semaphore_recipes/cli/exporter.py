@@ -22,7 +22,7 @@ from typing import Any
 
 from ..backend import SessionState
 from ._common import CliError, ExitCode, check_name, connect, describe_url, resolve_url, say
-from ._http import ProbeServer, Reply, metrics_route, parse_listen
+from ._http import ProbeServer, Reply, add_listen_argument, metrics_route, parse_listen
 from .run import non_negative_float
 
 DEFAULT_LISTEN = "0.0.0.0:8480"
@@ -39,13 +39,7 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "--min-interval seconds). Read-only. Needs the [metrics] extra.",
     )
     p.add_argument("names", metavar="NAME", nargs="+", help="semaphores to export")
-    p.add_argument(
-        "--listen",
-        "-l",
-        default=DEFAULT_LISTEN,
-        metavar="HOST:PORT",
-        help=f"where to serve /metrics and /healthz (default {DEFAULT_LISTEN}; port 0: any)",
-    )
+    add_listen_argument(p, DEFAULT_LISTEN, "/metrics and /healthz")
     p.add_argument(
         "--min-interval",
         type=non_negative_float,

@@ -44,8 +44,8 @@ from ._common import (
     say,
     status_json,
 )
-from ._http import ProbeServer, Reply, metrics_route, parse_listen
-from .run import positive_int
+from ._http import ProbeServer, Reply, add_listen_argument, metrics_route, parse_listen
+from .run import add_semaphore_arguments, check_permits
 
 DEFAULT_LISTEN = "0.0.0.0:8479"
 POLL = 0.05  # seconds between checks of the permit and of the stop signal
@@ -80,23 +80,8 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "SIGTERM/SIGINT. Serves /healthz, /readyz (200 while held), /metrics and /status "
         "on --listen. docs/kubernetes.md shows it as a Kubernetes sidecar.",
     )
-    p.add_argument("name", metavar="NAME", help="semaphore name: [A-Za-z0-9._-]{1,128}")
-    p.add_argument("--capacity", "-c", type=positive_int, required=True, metavar="N")
-    p.add_argument(
-        "--adopt-capacity",
-        action="store_true",
-        help="use the stored capacity if it differs from --capacity (else exit 65)",
-    )
-    p.add_argument(
-        "--permits", "-p", type=positive_int, default=1, metavar="K", help="permits to take"
-    )
-    p.add_argument(
-        "--listen",
-        "-l",
-        default=DEFAULT_LISTEN,
-        metavar="HOST:PORT",
-        help=f"where to serve the probes and metrics (default {DEFAULT_LISTEN}; port 0: any)",
-    )
+    add_semaphore_arguments(p)
+    add_listen_argument(p, DEFAULT_LISTEN, "the probes and metrics")
     p.add_argument(
         "--token-file",
         metavar="PATH",
@@ -209,10 +194,7 @@ class Sidecar:
 
 def cmd_hold(args: argparse.Namespace, command: list[str]) -> int:
     name = check_name(args.name)
-    if args.permits > args.capacity and not args.adopt_capacity:
-        raise CliError(
-            ExitCode.USAGE, f"--permits {args.permits} is more than --capacity {args.capacity}"
-        )
+    check_permits(args)
     url, parsed = resolve_url(args.url)
     host, port = parse_listen(args.listen)
     token_file = TokenFile(Path(args.token_file) if args.token_file else None)

@@ -44,6 +44,11 @@ class Sidecar:
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
 
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Signal it; it must exit 0 within 10 s."""
+        self.spawned.proc.send_signal(sig)
+        assert self.spawned.wait(10) == 0, self.spawned.stderr()
+
     def status(self) -> dict[str, object]:
         code, body = self.get("/status")
         assert code == 200, body
@@ -126,8 +131,7 @@ def test_probes_token_file_and_metrics_then_sigterm_grants_the_waiter(
     assert sample(m, "semaphore_recipes_permits_held", semaphore="side") == 1
     assert sample(m, "semaphore_recipes_session_state", backend=store.kind, state="connected") == 1
 
-    a.spawned.proc.send_signal(signal.SIGTERM)
-    assert a.spawned.wait(10) == 0, a.spawned.stderr()
+    a.stop(signal.SIGTERM)
     assert not token_a.exists()  # removed before the release
     b.wait_state("held", timeout=10)
     assert token_env(token_b)["SEMAPHORE_RECIPES_TOKEN"] == str(b.status()["token"])
@@ -139,8 +143,7 @@ def test_probes_token_file_and_metrics_then_sigterm_grants_the_waiter(
     assert sample(m, "semaphore_recipes_requests_waiting", semaphore="side") == 0
     assert sample(m, "semaphore_recipes_permits_held", semaphore="side") == 1
 
-    b.spawned.proc.send_signal(signal.SIGINT)
-    assert b.spawned.wait(10) == 0, b.spawned.stderr()
+    b.stop(signal.SIGINT)
     assert store.entries("side") == []
 
 
@@ -188,8 +191,7 @@ def test_readiness_follows_a_cut_then_a_lost_session_with_on_lost_unready(
         assert sample(m, "semaphore_recipes_permits_held", semaphore="cut") == 0
         assert s.get("/healthz")[0] == 200  # the client lives on, with a new session
         assert s.spawned.proc.poll() is None  # unready, still up
-        s.spawned.proc.send_signal(signal.SIGTERM)
-        assert s.spawned.wait(10) == 0, s.spawned.stderr()
+        s.stop(signal.SIGTERM)
     assert store.entries("cut") == []
 
 
@@ -213,11 +215,9 @@ def test_sigterm_while_waiting_leaves_the_queue(store: Store, hold: Hold) -> Non
     b = hold(store.url, "q", "-c", "1")
     b.wait_state("waiting")
     wait_for(lambda: len(store.entries("q")) == 2, 10, "the waiter's entry")
-    b.spawned.proc.send_signal(signal.SIGTERM)
-    assert b.spawned.wait(10) == 0, b.spawned.stderr()
+    b.stop(signal.SIGTERM)
     assert len(store.entries("q")) == 1
-    a.spawned.proc.send_signal(signal.SIGTERM)
-    assert a.spawned.wait(10) == 0
+    a.stop(signal.SIGTERM)
     assert store.entries("q") == []
 
 
@@ -268,5 +268,4 @@ def test_exporter_serves_the_store_wide_view(store: Store, hold: Hold, spawn: Sp
     assert sample(m, "semaphore_recipes_permits_in_use", semaphore="ex") == 1
     assert sample(m, "semaphore_recipes_queue_length", semaphore="ex") == 0
     for p in (exporter, b):
-        p.spawned.proc.send_signal(signal.SIGTERM)
-        assert p.spawned.wait(10) == 0, p.spawned.stderr()
+        p.stop(signal.SIGTERM)
