@@ -269,3 +269,41 @@ def test_exporter_serves_the_store_wide_view(store: Store, hold: Hold, spawn: Sp
     assert sample(m, "semaphore_recipes_queue_length", semaphore="ex") == 0
     for p in (exporter, b):
         p.stop(signal.SIGTERM)
+
+
+HOLD_IN_MEMORY = ["hold", "m", "-c", "1", "--url", "memory://m", "--listen", "127.0.0.1:0"]
+_WITHOUT_PROMETHEUS = (
+    "import sys; sys.modules['prometheus_client'] = None; "
+    "from semaphore_recipes.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_without_the_metrics_extra_metrics_answer_501_and_the_rest_works(
+    tmp_path: Path,
+) -> None:
+    """(memory://: the store lives in the sidecar's own process, which is all it needs)"""
+    import subprocess
+    import sys
+
+    from .conftest import clean_env
+
+    err = tmp_path / "err"
+    with err.open("wb") as fe:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WITHOUT_PROMETHEUS, *HOLD_IN_MEMORY],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=fe,
+            env=clean_env(),
+        )
+    s = Sidecar(Spawned(proc, tmp_path / "out", err))
+    try:
+        s.wait_state("held")
+        code, text = s.get("/metrics")
+        assert code == 501 and "semaphore-recipes[metrics]" in text
+        assert s.get("/healthz")[0] == 200
+        s.stop(signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
