@@ -20,6 +20,7 @@ from ._core.protocol import Enqueue, MarkHeld, Step, acquire_protocol
 from ._core.queue import Entry
 from .backend import QueueDriver, Waiter
 from .errors import AcquireTimeout, BackendUnavailable
+from .instrumentation import AcquireOutcome, Instrumentation, outcome_of, report
 
 log = logging.getLogger("semaphore_recipes")
 
@@ -33,6 +34,8 @@ class HeldPermit(Protocol):
     def _entry_lost(self, why: str) -> None: ...
 
     def _abandoned(self) -> None: ...
+
+    def _observe(self, instrumentation: Instrumentation) -> None: ...
 
 
 P = TypeVar("P", bound=HeldPermit)
@@ -75,6 +78,10 @@ def acquisition(
     name = store.name
     permit: P | None = None
     mark: MarkHeld | None = None
+    instrumentation = store.backend.instrumentation
+    started = clock()
+    outcome = AcquireOutcome.ERROR
+    report(instrumentation.acquire_started, name, waiter.weight)
     store.register(waiter)
     try:
         protocol = acquire_protocol(name, waiter.weight, deadline, blocking=blocking)
@@ -102,7 +109,9 @@ def acquisition(
         # Last: a backend may hand the mark to a thread of its own, which would
         # then compete with this one for the GIL until acquire returns.
         store.mark_held(waiter, mark.me, mark.now, mark.lower, permit._entry_lost)
+        outcome = AcquireOutcome.GRANTED
     except BaseException as exc:
+        outcome = outcome_of(exc)
         if permit is not None:  # interrupted between admission and return
             permit._abandoned()  # the abandon below deletes its entry
         if isinstance(exc, GeneratorExit):
@@ -112,6 +121,8 @@ def acquisition(
         raise
     finally:
         store.unregister(waiter)
+        report(instrumentation.acquire_ended, name, waiter.weight, outcome, clock() - started)
+    permit._observe(instrumentation)
     return permit
 
 

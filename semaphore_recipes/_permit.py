@@ -17,6 +17,7 @@ from typing import Protocol
 from ._core.queue import Entry
 from .backend import SessionChange, SessionEvent
 from .errors import PermitLost
+from .instrumentation import Instrumentation, LostReason, report
 
 log = logging.getLogger("semaphore_recipes")
 
@@ -48,6 +49,8 @@ class PermitBase:
         self._lock = threading.Lock()
         self._unlisten: Callable[[], None] | None = None
         self._removed = False  # release() has asked the store to delete the entry
+        self._instrumentation: Instrumentation | None = None  # told while it counts it held
+        self._lost_reason: LostReason | None = None
 
     def __repr__(self) -> str:
         return (
@@ -75,6 +78,7 @@ class PermitBase:
             self._removed = True
             if self._state is not PermitState.LOST:
                 self._state = PermitState.RELEASED
+                self._dropped(None)
         # A LOST permit's entry is deleted too: the verdict may be the client's own (a
         # whole session timeout disconnected) on a session the server kept alive, and
         # its entry would then hold the permits until the session ends.
@@ -98,19 +102,37 @@ class PermitBase:
                     "permit %r of %r held again: same session reconnected", self.key, self._name
                 )
             else:
-                self._mark_lost(event.reason)
+                self._mark_lost(event.reason, LostReason.SESSION)
 
     def _entry_lost(self, why: str) -> None:
         with self._lock:
             if self._state in (PermitState.RELEASED, PermitState.LOST):
                 return
-            self._mark_lost(why)
+            self._mark_lost(why, LostReason.ENTRY)
 
-    def _mark_lost(self, why: str) -> None:
+    def _mark_lost(self, why: str, reason: LostReason) -> None:
         self._state = PermitState.LOST
+        self._lost_reason = reason
         self._stop_listening()
         log.warning("permit %r of %r lost: %s", self.key, self._name, why)
+        self._dropped(reason)
         self._signal_lost()
+
+    def _observe(self, instrumentation: Instrumentation) -> None:
+        """The acquire returns this permit: tell ``instrumentation`` it is held, and of
+        its end when it comes (or at once if it was lost before the acquire returned)."""
+        with self._lock:
+            report(instrumentation.permit_held, self._name, self.permits)
+            if self._state is PermitState.LOST:
+                report(instrumentation.permit_dropped, self._name, self.permits, self._lost_reason)
+            elif self._state is not PermitState.RELEASED:
+                self._instrumentation = instrumentation
+
+    def _dropped(self, lost: LostReason | None) -> None:
+        """No longer held (under the lock): tell the instrumentation, once."""
+        instrumentation, self._instrumentation = self._instrumentation, None
+        if instrumentation is not None:
+            report(instrumentation.permit_dropped, self._name, self.permits, lost)
 
     def _abandoned(self) -> None:
         """The acquire that made this permit was interrupted before it returned it: the

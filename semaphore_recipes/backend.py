@@ -51,6 +51,7 @@ from ._core.queue import Entry, EntryState, nearest_needed
 from ._core.status import EntryStatus, Status, split_queue
 from ._interrupts import call_with_sigint_held
 from ._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
+from .instrumentation import NO_INSTRUMENTATION, Instrumentation
 
 if TYPE_CHECKING:
     from .semaphore import Semaphore
@@ -506,6 +507,8 @@ class Backend(ABC):
         self._waiters: set[Waiter] = set()
         self._permit_listeners: dict[int, Callable[[SessionEvent], None]] = {}
         self._listener_ids = itertools.count()
+        #: told of every acquire and permit of both faces (``instrument()``)
+        self.instrumentation: Instrumentation = NO_INSTRUMENTATION
 
     # -- made from a URL (by connect) --
     @classmethod
@@ -522,6 +525,18 @@ class Backend(ABC):
         raise TypeError(f"the {cls.scheme} backend takes no client object")
 
     # -- what users call --
+    def instrument(self, instrumentation: Instrumentation) -> None:
+        """Report the acquires and permits of every semaphore of this backend (both
+        faces) to ``instrumentation`` from now on, in place of the one before
+        (:mod:`semaphore_recipes.instrumentation`; ``semaphore_recipes.prometheus``
+        gives Prometheus metrics). No I/O."""
+        if not isinstance(instrumentation, Instrumentation):
+            raise TypeError(
+                f"instrument() takes an Instrumentation, not {type(instrumentation).__name__}"
+            )
+        self.instrumentation = instrumentation
+        instrumentation.attached(self)
+
     def semaphore(
         self,
         name: str,

@@ -16,6 +16,7 @@ from typing import Any
 from .._core.names import validate_name, validate_open_capacity
 from .._core.status import Status
 from ..backend import Backend, SessionState
+from ..instrumentation import Instrumentation
 from .semaphore import AsyncSemaphore
 
 __all__ = ["AsyncBackend", "connect"]
@@ -48,6 +49,10 @@ class AsyncBackend:
         validate_name(name)
         checked = validate_open_capacity(capacity, create)
         return AsyncSemaphore(self, name, checked, adopt_capacity=adopt_capacity, create=create)
+
+    def instrument(self, instrumentation: Instrumentation) -> None:
+        """See :meth:`semaphore_recipes.Backend.instrument` (the same hook, both faces)."""
+        self.backend.instrument(instrumentation)
 
     async def status(self, name: str) -> Status:
         """The status of the existing semaphore ``name`` (SemaphoreNotFound if none)."""

@@ -1,15 +1,18 @@
 """The ``semaphore-recipes`` command line.
 
     semaphore-recipes run NAME --capacity N [--permits K] [--timeout S] [--on-lost MODE] -- CMD...
+    semaphore-recipes hold NAME --capacity N [--listen HOST:PORT] [--token-file PATH] [--on-lost M]
     semaphore-recipes status NAME [--json]
     semaphore-recipes watch NAME [--interval S] [--json]
     semaphore-recipes set-capacity NAME N
+    semaphore-recipes exporter NAME... [--listen HOST:PORT] [--min-interval S]
     semaphore-recipes dev-server [--backend etcd|zookeeper] [--port P]
     semaphore-recipes demo [--url URL]
 
 ``--url`` (``zookeeper://h1:2181,h2:2181/chroot?...`` or ``etcd://h1:2379/prefix?...``)
 defaults to ``$SEMAPHORE_RECIPES_URL``. One subcommand per module: :mod:`.run`,
-:mod:`.status` (status, watch, set-capacity), :mod:`.devserver`, :mod:`.demo`.
+:mod:`.hold`, :mod:`.status` (status, watch, set-capacity), :mod:`.exporter`,
+:mod:`.devserver`, :mod:`.demo`.
 ``docs/cli.md`` is the reference, with the exit codes (:class:`ExitCode`).
 
 What happens on connection loss: ``run`` keeps waiting while disconnected; while CMD
@@ -17,6 +20,9 @@ runs, a lost connection only suspends the permit (a warning), and a *lost* permi
 (session expired, lease gone, entry deleted) stops CMD with SIGTERM/SIGKILL and exits
 76 (``--on-lost`` chooses: terminate, kill or ignore). ``status`` and ``set-capacity``
 exit 69 when the server cannot be reached; ``watch`` shows the error and retries.
+``hold`` keeps waiting while disconnected; holding, a lost connection makes ``/readyz``
+fail until the session is back, and a lost permit exits 76 (``--on-lost=exit``) or
+leaves it unready. ``exporter`` reports ``status_up`` 0 for what it cannot read.
 Expected failures print one line on stderr, never a traceback.
 """
 
@@ -63,10 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    from . import demo, devserver, run, status
+    from . import demo, devserver, exporter, hold, run, status
 
     run.add_parser(sub, [common])
+    hold.add_parser(sub, [common])
     status.add_parsers(sub, [common])
+    exporter.add_parser(sub, [common])
     devserver.add_parser(sub, [common])
     demo.add_parser(sub, [common])
     return parser

@@ -52,7 +52,7 @@ class ExitCode(enum.IntEnum):
     UNAVAILABLE = 69  #: EX_UNAVAILABLE: server unreachable, or no server software / extra
     INTERNAL = 70  #: EX_SOFTWARE: a bug in semaphore-recipes (a traceback is printed)
     TIMEOUT = 75  #: EX_TEMPFAIL: run --timeout passed before the permit was granted
-    PERMIT_LOST = 76  #: the permit was lost while the command ran; the command was stopped
+    PERMIT_LOST = 76  #: the permit was lost (run: while the command ran; it was stopped)
     NO_PERMISSION = 77  #: EX_NOPERM: the server refused the credentials or the access (ACL, role)
     CANNOT_EXECUTE = 126  #: the command exists but could not be executed
     COMMAND_NOT_FOUND = 127  #: the command was not found

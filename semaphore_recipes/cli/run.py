@@ -62,23 +62,7 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "while holding them, release when CMD exits. Exits with CMD's status.",
         usage="%(prog)s NAME --capacity N [options] -- CMD [ARGS...]",
     )
-    p.add_argument("name", metavar="NAME", help="semaphore name: [A-Za-z0-9._-]{1,128}")
-    p.add_argument(
-        "--capacity",
-        "-c",
-        type=positive_int,
-        required=True,
-        metavar="N",
-        help="permits in the semaphore (stored on first use; others must agree)",
-    )
-    p.add_argument(
-        "--adopt-capacity",
-        action="store_true",
-        help="use the stored capacity if it differs from --capacity (else exit 65)",
-    )
-    p.add_argument(
-        "--permits", "-p", type=positive_int, default=1, metavar="K", help="permits to take"
-    )
+    add_semaphore_arguments(p)
     p.add_argument(
         "--timeout",
         "-t",
@@ -102,6 +86,36 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         f"(default {DEFAULT_GRACE:g})",
     )
     p.set_defaults(handler=cmd_run, takes_command=True)
+
+
+def add_semaphore_arguments(p: argparse.ArgumentParser) -> None:
+    """NAME, --capacity, --adopt-capacity and --permits (``run`` and ``hold``)."""
+    p.add_argument("name", metavar="NAME", help="semaphore name: [A-Za-z0-9._-]{1,128}")
+    p.add_argument(
+        "--capacity",
+        "-c",
+        type=positive_int,
+        required=True,
+        metavar="N",
+        help="permits in the semaphore (stored on first use; others must agree)",
+    )
+    p.add_argument(
+        "--adopt-capacity",
+        action="store_true",
+        help="use the stored capacity if it differs from --capacity (else exit 65)",
+    )
+    p.add_argument(
+        "--permits", "-p", type=positive_int, default=1, metavar="K", help="permits to take"
+    )
+
+
+def check_permits(args: argparse.Namespace) -> None:
+    """Before any I/O: no more permits than the capacity (unless the stored one decides)."""
+    if args.permits > args.capacity and not args.adopt_capacity:
+        raise CliError(
+            ExitCode.USAGE,
+            f"--permits {args.permits} is more than --capacity {args.capacity}",
+        )
 
 
 def positive_int(text: str) -> int:
@@ -184,11 +198,7 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
         raise CliError(
             ExitCode.USAGE, "no command: give it after `--`, e.g. `run NAME -c 2 -- ./job.sh`"
         )
-    if args.permits > args.capacity and not args.adopt_capacity:
-        raise CliError(
-            ExitCode.USAGE,
-            f"--permits {args.permits} is more than --capacity {args.capacity}",
-        )
+    check_permits(args)
     url, _ = resolve_url(args.url)
     signals = _Signals()
     signals.install(signals.while_waiting)

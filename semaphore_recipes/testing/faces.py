@@ -21,6 +21,8 @@ from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..instrumentation import Instrumentation
+
 if TYPE_CHECKING:
     from .._core.status import Status
     from .._permit import PermitState
@@ -157,6 +159,9 @@ class BlockingAsyncBackend:
 
     def status(self, name: str) -> Status:
         return self._loop.run(self.aio.status(name))
+
+    def instrument(self, instrumentation: Instrumentation) -> None:
+        self.aio.instrument(instrumentation)
 
     def read(self, key: str) -> bytes | None:
         return self._loop.run(self.aio.read(key))

@@ -1,8 +1,8 @@
 """docker/: the compose file and the Dockerfile parse and agree with each other.
 
 No Docker engine runs here, so nothing is built or started: these tests read the files.
-The compose file is JSON (valid YAML, which `docker compose` reads as compose.yaml), so
-no YAML parser is needed.
+The compose file is YAML with anchors and merge keys (``<<:``), which PyYAML's safe
+loader resolves as compose does; its ``x-`` blocks are left out, as compose ignores them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -25,8 +26,8 @@ INSTRUCTIONS = {
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads((DOCKER / "compose.yaml").read_text())
-    return doc
+    doc: dict[str, Any] = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    return {key: value for key, value in doc.items() if not key.startswith("x-")}
 
 
 def services(compose: dict[str, Any], prefix: str) -> dict[str, dict[str, Any]]:

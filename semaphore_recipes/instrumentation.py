@@ -1,0 +1,97 @@
+"""The instrumentation hook: what both faces report about acquires and permits.
+
+An :class:`Instrumentation` is attached to a backend with ``backend.instrument(obs)``
+(``AsyncBackend.instrument`` for the asyncio face). The shared acquire program
+(``_acquire``) and the shared permit state (``_permit``) call it, so the sync and the
+asyncio face report the same events once, whatever the store:
+
+* ``acquire_started`` / ``acquire_ended``: a request entered the queue; it ended with an
+  :class:`AcquireOutcome` after so many seconds (the wait, from the call to the grant or
+  to the way out);
+* ``permit_held`` / ``permit_dropped``: permits granted to this process; given back, or
+  lost (the session or lease ended, or the entry was deleted: :class:`LostReason`).
+
+The base class does nothing: subclass it and override what you need.
+:mod:`semaphore_recipes.prometheus` (the ``[metrics]`` extra) is one, built on
+``prometheus_client``. Hooks are called from the caller's thread, the event loop, or a
+backend's own threads (a session expiry), so they must be quick and thread-safe; an
+exception they raise is logged and dropped, never raised into an acquire or a release.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .backend import Backend
+
+log = logging.getLogger("semaphore_recipes")
+
+__all__ = ["AcquireOutcome", "Instrumentation", "LostReason", "outcome_of", "report"]
+
+
+class AcquireOutcome(enum.Enum):
+    """How an acquire ended."""
+
+    GRANTED = "granted"
+    TIMEOUT = "timeout"  #: AcquireTimeout
+    WOULD_BLOCK = "would_block"  #: WouldBlock (``blocking=False``)
+    CANCELLED = "cancelled"  #: the task was cancelled, or the thread interrupted (Ctrl-C)
+    ERROR = "error"  #: any other exception (BackendUnavailable, PermissionDenied...)
+
+
+class LostReason(enum.Enum):
+    """Why a held permit was lost."""
+
+    SESSION = "session"  #: the session or lease ended (or the client can never reconnect)
+    #: the entry was deleted; on etcd also a lease revoked or expired, when the entry
+    #: watch (``watch_entry``) sees its keys go before the keepalive sees the lease gone
+    ENTRY = "entry"
+
+
+class Instrumentation:
+    """Receives the faces' events; every method does nothing here."""
+
+    def attached(self, backend: Backend) -> None:
+        """``backend.instrument(self)`` was called (e.g. to read its session state)."""
+
+    def acquire_started(self, name: str, permits: int) -> None:
+        """A request for ``permits`` of semaphore ``name`` starts waiting."""
+
+    def acquire_ended(
+        self, name: str, permits: int, outcome: AcquireOutcome, seconds: float
+    ) -> None:
+        """That request ended with ``outcome``, ``seconds`` after it started."""
+
+    def permit_held(self, name: str, permits: int) -> None:
+        """``permits`` of ``name`` are held by this process from now on."""
+
+    def permit_dropped(self, name: str, permits: int, lost: LostReason | None) -> None:
+        """Those permits are no longer held: released (``lost`` None) or lost."""
+
+
+NO_INSTRUMENTATION = Instrumentation()
+
+
+def outcome_of(exc: BaseException) -> AcquireOutcome:
+    """The outcome of an acquire that raised ``exc``."""
+    from .errors import AcquireTimeout, WouldBlock
+
+    if isinstance(exc, WouldBlock):
+        return AcquireOutcome.WOULD_BLOCK
+    if isinstance(exc, AcquireTimeout):
+        return AcquireOutcome.TIMEOUT
+    if not isinstance(exc, Exception):  # CancelledError, KeyboardInterrupt, GeneratorExit
+        return AcquireOutcome.CANCELLED
+    return AcquireOutcome.ERROR
+
+
+def report(hook: Callable[..., None], *args: object) -> None:
+    """Call one hook; what it raises is logged, not passed on."""
+    try:
+        hook(*args)
+    except Exception:
+        log.exception("instrumentation hook %s failed", getattr(hook, "__qualname__", hook))
