@@ -6,10 +6,12 @@ create_revision. A backend reuses its slot numbers once their entries are delete
 the keys under ``entries/`` stay few: etcd's range walks every key deleted since the
 last compaction, and fresh keys per acquire made the enqueue slower with every grant.
 A reused key is a new entry with a new create_revision (reads compare it).
-The enqueue is one txn: create-if-absent of our key plus a range of all entries and of
+The enqueue is one txn: create-if-absent of our key plus a range of the entries and of
 the config, so it is one round trip and the listing is atomic with the create (no
-later entry can exist in it). A retried enqueue after a lost reply takes the failure
-branch, which reads the same things: the entry made by the lost attempt is adopted.
+later entry can exist in it). That range lists only the nearest entries below ours
+(the newest ones, by create_revision: ``nearest_needed``), and says whether there were
+more (``Enqueued.lower_complete``). A retried enqueue after a lost reply takes the
+failure branch, which lists every entry: the entry made by the lost attempt is adopted.
 
 When the lease ends, every waiter of the backend enqueues again on the one new lease; an
 enqueue that finds its lease replaced while its txn was on its way deletes the entry it
@@ -46,7 +48,7 @@ from .._core.protocol import (
     EntryMarked,
     SessionLost,
 )
-from .._core.queue import Entry, EntryState
+from .._core.queue import Entry, EntryState, nearest_needed
 from .._core.status import EntryStatus, Status, split_queue
 from ..backend import FencedTransaction, QueueDriver, Waiter, WriteKind
 from ..errors import (
@@ -266,18 +268,26 @@ class EtcdQueue(QueueDriver):
             value = EntryData(
                 owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
             ).encode()
-            reads = self._reads
+            # Created, our entry is the newest: the nearest entries below it are the
+            # newest others, so a limited range lists them alone (not the whole queue,
+            # which made a burst of W enqueues O(W^2)). ``more``: some were left out.
+            nearest = Op.range(
+                self.entries_prefix,
+                self._entries_end,
+                newest=nearest_needed(self.capacity) + 1,  # + 1: ours
+            )
             try:
                 # Retried as is after UNAVAILABLE: if the lost attempt created the key,
                 # the failure branch lists it and we adopt it (no orphan, no second entry).
+                # That listing is whole: the adopted entry may be anywhere in it.
                 # ``creates``: the asyncio face lets it finish even when the acquire is
                 # cancelled, so the undo never overtakes it (gRPC does not order calls).
                 # The sync face holds an interrupt until the txn returns (SyncRunner).
                 create: Callable[[float], Call] = functools.partial(
                     _txn_within,
                     [Compare.create_revision(key, "==", 0)],
-                    [Op.put(key, value, lease=lease), *reads],
-                    reads,
+                    [Op.put(key, value, lease=lease), nearest, self._reads[1]],
+                    self._reads,
                     uid,
                 )
                 reply = yield from self._call(create, deadline)
@@ -289,7 +299,8 @@ class EtcdQueue(QueueDriver):
                 waiter.creating(None)
                 self.backend.free_entry_slot(uid)
                 raise
-            listing = reply.responses[-2].response_range.kvs
+            listed = reply.responses[-2].response_range
+            listing = listed.kvs
             mine = [kv for kv in listing if kv.key == key]
             if not mine:
                 self.backend.free_entry_slot(uid)
@@ -307,9 +318,12 @@ class EtcdQueue(QueueDriver):
                 self.apply_capacity(
                     decode_capacity(self.name, config[0].value), config[0].mod_revision
                 )
-            return self._enqueued(waiter, uid, mine[0].create_revision, listing)
+            complete = not (reply.succeeded and listed.more)
+            return self._enqueued(waiter, uid, mine[0].create_revision, listing, complete)
 
-    def _enqueued(self, waiter: Waiter, uid: str, token: int, listing: Any) -> Enqueued:
+    def _enqueued(
+        self, waiter: Waiter, uid: str, token: int, listing: Any, complete: bool
+    ) -> Enqueued:
         waiter.created(uid, token)
         with self._lock:
             self._tokens[uid] = token
@@ -318,7 +332,14 @@ class EtcdQueue(QueueDriver):
         # our own entry is what we just wrote: not decoded again
         me = Entry(key=uid, order=token, weight=waiter.weight, held=False)
         capacity, version = self.capacity_answer()
-        return Enqueued(me, tuple(lower), capacity, later_entries=later, capacity_version=version)
+        return Enqueued(
+            me,
+            tuple(lower),
+            capacity,
+            later_entries=later,
+            capacity_version=version,
+            lower_complete=complete,
+        )
 
     def _decode(self, kv: Any) -> tuple[str, int, EntryData]:
         """``(key, weight, data)`` of a listed entry; CorruptState unless it is one the
