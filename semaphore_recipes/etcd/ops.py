@@ -121,10 +121,13 @@ class Op:
         return pb.RequestOp(request_put=put_request(key, value, lease=lease))
 
     @staticmethod
-    def range(key: Key, range_end: Key = b"", *, newest: int = 0) -> pb.RequestOp:
-        """A range (see :func:`range_request`); inside a txn it sees the writes of
-        earlier ops of the same branch."""
-        return pb.RequestOp(request_range=range_request(key, range_end, newest=newest))
+    def range(key: Key, range_end: Key = b"", *, limit: int = 0) -> pb.RequestOp:
+        """A range (see :func:`range_request`), of the first ``limit`` keys in key order
+        (0: all; the reply's ``more`` says whether some were left out); inside a txn it
+        sees the writes of earlier ops of the same branch."""
+        request = range_request(key, range_end)
+        request.limit = limit
+        return pb.RequestOp(request_range=request)
 
     @staticmethod
     def delete(key: Key, range_end: Key = b"") -> pb.RequestOp:

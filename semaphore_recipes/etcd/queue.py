@@ -8,10 +8,11 @@ last compaction, and fresh keys per acquire made the enqueue slower with every g
 A reused key is a new entry with a new create_revision (reads compare it).
 The enqueue is one txn: create-if-absent of our key plus a range of the entries and of
 the config, so it is one round trip and the listing is atomic with the create (no
-later entry can exist in it). That range lists only the nearest entries below ours
-(the newest ones, by create_revision: ``nearest_needed``), and says whether there were
-more (``Enqueued.lower_complete``). A retried enqueue after a lost reply takes the
-failure branch, which lists every entry: the entry made by the lost attempt is adopted.
+later entry can exist in it). That range stops after ``nearest_needed`` entries: a
+short queue is listed whole in the one round trip; a longer one's nearest entries below
+ours are read next, by a read of their own (docs/design.md section 2, "Truncated
+views"). A retried enqueue after a lost reply takes the failure branch, which lists
+every entry: the entry made by the lost attempt is adopted.
 
 When the lease ends, every waiter of the backend enqueues again on the one new lease; an
 enqueue that finds its lease replaced while its txn was on its way deletes the entry it
@@ -268,14 +269,11 @@ class EtcdQueue(QueueDriver):
             value = EntryData(
                 owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
             ).encode()
-            # Created, our entry is the newest: the nearest entries below it are the
-            # newest others, so a limited range lists them alone (not the whole queue,
-            # which made a burst of W enqueues O(W^2)). ``more``: some were left out.
-            nearest = Op.range(
-                self.entries_prefix,
-                self._entries_end,
-                newest=nearest_needed(self.capacity) + 1,  # + 1: ours
-            )
+            # The listing in the txn is cut at ``nearest`` entries in key order (the
+            # server reads only those): the whole queue when it is short. A longer
+            # queue's nearest entries are read next, outside the write (see below).
+            nearest = nearest_needed(self.capacity) + 1  # + 1: ours
+            sample = Op.range(self.entries_prefix, self._entries_end, limit=nearest)
             try:
                 # Retried as is after UNAVAILABLE: if the lost attempt created the key,
                 # the failure branch lists it and we adopt it (no orphan, no second entry).
@@ -286,7 +284,7 @@ class EtcdQueue(QueueDriver):
                 create: Callable[[float], Call] = functools.partial(
                     _txn_within,
                     [Compare.create_revision(key, "==", 0)],
-                    [Op.put(key, value, lease=lease), nearest, self._reads[1]],
+                    [Op.put(key, value, lease=lease), Op.range(key), sample, self._reads[1]],
                     self._reads,
                     uid,
                 )
@@ -301,7 +299,10 @@ class EtcdQueue(QueueDriver):
                 raise
             listed = reply.responses[-2].response_range
             listing = listed.kvs
-            mine = [kv for kv in listing if kv.key == key]
+            if reply.succeeded:
+                mine = list(reply.responses[1].response_range.kvs)
+            else:
+                mine = [kv for kv in listing if kv.key == key]
             if not mine:
                 self.backend.free_entry_slot(uid)
                 continue  # created on a lease that has since expired: gone already
@@ -318,17 +319,48 @@ class EtcdQueue(QueueDriver):
                 self.apply_capacity(
                     decode_capacity(self.name, config[0].value), config[0].mod_revision
                 )
-            complete = not (reply.succeeded and listed.more)
-            return self._enqueued(waiter, uid, mine[0].create_revision, listing, complete)
+            token = mine[0].create_revision
+            if not (reply.succeeded and listed.more):
+                return self._enqueued(waiter, uid, token, listing, complete=True, later=None)
+            # A long queue: its nearest entries below ours, newest first. etcd reads
+            # every entry to sort them, so this is a read of its own, not part of the
+            # write: inside it, each enqueue held up etcd's apply (and the lease
+            # renewals that wait for it) for as long as the queue is long. Read after
+            # our create, it may miss entries deleted meanwhile (entries only leave:
+            # still a superset of the lower set), but successors may have seen them:
+            # they may need our held mark (``later_entries``).
+            waiter.created(uid, token)  # an error or a cancel below: the entry is undone
+            below = yield from self._call(
+                functools.partial(self._nearest_below, token, nearest - 1), deadline
+            )
+            return self._enqueued(waiter, uid, token, below.kvs, not below.more, later=True)
+
+    def _nearest_below(self, token: int, count: int, timeout: float) -> Call:
+        """A read of the ``count`` newest entries created before ``token``."""
+        return Call.range(
+            self.entries_prefix,
+            self._entries_end,
+            max_create_revision=token - 1,
+            newest=count,
+            timeout=timeout,
+        )
 
     def _enqueued(
-        self, waiter: Waiter, uid: str, token: int, listing: Any, complete: bool
+        self,
+        waiter: Waiter,
+        uid: str,
+        token: int,
+        listing: Any,
+        complete: bool,
+        later: bool | None,
     ) -> Enqueued:
+        """The answer from ``listing``; ``later``: None when the listing tells it."""
         waiter.created(uid, token)
         with self._lock:
             self._tokens[uid] = token
         lower = self._entries([kv for kv in listing if kv.create_revision < token])
-        later = any(kv.create_revision > token for kv in listing)
+        if later is None:
+            later = any(kv.create_revision > token for kv in listing)
         # our own entry is what we just wrote: not decoded again
         me = Entry(key=uid, order=token, weight=waiter.weight, held=False)
         capacity, version = self.capacity_answer()

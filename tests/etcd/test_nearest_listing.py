@@ -33,7 +33,9 @@ def test_enqueue_lists_the_nearest_entries_and_says_the_listing_is_truncated(
         last = answers[-1]
         assert not last.lower_complete
         assert sorted(e.order for e in last.lower) == tokens[-1 - nearest : -1]
-        assert not last.later_entries
+        # read after the create, outside its txn: successors may need our held mark
+        assert last.later_entries
+        assert not short.later_entries  # listed in the create's txn: nobody after us
     finally:
         for waiter in waiters:
             queue.abandon(waiter)
