@@ -284,7 +284,7 @@ class EtcdQueue(QueueDriver):
                 create: Callable[[float], Call] = functools.partial(
                     _txn_within,
                     [Compare.create_revision(key, "==", 0)],
-                    [Op.put(key, value, lease=lease), Op.range(key), sample, self._reads[1]],
+                    [Op.put(key, value, lease=lease), sample, self._reads[1]],
                     self._reads,
                     uid,
                 )
@@ -300,18 +300,20 @@ class EtcdQueue(QueueDriver):
             listed = reply.responses[-2].response_range
             listing = listed.kvs
             if reply.succeeded:
-                mine = list(reply.responses[1].response_range.kvs)
+                # our put is the txn's one write: created at the txn's revision
+                token, entry_lease = int(reply.header.revision), lease
             else:
                 mine = [kv for kv in listing if kv.key == key]
-            if not mine:
-                self.backend.free_entry_slot(uid)
-                continue  # created on a lease that has since expired: gone already
-            if mine[0].lease != self.backend.lease_id:
+                if not mine:
+                    self.backend.free_entry_slot(uid)
+                    continue  # created on a lease that has since expired: gone already
+                token, entry_lease = mine[0].create_revision, mine[0].lease
+            if entry_lease != self.backend.lease_id:
                 # The lease ended while the txn was on its way (the backend has moved on,
                 # or is granting a new one). The entry goes with its lease, but not
                 # before the lease's end is applied: delete it now, by its own revision,
                 # so it never sits ahead of the waiters.
-                yield from self._delete(uid, mine[0].create_revision)
+                yield from self._delete(uid, token)
                 continue
             config = reply.responses[-1].response_range.kvs
             # (decoded only when newer than the capacity applied: usually it is not)
@@ -319,7 +321,6 @@ class EtcdQueue(QueueDriver):
                 self.apply_capacity(
                     decode_capacity(self.name, config[0].value), config[0].mod_revision
                 )
-            token = mine[0].create_revision
             if not (reply.succeeded and listed.more):
                 return self._enqueued(waiter, uid, token, listing, complete=True, later=None)
             # A long queue: its nearest entries below ours, newest first. etcd reads
