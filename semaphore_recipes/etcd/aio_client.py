@@ -37,6 +37,9 @@ __all__ = ["AioEtcdClient"]
 
 logger = logging.getLogger("semaphore_recipes.etcd")
 
+#: Unary calls of one client on their way at once; more wait their turn in the loop.
+MAX_CALLS_IN_FLIGHT = 64
+
 
 class AioEtcdClient(ClientBase):
     """A ``grpc.aio`` connection to an etcd v3 cluster (see the module docstring); the
@@ -66,6 +69,10 @@ class AioEtcdClient(ClientBase):
         )
         self._auth_lock = asyncio.Lock()
         self._creates: dict[str, Any] = {}  # entry id -> the call creating it, on its way
+        # Calls on their way at once: thousands of waiters enqueueing together would
+        # otherwise start thousands of calls in one turn of the loop and take their
+        # replies in one, stalling the loop (and the lease's keepalive task) for seconds.
+        self._in_flight = asyncio.Semaphore(MAX_CALLS_IN_FLIGHT)
 
     async def execute(self, call: Call) -> Any:
         """Make ``call`` (the auth token added, refreshed once if refused); its reply."""
@@ -80,6 +87,7 @@ class AioEtcdClient(ClientBase):
         assert isinstance(request, Send)
         call = request.call
         method = getattr(self._stubs[call.rpc.service], call.rpc.method)
+        await self._in_flight.acquire()  # (cancelled here: nothing was sent)
         try:
             rpc = method(
                 call.request,
@@ -87,10 +95,18 @@ class AioEtcdClient(ClientBase):
                 metadata=request.metadata,
                 wait_for_ready=True,
             )
-        except grpc.aio.UsageError as exc:  # the channel was closed
-            raise EtcdError(f"the etcd client is closed: {exc}") from exc
+        except BaseException as exc:
+            self._in_flight.release()
+            if isinstance(exc, grpc.aio.UsageError):  # the channel was closed
+                raise EtcdError(f"the etcd client is closed: {exc}") from exc
+            raise
         if call.creates is None:
-            return await rpc  # (cancelling the awaiting task cancels the call)
+            try:
+                return await rpc  # (cancelling the awaiting task cancels the call)
+            finally:
+                self._in_flight.release()
+        # its slot is given back when the call ends, not when its task is cancelled
+        rpc.add_done_callback(lambda _: self._in_flight.release())
         return await self._not_cancelled(call.creates, rpc)
 
     async def _not_cancelled(self, entry: str, rpc: Any) -> Any:

@@ -62,6 +62,7 @@ from .ops import prefix_range_end
 from .retry import retrying
 from .rpc import Call, granted_lease
 from .runner import AsyncRunner, SyncRunner
+from .slots import EntrySlots
 
 if TYPE_CHECKING:
     from .queue import EtcdQueue
@@ -139,7 +140,7 @@ class EtcdBackend(Backend):
         self._queues: weakref.WeakSet[EtcdQueue] = weakref.WeakSet()
         self._closed = False
         self.lease_id = 0
-        self._slots: set[tuple[int, int]] = set()  # (lease, slot) of entries not yet deleted
+        self._slots = EntrySlots()  # keys of entries not yet deleted (reused once they are)
         self._keeper: LeaseKeeper | AsyncLeaseKeeper | None = None
         self._sync: SyncRunner | None = None
         self._aio: AsyncRunner | None = None
@@ -323,18 +324,14 @@ class EtcdBackend(Backend):
         slot of that lease whose last entry is known deleted. Unique among our live
         entries, across every semaphore of this backend."""
         with self._lock:
-            self._slots = {s for s in self._slots if s[0] == lease_id}  # old leases: gone
-            slot = 0
-            while (lease_id, slot) in self._slots:
-                slot += 1
-            self._slots.add((lease_id, slot))
+            slot = self._slots.take(lease_id)
         return etcd_entry_key(lease_id, slot)
 
     def free_entry_slot(self, uid: str) -> None:
         """The entry ``uid`` is deleted (or was never created): its key may serve again."""
-        slot = parse_etcd_entry(uid)
+        lease_id, slot = parse_etcd_entry(uid)
         with self._lock:
-            self._slots.discard(slot)
+            self._slots.free(lease_id, slot)
 
     def lease_gone(self, lease_id: int) -> None:
         """The server said ``lease_id`` is gone (a refused request, or its keeper): held

@@ -62,18 +62,28 @@ def range_request(
     *,
     keys_only: bool = False,
     max_create_revision: int = 0,
+    newest: int = 0,
 ) -> pb.RangeRequest:
     """A read of ``key``, or of the keys in ``[key, range_end)`` in key order.
 
     ``keys_only`` leaves the values out; ``max_create_revision`` keeps only the keys
     created at or before that revision (the response's ``count`` ignores it).
+    ``newest``: only the ``newest`` most recently created keys, newest first (by
+    create_revision); the response's ``more`` says whether older keys were left out.
     """
-    return pb.RangeRequest(
+    if newest < 0:
+        raise ValueError(f"newest must be >= 0, not {newest}")
+    request = pb.RangeRequest(
         key=to_bytes(key),
         range_end=to_bytes(range_end),
         keys_only=keys_only,
         max_create_revision=max_create_revision,
     )
+    if newest:
+        request.limit = newest
+        request.sort_order = pb.RangeRequest.DESCEND
+        request.sort_target = pb.RangeRequest.CREATE
+    return request
 
 
 def put_request(key: Key, value: Key, *, lease: int = 0) -> pb.PutRequest:
@@ -111,9 +121,13 @@ class Op:
         return pb.RequestOp(request_put=put_request(key, value, lease=lease))
 
     @staticmethod
-    def range(key: Key, range_end: Key = b"") -> pb.RequestOp:
-        """A range; inside a txn it sees the writes of earlier ops of the same branch."""
-        return pb.RequestOp(request_range=range_request(key, range_end))
+    def range(key: Key, range_end: Key = b"", *, limit: int = 0) -> pb.RequestOp:
+        """A range (see :func:`range_request`), of the first ``limit`` keys in key order
+        (0: all; the reply's ``more`` says whether some were left out); inside a txn it
+        sees the writes of earlier ops of the same branch."""
+        request = range_request(key, range_end)
+        request.limit = limit
+        return pb.RequestOp(request_range=request)
 
     @staticmethod
     def delete(key: Key, range_end: Key = b"") -> pb.RequestOp:

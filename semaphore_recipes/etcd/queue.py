@@ -6,10 +6,13 @@ create_revision. A backend reuses its slot numbers once their entries are delete
 the keys under ``entries/`` stay few: etcd's range walks every key deleted since the
 last compaction, and fresh keys per acquire made the enqueue slower with every grant.
 A reused key is a new entry with a new create_revision (reads compare it).
-The enqueue is one txn: create-if-absent of our key plus a range of all entries and of
+The enqueue is one txn: create-if-absent of our key plus a range of the entries and of
 the config, so it is one round trip and the listing is atomic with the create (no
-later entry can exist in it). A retried enqueue after a lost reply takes the failure
-branch, which reads the same things: the entry made by the lost attempt is adopted.
+later entry can exist in it). That range stops after ``nearest_needed`` entries: a
+short queue is listed whole in the one round trip; a longer one's nearest entries below
+ours are read next, by a read of their own (docs/design.md section 2, "Truncated
+views"). A retried enqueue after a lost reply takes the failure branch, which lists
+every entry: the entry made by the lost attempt is adopted.
 
 When the lease ends, every waiter of the backend enqueues again on the one new lease; an
 enqueue that finds its lease replaced while its txn was on its way deletes the entry it
@@ -46,7 +49,7 @@ from .._core.protocol import (
     EntryMarked,
     SessionLost,
 )
-from .._core.queue import Entry, EntryState
+from .._core.queue import Entry, EntryState, nearest_needed
 from .._core.status import EntryStatus, Status, split_queue
 from ..backend import FencedTransaction, QueueDriver, Waiter, WriteKind
 from ..errors import (
@@ -266,18 +269,23 @@ class EtcdQueue(QueueDriver):
             value = EntryData(
                 owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
             ).encode()
-            reads = self._reads
+            # The listing in the txn is cut at ``nearest`` entries in key order (the
+            # server reads only those): the whole queue when it is short. A longer
+            # queue's nearest entries are read next, outside the write (see below).
+            nearest = nearest_needed(self.capacity) + 1  # + 1: ours
+            sample = Op.range(self.entries_prefix, self._entries_end, limit=nearest)
             try:
                 # Retried as is after UNAVAILABLE: if the lost attempt created the key,
                 # the failure branch lists it and we adopt it (no orphan, no second entry).
+                # That listing is whole: the adopted entry may be anywhere in it.
                 # ``creates``: the asyncio face lets it finish even when the acquire is
                 # cancelled, so the undo never overtakes it (gRPC does not order calls).
                 # The sync face holds an interrupt until the txn returns (SyncRunner).
                 create: Callable[[float], Call] = functools.partial(
                     _txn_within,
                     [Compare.create_revision(key, "==", 0)],
-                    [Op.put(key, value, lease=lease), *reads],
-                    reads,
+                    [Op.put(key, value, lease=lease), sample, self._reads[1]],
+                    self._reads,
                     uid,
                 )
                 reply = yield from self._call(create, deadline)
@@ -289,17 +297,23 @@ class EtcdQueue(QueueDriver):
                 waiter.creating(None)
                 self.backend.free_entry_slot(uid)
                 raise
-            listing = reply.responses[-2].response_range.kvs
-            mine = [kv for kv in listing if kv.key == key]
-            if not mine:
-                self.backend.free_entry_slot(uid)
-                continue  # created on a lease that has since expired: gone already
-            if mine[0].lease != self.backend.lease_id:
+            listed = reply.responses[-2].response_range
+            listing = listed.kvs
+            if reply.succeeded:
+                # our put is the txn's one write: created at the txn's revision
+                token, entry_lease = int(reply.header.revision), lease
+            else:
+                mine = [kv for kv in listing if kv.key == key]
+                if not mine:
+                    self.backend.free_entry_slot(uid)
+                    continue  # created on a lease that has since expired: gone already
+                token, entry_lease = mine[0].create_revision, mine[0].lease
+            if entry_lease != self.backend.lease_id:
                 # The lease ended while the txn was on its way (the backend has moved on,
                 # or is granting a new one). The entry goes with its lease, but not
                 # before the lease's end is applied: delete it now, by its own revision,
                 # so it never sits ahead of the waiters.
-                yield from self._delete(uid, mine[0].create_revision)
+                yield from self._delete(uid, token)
                 continue
             config = reply.responses[-1].response_range.kvs
             # (decoded only when newer than the capacity applied: usually it is not)
@@ -307,18 +321,58 @@ class EtcdQueue(QueueDriver):
                 self.apply_capacity(
                     decode_capacity(self.name, config[0].value), config[0].mod_revision
                 )
-            return self._enqueued(waiter, uid, mine[0].create_revision, listing)
+            if not (reply.succeeded and listed.more):
+                return self._enqueued(waiter, uid, token, listing, complete=True, later=None)
+            # A long queue: its nearest entries below ours, newest first. etcd reads
+            # every entry to sort them, so this is a read of its own, not part of the
+            # write: inside it, each enqueue held up etcd's apply (and the lease
+            # renewals that wait for it) for as long as the queue is long. Read after
+            # our create, it may miss entries deleted meanwhile (entries only leave:
+            # still a superset of the lower set), but successors may have seen them:
+            # they may need our held mark (``later_entries``).
+            waiter.created(uid, token)  # an error or a cancel below: the entry is undone
+            below = yield from self._call(
+                functools.partial(self._nearest_below, token, nearest - 1), deadline
+            )
+            return self._enqueued(waiter, uid, token, below.kvs, not below.more, later=True)
 
-    def _enqueued(self, waiter: Waiter, uid: str, token: int, listing: Any) -> Enqueued:
+    def _nearest_below(self, token: int, count: int, timeout: float) -> Call:
+        """A read of the ``count`` newest entries created before ``token``."""
+        return Call.range(
+            self.entries_prefix,
+            self._entries_end,
+            max_create_revision=token - 1,
+            newest=count,
+            timeout=timeout,
+        )
+
+    def _enqueued(
+        self,
+        waiter: Waiter,
+        uid: str,
+        token: int,
+        listing: Any,
+        complete: bool,
+        later: bool | None,
+    ) -> Enqueued:
+        """The answer from ``listing``; ``later``: None when the listing tells it."""
         waiter.created(uid, token)
         with self._lock:
             self._tokens[uid] = token
         lower = self._entries([kv for kv in listing if kv.create_revision < token])
-        later = any(kv.create_revision > token for kv in listing)
+        if later is None:
+            later = any(kv.create_revision > token for kv in listing)
         # our own entry is what we just wrote: not decoded again
         me = Entry(key=uid, order=token, weight=waiter.weight, held=False)
         capacity, version = self.capacity_answer()
-        return Enqueued(me, tuple(lower), capacity, later_entries=later, capacity_version=version)
+        return Enqueued(
+            me,
+            tuple(lower),
+            capacity,
+            later_entries=later,
+            capacity_version=version,
+            lower_complete=complete,
+        )
 
     def _decode(self, kv: Any) -> tuple[str, int, EntryData]:
         """``(key, weight, data)`` of a listed entry; CorruptState unless it is one the

@@ -64,11 +64,16 @@ class Call:
         *,
         keys_only: bool = False,
         max_create_revision: int = 0,
+        newest: int = 0,
         timeout: float | None = None,
     ) -> Call:
         """See :func:`~.ops.range_request`."""
         request = range_request(
-            key, range_end, keys_only=keys_only, max_create_revision=max_create_revision
+            key,
+            range_end,
+            keys_only=keys_only,
+            max_create_revision=max_create_revision,
+            newest=newest,
         )
         return Call(Rpc.RANGE, request, timeout)
 

@@ -12,6 +12,7 @@ import semaphore_recipes as sr
 from semaphore_recipes._core.codec import EntryData
 from semaphore_recipes._core.deadline import Deadline
 from semaphore_recipes.backend import Waiter
+from semaphore_recipes.etcd.slots import EntrySlots
 from semaphore_recipes.testing.etcd_harness import EtcdHarness
 
 from ..conftest import wait_until, waiter_thread
@@ -93,3 +94,16 @@ def test_a_planted_entry_is_corrupt_state_for_status_and_acquire(
     finally:
         etcd_admin.delete_range(key)
     sem.acquire(timeout=5).release()
+
+
+def test_entry_slots_reuse_the_lowest_freed_slot_of_the_current_lease() -> None:
+    slots = EntrySlots()
+    assert [slots.take(7) for _ in range(4)] == [0, 1, 2, 3]
+    slots.free(7, 2)
+    slots.free(7, 0)
+    slots.free(7, 0)  # freed twice (a delete retried): still one slot
+    slots.free(6, 1)  # another lease's entry: not ours to free
+    assert [slots.take(7) for _ in range(4)] == [0, 2, 4, 5]
+    assert slots.take(8) == 0  # a new lease: the old lease's entries are gone with it
+    slots.free(7, 1)  # a late delete of the old lease's entry
+    assert slots.take(8) == 1
