@@ -31,7 +31,9 @@ from . import (
     handoff,
     herd,
     latency,
+    multi,
     plots,
+    redis_bench,
     report,
     throughput,
 )
@@ -50,6 +52,8 @@ MEASUREMENTS: dict[str, Callable[..., None]] = {
     "aio-latency": aio_latency.measure,
     "aio-handoff": aio_handoff.measure,
     "aio-waiters": aio_waiters.measure,
+    "redis": redis_bench.measure,
+    "multi": multi.measure,
 }
 
 

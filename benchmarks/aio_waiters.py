@@ -44,6 +44,13 @@ CAPACITY = 10
 POLL = 0.05  # seconds between two counts of the entries on the server
 
 
+def phase_bound(waiters: int) -> float:
+    """Seconds each phase (start, enqueue, drain) may take before the row stops: a safety
+    stop for a run that does not end, not a target. It grows with W (the relay of W grants
+    is serial), so a slow but finishing run reports its real drain time."""
+    return max(60.0, waiters * 0.05)
+
+
 class OverLimit(Exception):
     """The worker passed the run's RSS limit and was stopped."""
 
@@ -92,9 +99,9 @@ def one(run: Run, servers: ServerSet, backend: str, waiters: int) -> WaitersRow:
     calib: dict[str, float] = {}
     if counted:
         calib = cost_of_reading(functools.partial(servers.counters, backend))
-    bound = max(60.0, waiters / 50)  # seconds for each phase (beyond it, the row stops)
+    bound = phase_bound(waiters)
     queued: dict[str, Any] = {}
-    with Workers(run.work_dir, run.sizes.worker_max_seconds) as workers:
+    with Workers(run.work_dir, max(run.sizes.worker_max_seconds, 3 * bound)) as workers:
         worker = workers.start(
             f"aio-waiters-{backend}-{waiters}",
             "aio-waiters",

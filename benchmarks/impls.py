@@ -34,6 +34,11 @@ IMPLS: dict[str, tuple[str, str]] = {
     "raw-etcd-purepb": ("etcd", "raw put(lease)+delete, pure-Python protobuf"),
     "ours-etcd": ("etcd", "semaphore-recipes Semaphore"),
     "etcd3-lock": ("etcd", "python-etcd3 Lock"),
+    # acquire_all over k semaphores (benchmarks.multi)
+    "ours-zk-all1": ("zookeeper", "semaphore-recipes acquire_all of 1 semaphore"),
+    "ours-zk-all3": ("zookeeper", "semaphore-recipes acquire_all of 3 semaphores"),
+    "ours-etcd-all1": ("etcd", "semaphore-recipes acquire_all of 1 semaphore"),
+    "ours-etcd-all3": ("etcd", "semaphore-recipes acquire_all of 3 semaphores"),
     "floor-zk": ("zookeeper", "raw predecessor-watch floor (delete -> watch fires)"),
     "floor-etcd": ("etcd", "raw predecessor-watch floor (delete -> watch event)"),
     # the asyncio face (benchmarks.aio_impls), each on one event loop
@@ -130,6 +135,30 @@ class OursClient:
 
     def queued(self) -> int:
         return len(self.semaphore.status().waiters)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class OursAllClient:
+    """semaphore-recipes: ``backend.acquire_all`` over ``count`` semaphores at once."""
+
+    def __init__(self, target: Target, backend: str, count: int) -> None:
+        sr = importlib.import_module("semaphore_recipes")
+        self.backend = sr.connect(target.zk_url if backend == "zookeeper" else target.etcd_url)
+        self.weights = {}
+        for i in range(count):
+            name = f"{target.name}-{i}"
+            self.backend.semaphore(name, capacity=target.capacity)
+            self.weights[name] = 1
+        self._permit: Any = None
+
+    def acquire(self) -> None:
+        self._permit = self.backend.acquire_all(self.weights, timeout=ACQUIRE_TIMEOUT)
+
+    def release(self) -> None:
+        self._permit.release()
+        self._permit = None
 
     def close(self) -> None:
         self.backend.close()
@@ -295,6 +324,9 @@ def make_client(impl: str, target: Target) -> Client:
         return OursClient(target, "zookeeper")
     if impl == "ours-etcd":
         return OursClient(target, "etcd")
+    if impl.startswith("ours-zk-all") or impl.startswith("ours-etcd-all"):
+        backend = "zookeeper" if impl.startswith("ours-zk") else "etcd"
+        return OursAllClient(target, backend, int(impl.rsplit("all", 1)[1]))
     if impl == "raw-zk":
         return RawZooKeeper(target)
     if impl == "ceiling-zk":

@@ -107,7 +107,7 @@ class Worker:
 
     def process_status(self) -> dict[str, int]:
         """The worker's resident set (VmRSS, kB) and native threads (Threads), read from
-        outside (``/proc``); empty once it has ended."""
+        outside (``/proc``); empty once it has ended (reaped or not)."""
         out = {}
         try:
             with open(f"/proc/{self.proc.pid}/status") as status:
@@ -117,7 +117,8 @@ class Worker:
                         out[key] = int(value.split()[0])
         except OSError:
             return {}
-        return out
+        # an ended worker not yet reaped (a zombie) still has a status, without VmRSS
+        return out if "VmRSS" in out else {}
 
     def log_tail(self, lines: int = 15) -> str:
         try:

@@ -69,7 +69,8 @@ AIO_WAITERS_TEXT = (
     "W entries are in the store, the others hold 1 ms and release. *FIFO lag*: the most "
     "entries created before a granted one (lower token) not yet granted at that moment; "
     "FIFO admission keeps it below the capacity. A run that passes the run's RSS limit "
-    "or does not end within its bound (W/50 s per phase, at least 60 s) is stopped, and "
+    "or does not end within its bound (W/20 s per phase, at least 60 s: a safety stop "
+    "that grows with W, not a target) is stopped, and "
     "its row says how far it got. *threads*: the process's native threads "
     "(`/proc/self/status`) once connected / at their peak while the tasks ran (sampled "
     "every 20 ms) / Python threads. *RSS / waiter*: the peak RSS (sampled every 20 ms, "
@@ -339,6 +340,7 @@ def render(
     lines += ["## Targets", "", *targets_table(results)]
     lines += ["### The asyncio face (issue 14)", "", *aio_targets_table(aio_verdicts(results))]
     lines += sections(results, capacity)
+    lines += results.redis_sections
     if results.plots:
         lines += ["## Plots", "", *(f"![{p}]({p})" for p in results.plots), ""]
     if results.skipped:

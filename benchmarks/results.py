@@ -160,6 +160,7 @@ class Results:
     errors: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)
+    redis_sections: list[str] = field(default_factory=list)  # markdown (redis_bench)
 
     def skip(self, what: str, why: str) -> None:
         self.skipped.append((what, why))

@@ -61,6 +61,14 @@ def _over_admit_by_one() -> None:
         return decide(lower, weight, capacity + 1)
 
     queue.decide = off_by_one
+    # On Redis the server admits, and the client's own decision grants nothing the
+    # server did not: the client's copy of the scripts gets the off-by-one as well.
+    from semaphore_recipes.redis import scripts
+
+    rule = "total + e.w <= cap"
+    assert all(rule in source for source in scripts.SCRIPTS.values()), "sweep rule moved"
+    for name, source in scripts.SCRIPTS.items():
+        scripts.SCRIPTS[name] = source.replace(rule, "total + e.w <= cap + 1")
 
 
 MUTATIONS = {"over_admit": _over_admit_by_one}
@@ -134,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("url")
     parser.add_argument("owner")
     parser.add_argument("log")
-    parser.add_argument("--backend", choices=("zookeeper", "etcd"), required=True)
+    parser.add_argument("--backend", choices=("zookeeper", "etcd", "redis"), required=True)
     parser.add_argument("--threads", type=int, default=3)
     parser.add_argument("--seed", default="0")
     parser.add_argument("--capacity", type=int, default=4)

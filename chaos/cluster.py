@@ -1,7 +1,7 @@
-"""The cluster under test: a 3-node ZooKeeper ensemble or a 3-member etcd cluster from
-the project's harness, with what the nemesis and the runner need (kill/restart a
-member, find the leader, ask each member its term and leader, restart everything,
-write markers, read the history)."""
+"""The cluster under test: a 3-node ZooKeeper ensemble, a 3-member etcd cluster or one
+persistent Redis primary from the project's harness, with what the nemesis and the
+runner need (kill/restart a member, find the leader, ask each member its term and
+leader, restart everything, write markers, read the history)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,21 @@ from pathlib import Path
 from typing import Any
 
 from semaphore_recipes.etcd.server import EtcdCluster
+from semaphore_recipes.redis.server import RedisServer
 from semaphore_recipes.zookeeper.server import ZooKeeperEnsemble
 
-from . import history_etcd, history_zk
-from .layout import CLOCK_KEY, DATA_NODE, ETCD_PREFIX, MARKER_NODE, ZK_SEMAPHORE_PATH
+from . import history_etcd, history_redis, history_zk
+from .layout import (
+    CLOCK_KEY,
+    DATA_NODE,
+    ETCD_PREFIX,
+    MARKER_NODE,
+    REDIS_PREFIX,
+    SEMAPHORE,
+    ZK_SEMAPHORE_PATH,
+)
 from .leaders import MemberView
-from .model import HistoryEvent
+from .model import FaultKind, HistoryEvent
 
 # what clients ask of each request (URL parameter); their op logs' bounds build on it
 REQUEST_TIMEOUT = 2.0
@@ -28,8 +37,13 @@ _SRVR_ZXID = re.compile(r"^Zxid:\s*0x([0-9a-fA-F]+)", re.MULTILINE)
 _SRVR_MODE = re.compile(r"^Mode:\s*(\w+)", re.MULTILINE)
 
 
+#: what a cluster of several members can suffer (the nemesis picks among them)
+MEMBER_FAULTS = (FaultKind.KILL_LEADER, FaultKind.KILL_MEMBER, FaultKind.RESTART_CLUSTER)
+
+
 class ZkCluster:
     backend = "zookeeper"
+    server_faults = MEMBER_FAULTS
 
     def __init__(self, workdir: Path, session_timeout: float) -> None:
         self.session_timeout = session_timeout
@@ -128,6 +142,7 @@ class ZkCluster:
 
 class EtcdTestCluster:
     backend = "etcd"
+    server_faults = MEMBER_FAULTS
 
     def __init__(self, workdir: Path, session_timeout: float) -> None:
         del workdir  # the harness keeps its own temporary directory
@@ -259,10 +274,105 @@ class StatusProbe:
         self.channel.close()
 
 
-TestCluster = ZkCluster | EtcdTestCluster
+class _HistoryKeepingRedis(RedisServer):
+    """A persistent server whose AOF is never rewritten: it stays the whole history."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--auto-aof-rewrite-percentage", "0"]
+
+
+class RedisTestCluster:
+    """One persistent Redis primary (``appendfsync always``): no leader to kill, no
+    members to lose; its server fault is a crash (kill -9) and a restart from the AOF."""
+
+    backend = "redis"
+    server_faults = (FaultKind.RESTART_CLUSTER,)
+
+    def __init__(self, workdir: Path, session_timeout: float) -> None:
+        self.session_timeout = session_timeout
+        self.server = _HistoryKeepingRedis(workdir=workdir / "redis", persistent=True)
+        self.admin: Any = None
+
+    @property
+    def members(self) -> list[str]:
+        return ["redis"]
+
+    def endpoint(self, member: str) -> str:
+        return self.server.host_port
+
+    def url(self, hosts: list[str]) -> str:
+        return (
+            f"redis://{hosts[0]}/0?prefix={REDIS_PREFIX}&session_timeout="
+            f"{self.session_timeout:g}&request_timeout={REQUEST_TIMEOUT:g}"
+        )
+
+    def start(self) -> None:
+        import redis
+
+        self.server.start(timeout=30)
+        host, port = self.server.host_port.rsplit(":", 1)
+        self.admin = redis.Redis(host=host, port=int(port), socket_timeout=5.0)
+        self.admin.set(DATA_NODE, b"")  # fenced writes set it (a set needs the key)
+
+    def kill(self, member: str) -> None:
+        self.server.kill()
+
+    def revive(self, member: str) -> None:
+        self.server.start(timeout=30)
+
+    def leader(self) -> str:
+        return "redis"
+
+    def member_views(self) -> list[MemberView]:
+        """No elections with one primary: nothing for the leader watch."""
+        return []
+
+    def kill_all(self) -> None:
+        self.server.kill()
+
+    def start_all(self) -> None:
+        self.server.start(timeout=30)
+
+    def wait_healthy(self) -> None:
+        if not self.server.running:
+            self.server.start(timeout=30)
+
+    def mark(self, name: str) -> None:
+        self.admin.set(MARKER_NODE, name.encode())
+
+    def tick(self) -> None:
+        self.admin.set(CLOCK_KEY, json.dumps(time.time()).encode())
+
+    def history(self) -> tuple[list[HistoryEvent], list[str], list[str]]:
+        """(events, problems, leases alive): read from the AOF once the server stopped."""
+        lease_prefix = f"{REDIS_PREFIX}:lease:"
+        alive = [k.decode().removeprefix(lease_prefix) for k in self.admin.keys(lease_prefix + "*")]
+        with contextlib.suppress(Exception):
+            self.admin.close()
+        self.server.stop()
+        files, problems = history_redis.aof_files(Path(self.server.workdir) / "appendonlydir")
+        layout = history_redis.RedisLayout(
+            REDIS_PREFIX, SEMAPHORE, DATA_NODE, MARKER_NODE, CLOCK_KEY
+        )
+        events = history_redis.normalize(history_redis.read_commands(files), layout)
+        return events, problems, alive
+
+    def log_tail(self) -> str:
+        return self.server.log_tail(40)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.admin is not None:
+                self.admin.close()
+        self.server.close()
+
+
+TestCluster = ZkCluster | EtcdTestCluster | RedisTestCluster
 
 
 def make_cluster(backend: str, workdir: Path, session_timeout: float) -> TestCluster:
     if backend == "zookeeper":
         return ZkCluster(workdir, session_timeout)
+    if backend == "redis":
+        return RedisTestCluster(workdir, session_timeout)
     return EtcdTestCluster(workdir, session_timeout)

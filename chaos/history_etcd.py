@@ -108,11 +108,11 @@ def normalize(raw: Iterable[RawEvent], layout: EtcdLayout) -> list[HistoryEvent]
         if e.deleted and e.key.startswith(layout.entries_prefix)
     )
     events: list[HistoryEvent] = []
-    clock = _clock(raw, layout.clock_key)
+    at = clock(raw, layout.clock_key)
     for e in raw:
         if e.key == layout.clock_key:
             continue
-        now = clock(e.mod_revision)
+        now = at(e.mod_revision)
         if e.key.startswith(layout.entries_prefix):
             key = e.key[len(layout.entries_prefix) :].decode()
             if e.deleted:
@@ -146,9 +146,10 @@ def normalize(raw: Iterable[RawEvent], layout: EtcdLayout) -> list[HistoryEvent]
 MAX_TICK_GAP = 1.0  # seconds between clock ticks beyond which times are not trusted
 
 
-def _clock(raw: list[RawEvent], clock_key: bytes) -> Callable[[int], float | None]:
-    """The time of a revision: the last tick at or before it, or None when the next
-    tick came more than MAX_TICK_GAP later (the ticker was held up: no bound)."""
+def clock(raw: list[RawEvent], clock_key: bytes) -> Callable[[int], float | None]:
+    """The time of a revision (for Redis: a command's position in its AOF): the last tick at
+    or before it, or None when the next tick came more than MAX_TICK_GAP later (the
+    ticker was held up: no bound)."""
     ticks = [(e.mod_revision, float(e.value)) for e in raw if e.key == clock_key and not e.deleted]
     revisions = [r for r, _ in ticks]
 

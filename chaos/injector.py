@@ -48,6 +48,12 @@ SERVER_WEIGHTS = {
 }
 
 
+def server_weights(cluster: TestCluster) -> dict[FaultKind, float]:
+    """The server faults ``cluster`` can suffer (one Redis primary has no leader to
+    kill), weighted as in SERVER_WEIGHTS."""
+    return {k: w for k, w in SERVER_WEIGHTS.items() if k in cluster.server_faults}
+
+
 def pick(rng: random.Random, weights: dict[FaultKind, float]) -> FaultKind:
     kinds = list(weights)
     return rng.choices(kinds, [weights[k] for k in kinds])[0]

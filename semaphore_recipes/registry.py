@@ -73,6 +73,9 @@ BUILTIN = (
         dev_server="semaphore_recipes.etcd.server:start_dev_server",
     ),
     BackendSpec("memory", "semaphore_recipes.memory.backend:MemoryBackend"),
+    # (no default_port: the URL's user:password@host:port is the backend's to parse)
+    BackendSpec("redis", "semaphore_recipes.redis.backend:RedisBackend", extra="redis"),
+    BackendSpec("rediss", "semaphore_recipes.redis.backend:TlsRedisBackend", extra="redis"),
 )
 
 _lock = threading.Lock()

@@ -34,6 +34,7 @@ from ._core.program import run_program
 from ._core.protocol import Arm, AwaitEvent, Relist
 from ._core.queue import Entry
 from ._core.status import Status
+from ._interrupts import call_with_sigint_held
 from ._permit import PermitBase, PermitState
 from .backend import (
     FencedTransaction,
@@ -162,6 +163,12 @@ class Semaphore:
         deadline = Deadline(timeout if blocking else 0.0, self._clock)
         waiter = Waiter(permits, self.owner)
         store = self._store
+
+        def abandon(waiter: Waiter) -> None:
+            # A second Ctrl-C (the first one may be why we are here) must not cut the
+            # delete short: it is raised once the delete is done (request timeout bound).
+            call_with_sigint_held(lambda: store.abandon(waiter))
+
         program = acquisition(
             store,
             waiter,
@@ -169,13 +176,13 @@ class Semaphore:
             blocking=blocking,
             watch_entry=watch_entry,
             new_permit=self._new_permit,
-            abandon=store.abandon,
+            abandon=abandon,
             clock=self._clock,
         )
 
         def answer(request: object) -> object:
             if isinstance(request, Abandon):
-                store.abandon(waiter)
+                abandon(waiter)
                 return None
             assert isinstance(request, StoreRequest)
             step = request.step

@@ -29,7 +29,7 @@ def _face_id(param: tuple[str, Face]) -> str:
     return kind if face is Face.SYNC else f"{kind}-aio"
 
 
-@pytest.fixture(params=_faced(["zookeeper", "etcd", "memory"]), ids=_face_id)
+@pytest.fixture(params=_faced(["zookeeper", "etcd", "memory", "redis"]), ids=_face_id)
 def service(request: pytest.FixtureRequest) -> Harness:
     """One backend under test, seen the same way whatever the store and the face: a
     harness of the plugin (``<kind>_harness``), with its fault verbs, opening backends

@@ -30,6 +30,10 @@ ROWS = (
     "| etcd | semaphore-recipes Semaphore |",
     "| ZooKeeper | raw predecessor-watch floor (delete -> watch fires) |",
     "| etcd | raw predecessor-watch floor (delete -> watch event) |",
+    # Redis (benchmarks/redis_bench.py)
+    "| raw SET NX PX + DEL (the floor) |",
+    "| raw notification floor (RPUSH -> BLPOP returns) |",
+    "| raw SET NX PX + DEL loop |",
 )
 
 

@@ -3,9 +3,11 @@
     python tests/worker.py URL NAME CAPACITY MODE [options]
 
 MODE cycle: acquire random weights in a loop; an independent checker file (flock)
-records the concurrent held weight. MODE hold: acquire, print "HELD <token>", then wait
-for the permit to be lost (or "release" on stdin) and report. MODE wait: acquire, append
-"<label>" to --order-file when granted, hold --hold seconds, release.
+records the concurrent held weight. MODE multi: the same with ``acquire_all`` over
+random subsets of several semaphores (NAME a,b,c; --weights their capacities).
+MODE hold: acquire, print "HELD <token>", then wait for the permit to be lost (or
+"release" on stdin) and report. MODE wait: acquire, append "<label>" to --order-file
+when granted, hold --hold seconds, release.
 """
 
 from __future__ import annotations
@@ -39,12 +41,52 @@ def checked(path: str, delta: int) -> None:
         f.write(json.dumps(state))
 
 
+def checked_holds(path: str, pid: int, weights: dict[str, int] | None) -> None:
+    """Record that ``pid`` now holds ``weights`` (None: nothing) in the per-semaphore
+    held weight in ``path``, and the most ever held of each (under an exclusive lock)."""
+    with open(path, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        state = json.loads(f.read() or '{"holds": {}, "max": {}, "grants": 0}')
+        if weights is None:
+            state["holds"].pop(str(pid), None)
+        else:
+            state["holds"][str(pid)] = weights
+            state["grants"] += 1
+        for name in {n for h in state["holds"].values() for n in h}:
+            now = sum(h.get(name, 0) for h in state["holds"].values())
+            state["max"][name] = max(state["max"].get(name, 0), now)
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps(state))
+
+
+def multi_cycles(url: str, capacities: dict[str, int], seconds: float, checker: str) -> None:
+    """Take random subsets of the semaphores with random weights, atomically, for short
+    holds, until ``seconds`` pass; each hold is recorded in ``checker``."""
+    backend = sr.connect(url)
+    for name, capacity in capacities.items():
+        backend.semaphore(name, capacity=capacity)
+    rng = random.Random()
+    end = time.monotonic() + seconds
+    cycles = 0
+    while time.monotonic() < end:
+        names = rng.sample(sorted(capacities), rng.randint(1, len(capacities)))
+        weights = {n: rng.randint(1, capacities[n]) for n in names}
+        with backend.acquire_all(weights, timeout=60):
+            checked_holds(checker, os.getpid(), weights)
+            time.sleep(rng.uniform(0, 0.01))
+            checked_holds(checker, os.getpid(), None)
+        cycles += 1
+    print(f"CYCLES {cycles}", flush=True)
+    backend.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("url")
     ap.add_argument("name")
     ap.add_argument("capacity", type=int)
-    ap.add_argument("mode", choices=["cycle", "hold", "wait", "herd"])
+    ap.add_argument("mode", choices=["cycle", "hold", "wait", "herd", "multi"])
     ap.add_argument("--weights", default="1")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--checker")
@@ -58,6 +100,10 @@ def main() -> int:
     ap.add_argument("--release-file")
     ap.add_argument("--face", choices=[f.value for f in Face], default=Face.SYNC.value)
     args = ap.parse_args()
+    if args.mode == "multi":  # NAME: a,b,c; CAPACITY: ignored; --weights: their capacities
+        capacities = dict(zip(args.name.split(","), map(int, args.weights.split(",")), strict=True))
+        multi_cycles(args.url, capacities, args.seconds, args.checker)
+        return 0
     backend: Any
     if args.face == Face.ASYNC.value:  # the asyncio face, through the tests' blocking view
         loop = LoopThread()

@@ -86,6 +86,9 @@ class MarkHeld:
     me: Entry
     now: bool
     lower: tuple[str, ...] | None  # our view, recorded in the mark for successors
+    #: its entries, kept by the driver for successors of this process (EntryDeleted);
+    #: None: not recorded (an empty view would say nothing older is left)
+    view: tuple[Entry, ...] | None = None
 
 
 Step = Enqueue | Arm | Relist | AwaitEvent | MarkHeld
@@ -95,9 +98,15 @@ Step = Enqueue | Arm | Relist | AwaitEvent | MarkHeld
 
 @dataclass(frozen=True)
 class EntryDeleted:
-    """Event: the watched entry ``key`` was deleted."""
+    """Event: the watched entry ``key`` was deleted. ``admitted_view``: the entries of
+    the view it was admitted with, when it was admitted through the waiter's own driver
+    (None: not known; see QueuePosition.left). A holder that leaves before its
+    successor read its held mark (a short hold, a busy event loop) would otherwise
+    leave that successor a stale view and a fresh listing to make (on ZooKeeper, of
+    the whole queue)."""
 
     key: str
+    admitted_view: tuple[Entry, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +171,10 @@ Event = (
 def apply_event(position: QueuePosition, event: Event) -> None:
     """Fold one store event into a waiter's view (SessionLost is the caller's business)."""
     if isinstance(event, EntryDeleted):
-        position.deleted(event.key)
+        if event.admitted_view is None:
+            position.deleted(event.key)
+        else:
+            position.left(event.key, event.admitted_view)
     elif isinstance(event, EntryHeld):
         position.marked_held(event.key)
     elif isinstance(event, EntryMarked):
@@ -209,7 +221,9 @@ def acquire_protocol(
                 position.relisted(listing)
             decision = position.decision()
             if isinstance(decision, Admitted):
-                yield MarkHeld(position.me, now=mark_now, lower=position.lower_keys())
+                yield MarkHeld(
+                    position.me, now=mark_now, lower=position.lower_keys(), view=position.lower
+                )
                 return position.me
             if not blocking:
                 raise WouldBlock(f"semaphore {name!r}: {weight} permit(s) not available now")

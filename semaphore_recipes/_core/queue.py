@@ -53,10 +53,15 @@ MAX_MARK_KEYS = 64
 @dataclass(frozen=True)
 class EntryState:
     """What reading an entry tells: its held mark and, with the mark, the lower entries
-    its holder still counted when it was admitted (None when not recorded)."""
+    its holder still counted when it was admitted (None when not recorded).
+
+    ``left_view``: not None when the entry is gone, but was admitted through the
+    waiter's own driver (the same process), which kept the view it was admitted with:
+    these entries (see :meth:`QueuePosition.left`)."""
 
     held: bool
     lower: tuple[str, ...] | None = None
+    left_view: tuple[Entry, ...] | None = None
 
 
 def nearest_needed(capacity: int) -> int:
@@ -137,6 +142,8 @@ class QueuePosition:
             kept.append(e)
             total += e.weight
         self._lower = {e.key: e for e in reversed(kept)}
+        #: What a truncation left out is older than this (the oldest entry kept).
+        self._kept_from = kept[-1].order if kept else self.me.order
 
     @property
     def stale(self) -> bool:
@@ -174,6 +181,9 @@ class QueuePosition:
         if state is None:
             self.deleted(key)
             return
+        if state.left_view is not None:
+            self.left(key, state.left_view)
+            return
         self._armed.add(key)
         if state.held:
             self._lower[key] = replace(entry, held=True)
@@ -190,6 +200,23 @@ class QueuePosition:
                 # that recorded view or gone: if we hold all of the recorded view, it is gone.
                 if self.truncated and keep.issubset(self._lower):
                     self.truncated = False
+
+    def left(self, key: str, view: tuple[Entry, ...]) -> None:
+        """``key`` was admitted with ``view`` (the entries its driver kept: the same
+        process) and is gone: the held mark we did not read in time, and more. Entries
+        only disappear, so those of ours older than it and not in ``view`` are gone; and
+        what a truncated view of ours left out is older than every entry we kept, so it
+        is in ``view`` or gone: taking those entries in makes our view whole again (an
+        admitted view is whole: admission never comes from a truncated one)."""
+        entry = self._lower.get(key)
+        if entry is None:
+            return
+        self.armed(key, EntryState(held=True, lower=tuple(e.key for e in view)))
+        if self.truncated:
+            left_out = [e for e in view if e.order < self._kept_from and e.key not in self._lower]
+            merged = sorted([*left_out, *self._lower.values()], key=lambda e: e.order)
+            self._lower, self.truncated = {e.key: e for e in merged}, False
+        self.deleted(key)
 
     def lower_keys(self) -> tuple[str, ...] | None:
         """What our held mark records of our view (None when too long to record)."""

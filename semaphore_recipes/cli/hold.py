@@ -244,9 +244,13 @@ def cmd_hold(args: argparse.Namespace, command: list[str]) -> int:
             return 0
         for sig in STOP_SIGNALS:
             signal.signal(sig, while_holding)
+        try:
+            token_file.write(permit)  # before /readyz says 200: the app reads it then
+        except BaseException:
+            permit.release()
+            raise
         sidecar.permit = permit
         sidecar.phase = Phase.HELD
-        token_file.write(permit)
         say(
             f"hold: holding {permit.permits} of {sem.capacity} permit(s) of {name!r}, "
             f"token {permit.token}, after {time.monotonic() - started:.2f} s"

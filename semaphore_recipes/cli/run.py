@@ -2,7 +2,9 @@
 
 Waits its turn in FIFO order, starts CMD with the fencing token in its environment
 (``SEMAPHORE_RECIPES_TOKEN``, ``SEMAPHORE_RECIPES_NAME``, ``SEMAPHORE_RECIPES_URL``,
-``SEMAPHORE_RECIPES_PERMITS``), and releases the permit when CMD exits.
+``SEMAPHORE_RECIPES_PERMITS``), and releases the permit when CMD exits. ``--also OTHER:K``
+(repeatable) takes K permits of the existing semaphore OTHER too, atomically with NAME's
+(``backend.acquire_all``; ``SEMAPHORE_RECIPES_ALSO`` lists them).
 
 Connection loss: while waiting, the wait goes on (a waiter whose session ended enters
 the queue again, which the library logs). While CMD runs, a lost connection makes the
@@ -71,6 +73,14 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="give up after S seconds in the queue (exit 75); 0: only if free now",
     )
     p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="OTHER:K",
+        help="also take K permits of the existing semaphore OTHER, atomically with NAME's "
+        "(one request creates every entry: no deadlock, whatever the order); repeatable",
+    )
+    p.add_argument(
         "--on-lost",
         choices=ON_LOST,
         default="terminate",
@@ -116,6 +126,24 @@ def check_permits(args: argparse.Namespace) -> None:
             ExitCode.USAGE,
             f"--permits {args.permits} is more than --capacity {args.capacity}",
         )
+
+
+def parse_also(values: list[str], name: str) -> dict[str, int]:
+    """``--also OTHER:K`` arguments, before any I/O: {OTHER: K}."""
+    also: dict[str, int] = {}
+    for value in values:
+        other, sep, permits = value.rpartition(":")
+        if not sep or not other:
+            raise CliError(ExitCode.USAGE, f"--also takes OTHER:K, not {value!r}")
+        try:
+            k = positive_int(permits)
+        except argparse.ArgumentTypeError as exc:
+            raise CliError(ExitCode.USAGE, f"--also {value}: permits {exc}") from None
+        other = check_name(other)
+        if other == name or other in also:
+            raise CliError(ExitCode.USAGE, f"--also {value}: {other!r} is asked twice")
+        also[other] = k
+    return also
 
 
 def positive_int(text: str) -> int:
@@ -199,6 +227,7 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
             ExitCode.USAGE, "no command: give it after `--`, e.g. `run NAME -c 2 -- ./job.sh`"
         )
     check_permits(args)
+    also = parse_also(args.also, name)
     url, _ = resolve_url(args.url)
     signals = _Signals()
     signals.install(signals.while_waiting)
@@ -209,32 +238,45 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
             backend = connect(url)
             sem = backend.semaphore(name, args.capacity, adopt_capacity=args.adopt_capacity)
             started = time.monotonic()
-            permit = sem.acquire(
-                args.permits,
-                timeout=args.timeout,
-                blocking=args.timeout != 0,
-                watch_entry=True,
-            )
+            if also:
+                # (a multi-permit follows its session; an entry deleted by hand is seen
+                # by its fence, not at once: there is no watch_entry for it)
+                wanted: dict[Any, int] = {sem: args.permits, **also}
+                permit = backend.acquire_all(
+                    wanted, timeout=args.timeout, blocking=args.timeout != 0
+                )
+            else:
+                permit = sem.acquire(
+                    args.permits,
+                    timeout=args.timeout,
+                    blocking=args.timeout != 0,
+                    watch_entry=True,
+                )
         except (AcquireTimeout, WouldBlock):
             how = "not free now" if args.timeout == 0 else f"not granted within {args.timeout:g} s"
-            raise CliError(
-                ExitCode.TIMEOUT, f"{_plural(args.permits)} of {name!r} {how}; left the queue"
-            ) from None
+            what = f"{_plural(args.permits)} of {name!r}" + "".join(
+                f" and {_plural(k)} of {other!r}" for other, k in also.items()
+            )
+            raise CliError(ExitCode.TIMEOUT, f"{what} {how}; left the queue") from None
         except KeyboardInterrupt:
             sig = signals.received or signal.SIGINT
             say(f"interrupted ({signal.Signals(sig).name}) while waiting for {name!r}")
             return 128 + sig
         if args.verbose:
             say(
-                f"holding {permit.permits} of {sem.capacity} permit(s) of {name!r}, "
+                f"holding {args.permits} of {sem.capacity} permit(s) of {name!r}"
+                + "".join(f" and {k} of {other!r}" for other, k in also.items())
+                + ", "
                 f"token {permit.token}, after {time.monotonic() - started:.2f} s"
             )
         env = dict(os.environ)
         env.update(
             SEMAPHORE_RECIPES_TOKEN=str(permit.token),
             SEMAPHORE_RECIPES_NAME=name,
-            SEMAPHORE_RECIPES_PERMITS=str(permit.permits),
+            SEMAPHORE_RECIPES_PERMITS=str(args.permits),
         )
+        if also:  # the other semaphores held (one token for all: one create)
+            env["SEMAPHORE_RECIPES_ALSO"] = ",".join(f"{n}:{k}" for n, k in also.items())
         env[ENV_URL] = url
         return _supervise(command, env, permit, signals, args.on_lost, args.grace, name)
     finally:

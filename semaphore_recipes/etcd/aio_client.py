@@ -102,7 +102,7 @@ class AioEtcdClient(ClientBase):
             raise
         if call.creates is None:
             try:
-                return await rpc  # (cancelling the awaiting task cancels the call)
+                return await self._reply(rpc)  # (cancelling the awaiting task cancels the call)
             finally:
                 self._in_flight.release()
         # its slot is given back when the call ends, not when its task is cancelled
@@ -122,7 +122,20 @@ class AioEtcdClient(ClientBase):
 
         rpc.add_done_callback(ended)
         await finished  # a cancel of this task cancels ``finished``, not the call
-        return await rpc  # (ended: its reply, or its AioRpcError)
+        return await self._reply(rpc)  # (ended: its reply, or its AioRpcError)
+
+    async def _reply(self, rpc: Any) -> Any:
+        """``await rpc``; closing the channel cancels the calls on it, which grpc reports
+        as CancelledError in the awaiting task: that is the client's close, not a cancel
+        of the task, and the caller hears it as an EtcdError."""
+        try:
+            return await rpc
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            cancelling = getattr(task, "cancelling", None)  # Python >= 3.11
+            if self._closed and not (cancelling is not None and cancelling()):
+                raise EtcdError("the etcd client is closed") from None
+            raise
 
     async def settled(self, entry: str) -> None:
         """Return once the call that may create ``entry`` (:attr:`.rpc.Call.creates`)

@@ -24,12 +24,11 @@ watch stream as tasks of the loop, and the same behaviour on connection loss and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,8 +40,12 @@ from ..backend import (
     RESTORED,
     SUSPENDED,
     Backend,
+    Enqueued,
+    FencedTransaction,
+    QueueDriver,
     SessionEvent,
     SessionState,
+    Waiter,
     default_owner,
     session_lost,
 )
@@ -63,6 +66,7 @@ from .retry import retrying
 from .rpc import Call, granted_lease
 from .runner import AsyncRunner, SyncRunner
 from .slots import EntrySlots
+from .turns import AwaitTurn, Turns
 
 if TYPE_CHECKING:
     from .queue import EtcdQueue
@@ -91,15 +95,6 @@ def validate_prefix(prefix: str) -> str:
     if not prefix.startswith("/") or "\x00" in prefix or "/../" in prefix + "/":
         raise InvalidName(f"invalid etcd key prefix {prefix!r}")
     return prefix if prefix.endswith("/") else prefix + "/"
-
-
-@dataclass(frozen=True)
-class AwaitGrant:
-    """Wait (at most ``timeout`` s) until the lease grant another caller is making ends:
-    while the backend's grant turn is still ``turn``."""
-
-    turn: int
-    timeout: float
 
 
 class EtcdBackend(Backend):
@@ -133,10 +128,8 @@ class EtcdBackend(Backend):
         self.ttl = max(1, math.ceil(session_timeout))
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
-        self._lease_changed = threading.Condition(self._lock)  # a grant ended (either way)
         self._granting = False  # one caller is granting a new lease: the others wait
-        self._grant_turn = 0  # counts the grants that ended
-        self._grant_ended: asyncio.Event | None = None  # the asyncio face's wait for it
+        self._grants = Turns(self._lock)  # a turn ends with each grant (either way)
         self._queues: weakref.WeakSet[EtcdQueue] = weakref.WeakSet()
         self._closed = False
         self.lease_id = 0
@@ -215,20 +208,13 @@ class EtcdBackend(Backend):
         return aio.spawn_task(after_the_create())
 
     def _answer_sync(self, request: object) -> object:
-        assert isinstance(request, AwaitGrant)
-        with self._lock:
-            if self._grant_turn == request.turn:
-                self._lease_changed.wait(request.timeout)
+        assert isinstance(request, AwaitTurn)
+        request.turns.wait(request)
         return None
 
     async def _answer_async(self, request: object) -> object:
-        assert isinstance(request, AwaitGrant)
-        if self._grant_turn != request.turn:
-            return None
-        if self._grant_ended is None:
-            self._grant_ended = asyncio.Event()
-        with contextlib.suppress(asyncio.TimeoutError):  # (not the builtin before 3.11)
-            await asyncio.wait_for(self._grant_ended.wait(), request.timeout)
+        assert isinstance(request, AwaitTurn)
+        await request.turns.wait_async(request)
         return None
 
     # ---- the session (lease) -------------------------------------------------
@@ -303,8 +289,8 @@ class EtcdBackend(Backend):
                 if not self._granting:
                     self._granting = True
                     break
-                turn = self._grant_turn
-            yield AwaitGrant(turn, deadline.cap(1.0))
+                turn = self._grants.turn
+            yield AwaitTurn(self._grants, turn, deadline.cap(1.0))
         try:
             return (yield from self._new_lease(deadline))
         finally:
@@ -313,11 +299,8 @@ class EtcdBackend(Backend):
     def _grant_over(self) -> None:
         with self._lock:
             self._granting = False
-            self._grant_turn += 1
-            self._lease_changed.notify_all()
-        ended, self._grant_ended = self._grant_ended, None
-        if ended is not None:  # (the asyncio face: set in the loop that awaits it)
-            ended.set()
+            self._grants.end()
+        self._grants.wake()
 
     def take_entry_slot(self, lease_id: int) -> str:
         """An entry key (``<lease>-<slot>``) for a new entry on ``lease_id``: the lowest
@@ -374,6 +357,26 @@ class EtcdBackend(Backend):
             self._queues.add(queue)
 
     # ---- public --------------------------------------------------------------
+    # ---- several semaphores at once: one txn creates, one txn deletes (multi.py)
+    def enqueue_all(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        from . import multi
+
+        return self.run(multi.enqueuing_all(self, queues, deadline))
+
+    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        from . import multi
+
+        self.run(multi.deleting_all(self, queues))
+
+    def transaction_all(
+        self, entries: Sequence[tuple[QueueDriver, str]], token: int
+    ) -> FencedTransaction:
+        from . import multi
+
+        return multi.transaction_all(entries, token)
+
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
     ) -> EtcdQueue:
@@ -491,7 +494,9 @@ class EtcdBackend(Backend):
             self._closed = True
             keeper, lease_id = self._keeper, self.lease_id
             queues = list(self._queues)
-            self._lease_changed.notify_all()  # callers waiting for a new lease: closed
+            self._grants.notify_all()  # callers waiting for a new lease: closed
+        # The revoke takes every entry: held permits are lost, waiting acquires end.
+        self.fail("the backend was closed")
         for queue in queues:
             queue.close(deadline)
         if keeper is not None:

@@ -10,9 +10,10 @@ The enqueue is one txn: create-if-absent of our key plus a range of the entries 
 the config, so it is one round trip and the listing is atomic with the create (no
 later entry can exist in it). That range stops after ``nearest_needed`` entries: a
 short queue is listed whole in the one round trip; a longer one's nearest entries below
-ours are read next, by a read of their own (docs/design.md section 2, "Truncated
-views"). A retried enqueue after a lost reply takes the failure branch, which lists
-every entry: the entry made by the lost attempt is adopted.
+ours are read next, outside the txn, by a read shared with the waiters enqueuing at the
+same time (docs/design.md section 2, "Truncated views"). A retried enqueue after a lost
+reply takes the failure branch, which lists every entry: the entry made by the lost
+attempt is adopted.
 
 When the lease ends, every waiter of the backend enqueues again on the one new lease; an
 enqueue that finds its lease replaced while its txn was on its way deletes the entry it
@@ -30,12 +31,14 @@ on its way (the cancel does not un-send it).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
@@ -45,7 +48,6 @@ from .._core.program import Program
 from .._core.protocol import (
     Enqueued,
     EntryChanged,
-    EntryDeleted,
     EntryMarked,
     SessionLost,
 )
@@ -74,6 +76,7 @@ from .errors import (
 from .ops import Compare, Op, prefix_range_end
 from .retry import retrying
 from .rpc import Call
+from .turns import AwaitTurn, Turns
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -82,6 +85,41 @@ if TYPE_CHECKING:
 log = logging.getLogger("semaphore_recipes.etcd")
 
 _ATTEMPT = 2.0  # seconds one request may take before it is retried (it is retry-safe)
+
+
+_SHARED_READ_SPAN = 1024  # revisions above its own token a shared read serves
+_SHARED_READ_WAIT = 60.0  # seconds a waiter for a shared read waits before looking again
+
+
+@dataclass(frozen=True)
+class SharedRead:
+    """A read of the newest entries created before ``top`` (newest first), made at
+    ``revision``; ``more``: it was cut at its limit."""
+
+    revision: int
+    top: int
+    kvs: list[Any]
+    more: bool
+    # the entries' create_revisions, negated: ascending, for bisect
+    _order: list[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_order", [-kv.create_revision for kv in self.kvs])
+
+    def nearest(self, token: int, count: int) -> tuple[list[Any], bool] | None:
+        """The ``count`` newest entries created before ``token`` and whether they are all
+        of them, if this read tells them: it was made after the entry ``token`` was
+        created (no entry below it can appear later; some may have left since, as after
+        any read) and ``token`` is within its bound; else None."""
+        if self.revision < token or token > self.top:
+            return None
+        first = bisect.bisect_right(self._order, -token)  # the newest created before
+        below = len(self.kvs) - first
+        if not self.more:
+            return self.kvs[first : first + count], below <= count
+        if below >= count:
+            return self.kvs[first : first + count], False
+        return None
 
 
 def _txn_within(
@@ -116,6 +154,11 @@ class EtcdQueue(QueueDriver):
         self._listed: dict[tuple[bytes, int], Entry] = {}  # decoded entries of the last listing
         self._closed = False
         self._capacity_watch: Watcher | None = None
+        # the shared read of the entries below new waiters (``_nearest_below``)
+        self._below_waiting: set[int] = set()  # tokens of the waiters needing theirs
+        self._below_reading = False
+        self._below_turns = Turns(self._lock)  # a turn ends with each read
+        self._below_last: SharedRead | None = None
 
     def open(self, capacity: int | None, adopt_capacity: bool, create: bool) -> Program[EtcdQueue]:
         """Agree on the capacity (creating the semaphore if ``create``), then watch it."""
@@ -132,6 +175,16 @@ class EtcdQueue(QueueDriver):
 
     def _key(self, uid: str) -> bytes:
         return self.entries_prefix + uid.encode()
+
+    def nearest_below(
+        self, token: int, count: int, deadline: Deadline
+    ) -> Program[tuple[list[Any], bool]]:
+        """:meth:`_nearest_below` (the shared read), for the multi-acquire (``multi.py``)."""
+        return self._nearest_below(token, count, deadline)
+
+    def call(self, make: Callable[[float], Call], deadline: Deadline | None = None) -> Program[Any]:
+        """:meth:`_call`, for the multi-acquire's programs (``multi.py``)."""
+        return self._call(make, deadline)
 
     def _call(
         self, make: Callable[[float], Call], deadline: Deadline | None = None
@@ -236,6 +289,10 @@ class EtcdQueue(QueueDriver):
     # ---- waiters ---------------------------------------------------------------
     def unregister(self, waiter: Waiter) -> None:
         super().unregister(waiter)
+        self._drop_watchers(waiter)
+
+    def _drop_watchers(self, waiter: Waiter) -> None:
+        """End the watches armed for ``waiter`` (its acquire is over, or enqueues again)."""
         with self._lock:
             watchers = self._watchers.pop(waiter, {})
         self._cancel(watchers.values())
@@ -255,15 +312,14 @@ class EtcdQueue(QueueDriver):
         return await self.backend.run_async(self._enqueue(waiter, deadline))
 
     def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
-        with self._lock:
-            stale = self._watchers.pop(waiter, {})
-        self._cancel(stale.values())
+        self._drop_watchers(waiter)
         while True:
             # A generation per attempt: the end of the lease an attempt gave up on may
             # still be reported to it; the next attempt must not take that for its own.
             waiter.new_generation()
             lease = yield from self.backend.lease(deadline)
             uid = self.backend.take_entry_slot(lease)
+            self.key_reused(uid)
             waiter.creating(uid)
             key = self._key(uid)
             value = EntryData(
@@ -331,18 +387,69 @@ class EtcdQueue(QueueDriver):
             # still a superset of the lower set), but successors may have seen them:
             # they may need our held mark (``later_entries``).
             waiter.created(uid, token)  # an error or a cancel below: the entry is undone
-            below = yield from self._call(
-                functools.partial(self._nearest_below, token, nearest - 1), deadline
-            )
-            return self._enqueued(waiter, uid, token, below.kvs, not below.more, later=True)
+            below, complete = yield from self._nearest_below(token, nearest - 1, deadline)
+            return self._enqueued(waiter, uid, token, below, complete, later=True)
 
-    def _nearest_below(self, token: int, count: int, timeout: float) -> Call:
-        """A read of the ``count`` newest entries created before ``token``."""
+    def _nearest_below(
+        self, token: int, count: int, deadline: Deadline
+    ) -> Program[tuple[list[Any], bool]]:
+        """The ``count`` newest entries created before ``token`` (newest first), and
+        whether they are all of them. Shared by the waiters of this queue that need
+        theirs at the same time: etcd reads and sorts every entry of the queue for such a
+        read whatever its limit, so a read per waiter cost a burst of W enqueues O(W²)
+        on the server. One caller reads for every waiter registered when it starts
+        (within ``_SHARED_READ_SPAN`` revisions above its own token); the others wait
+        for its turn to end and take theirs from its reply, or read next."""
+        with self._lock:
+            self._below_waiting.add(token)
+        try:
+            while True:
+                with self._lock:
+                    found = self._below_last.nearest(token, count) if self._below_last else None
+                    if found is not None:
+                        return found
+                    reading = self._below_reading
+                    if reading:
+                        turn = self._below_turns.turn
+                    else:
+                        self._below_reading = True
+                        top = max(t for t in self._below_waiting if t <= token + _SHARED_READ_SPAN)
+                if reading:
+                    if deadline.expired():
+                        raise AcquireTimeout(
+                            f"semaphore {self.name!r}: etcd did not answer in time"
+                        )
+                    # woken when the turn ends (the reader's ``finally``); no polling:
+                    # thousands of waiters waking every second starved the loop
+                    yield AwaitTurn(self._below_turns, turn, deadline.cap(_SHARED_READ_WAIT))
+                    continue
+                last: SharedRead | None = None
+                try:
+                    # entries created between ``token`` and ``top`` are at most
+                    # ``top - token``: the limit leaves ``count`` below every token read for
+                    reply = yield from self._call(
+                        functools.partial(self._newest_below, top, count + top - token),
+                        deadline,
+                    )
+                    last = SharedRead(int(reply.header.revision), top, list(reply.kvs), reply.more)
+                finally:
+                    with self._lock:
+                        if last is not None:
+                            self._below_last = last
+                        self._below_reading = False
+                        self._below_turns.end()
+                    self._below_turns.wake()
+        finally:
+            with self._lock:
+                self._below_waiting.discard(token)
+
+    def _newest_below(self, top: int, limit: int, timeout: float) -> Call:
+        """A read of the ``limit`` newest entries created before ``top``."""
         return Call.range(
             self.entries_prefix,
             self._entries_end,
-            max_create_revision=token - 1,
-            newest=count,
+            max_create_revision=top - 1,
+            newest=limit,
             timeout=timeout,
         )
 
@@ -427,13 +534,17 @@ class EtcdQueue(QueueDriver):
         states: dict[str, EntryState | None] = {}
         for key, response in zip(keys, reply.responses, strict=True):
             kvs = response.response_range.kvs
-            if not kvs or kvs[0].create_revision >= token:
-                # gone; or its key was reused by an entry created after ours
-                states[key] = None
+            if not kvs:
+                # gone: a view kept under its key is its own or a newer entry's (key_reused),
+                # whose view holds every live entry below ours too
+                states[key] = self.gone_state(key)
+                continue
+            if kvs[0].create_revision >= token:
+                states[key] = None  # gone, its key reused by an entry created after ours
                 continue
             data = decode_entry(key, kvs[0].value)
             states[key] = EntryState(held=data.held, lower=data.lower)
-            self._watch(waiter, generation, key, reply.header.revision + 1)
+            self._watch(waiter, generation, key, kvs[0].create_revision, reply.header.revision + 1)
         return states
 
     def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
@@ -456,7 +567,9 @@ class EtcdQueue(QueueDriver):
         )
         return self._entries(reply.kvs)
 
-    def _watch(self, waiter: Waiter, generation: int, key: str, start_revision: int) -> None:
+    def _watch(
+        self, waiter: Waiter, generation: int, key: str, token: int, start_revision: int
+    ) -> None:
         """A watch on one entry from ``start_revision``: nothing between the read and the
         watch is missed. A held mark's event carries the mark, so the waiter is handed
         it and the watch stays (no read, no new watch); any other event ends it."""
@@ -476,7 +589,7 @@ class EtcdQueue(QueueDriver):
                         continue
                 fired.set()
                 if event.type == pb.Event.DELETE:
-                    waiter.post(generation, EntryDeleted(key))
+                    waiter.post(generation, self.deleted_event(key, token))
                 else:
                     waiter.post(generation, EntryChanged(key))  # read it again
             if not fired.is_set():
@@ -604,6 +717,8 @@ class EtcdQueue(QueueDriver):
             self.backend.undo_create(waiter.entry_id, self._delete(waiter.entry_id, None))
 
     async def abandon_async(self, waiter: Waiter) -> None:
+        if self.backend.closed:
+            return  # the close revokes the lease: every entry goes with it
         if waiter.key is not None:
             await self.remove_async(waiter.key)
         elif waiter.entry_id is not None:
@@ -699,11 +814,15 @@ class EtcdFencedTransaction(FencedTransaction):
     txn (etcd 3.4 does not check permissions inside nested txns); when a compare fails,
     the failure branch reads the keys back to tell PermitLost from WriteConflict."""
 
-    def __init__(self, queue: EtcdQueue, entry_key: bytes, token: int) -> None:
+    def __init__(
+        self, queue: EtcdQueue, entry_key: bytes, token: int, others: Sequence[bytes] = ()
+    ) -> None:
+        """``others``: more entry keys of the same token that fence it (a multi-permit's)."""
         super().__init__()
         self._queue = queue
         self.entry_key = entry_key
         self.token = token
+        self._fences = [entry_key, *others]
 
     def commit(self) -> None:
         """One attempt, bounded by the request timeout (a txn of yours is not retried:
@@ -717,7 +836,7 @@ class EtcdFencedTransaction(FencedTransaction):
         await self._queue.backend.run_async(self._commit())
 
     def _commit(self) -> Program[None]:
-        compare = [Compare.create_revision(self.entry_key, "==", self.token)]
+        compare = [Compare.create_revision(fence, "==", self.token) for fence in self._fences]
         ops = []
         for write in self.writes:
             key = write.key.encode()
@@ -727,7 +846,10 @@ class EtcdFencedTransaction(FencedTransaction):
                 ops.append(Op.delete(key))
             else:
                 ops.append(Op.put(key, write.value))
-        reads = [Op.range(self.entry_key), *(Op.range(w.key.encode()) for w in self.writes)]
+        reads = [
+            *(Op.range(f) for f in self._fences),
+            *(Op.range(w.key.encode()) for w in self.writes),
+        ]
         queue = self._queue
         timeout = queue.request_timeout
         try:
@@ -744,12 +866,14 @@ class EtcdFencedTransaction(FencedTransaction):
             raise BackendUnavailable(f"etcd refused the transaction: {exc}") from exc
         if reply.succeeded:
             return
-        entry, *found = (r.response_range.kvs for r in reply.responses)
-        if not entry or entry[0].create_revision != self.token:
-            raise PermitLost(
-                f"fence failed: the permit's entry {self.entry_key.decode()} "
-                f"(token {self.token}) is gone"
-            )
+        read = [r.response_range.kvs for r in reply.responses]
+        fences, found = read[: len(self._fences)], read[len(self._fences) :]
+        for fence, entry in zip(self._fences, fences, strict=True):
+            if not entry or entry[0].create_revision != self.token:
+                raise PermitLost(
+                    f"fence failed: the permit's entry {fence.decode()} "
+                    f"(token {self.token}) is gone"
+                )
         for write, kvs in zip(self.writes, found, strict=True):
             if bool(kvs) == (write.kind is WriteKind.CREATE):
                 raise WriteConflict(write.key, "it exists" if kvs else "it does not exist")

@@ -27,7 +27,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import TypeVar
 
 from ..backend import (
@@ -36,8 +36,11 @@ from ..backend import (
     SUSPENDED,
     Backend,
     Deadline,
+    Enqueued,
+    QueueDriver,
     ServiceURL,
     SessionState,
+    Waiter,
     call_with_sigint_held,
     default_owner,
     run_program,
@@ -46,8 +49,10 @@ from ..backend import (
     validate_name,
 )
 from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
+from . import multi
 from .queue import Connected, MemoryQueue
 from .store import MemoryStore, store_named
+from .transaction import MemoryFencedTransaction
 
 log = logging.getLogger("semaphore_recipes.memory")
 T = TypeVar("T")
@@ -232,6 +237,23 @@ class MemoryBackend(Backend):
     def _check_open(self) -> None:
         if self._closed:
             raise BackendUnavailable(f"the memory backend of store {self.store.name!r} is closed")
+
+    # ---- several semaphores at once --------------------------------------------------------
+    def enqueue_all(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        return self.run(multi.enqueue_all(self, queues, deadline))
+
+    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        multi.delete_all(self, queues)
+
+    def transaction_all(
+        self, entries: Sequence[tuple[QueueDriver, str]], token: int
+    ) -> MemoryFencedTransaction:
+        fences = [(queue, key) for queue, key in entries if isinstance(queue, MemoryQueue)]
+        assert fences and len(fences) == len(entries)
+        (first, first_key), *others = fences
+        return MemoryFencedTransaction(first, first_key, token, others)
 
     # ---- Backend ---------------------------------------------------------------------------
     def open_queue(

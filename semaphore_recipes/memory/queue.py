@@ -19,7 +19,6 @@ from ..backend import (
     Enqueued,
     Entry,
     EntryData,
-    EntryDeleted,
     EntryMarked,
     EntryState,
     EntryStatus,
@@ -158,7 +157,7 @@ class MemoryQueue(QueueDriver):
         def watch(key: str) -> EntryWatch:
             def changed(entry: StoredEntry | None) -> None:
                 if entry is None:
-                    waiter.post(generation, EntryDeleted(key))
+                    waiter.post(generation, self.deleted_event(key))
                 else:
                     waiter.post(generation, EntryMarked(key, entry.data.lower))
 
@@ -176,6 +175,9 @@ class MemoryQueue(QueueDriver):
                     continue
                 armed.append((key, watch_id))
                 states[key] = EntryState(held=entry.data.held, lower=entry.data.lower)
+        for key, (entry, _) in found.items():
+            if entry is None:
+                states[key] = self.gone_state(key)  # (takes the lock)
         return states
 
     def relist(self, waiter: Waiter, deadline: Deadline) -> Sequence[Entry] | SessionLost:

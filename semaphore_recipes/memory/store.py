@@ -206,18 +206,39 @@ class MemoryStore:
         whether those are all of them, and the capacity with its version (the semaphore
         is made again with ``capacity`` if it was deleted). SessionEnded when the
         session has ended."""
+        return self.create_entries(session, [(path, key, data, capacity)])[0]
+
+    def create_entries(
+        self, session: int, requests: Sequence[tuple[str, str, EntryData, int]]
+    ) -> list[tuple[StoredEntry, list[StoredEntry], bool, int, int]]:
+        """:meth:`create_entry` for each ``(path, key, data, capacity)``, all at once:
+        one revision, so every entry has the same token (a multi-acquire's entries).
+        SessionEnded when the session has ended (nothing is created then)."""
         with self._lock:
             if session not in self._sessions:
                 raise SessionEnded(session)
-            semaphore = self._semaphore(path, capacity)
             self._revision += 1
-            entry = StoredEntry(key, self._revision, session, data)
-            nearest = nearest_needed(semaphore.capacity)
-            lower = list(itertools.islice(reversed(semaphore.entries.values()), nearest))
-            lower.reverse()
-            complete = len(semaphore.entries) <= nearest
-            semaphore.entries[key] = entry
-            return entry, lower, complete, semaphore.capacity, semaphore.version
+            answers = []
+            for path, key, data, capacity in requests:
+                semaphore = self._semaphore(path, capacity)
+                entry = StoredEntry(key, self._revision, session, data)
+                nearest = nearest_needed(semaphore.capacity)
+                lower = list(itertools.islice(reversed(semaphore.entries.values()), nearest))
+                lower.reverse()
+                complete = len(semaphore.entries) <= nearest
+                semaphore.entries[key] = entry
+                answers.append((entry, lower, complete, semaphore.capacity, semaphore.version))
+            return answers
+
+    def delete_entries(self, entries: Iterable[tuple[str, str]]) -> None:
+        """Delete each ``(path, key)`` entry there is, all at once."""
+        deliveries: list[Delivery] = []
+        with self._lock:
+            for path, key in entries:
+                semaphore = self._semaphores.get(path)
+                if semaphore is not None and key in semaphore.entries:
+                    deliveries += self._delete_locked(path, semaphore, key)
+        _all(deliveries)()
 
     def entries(self, path: str, below: int | None = None) -> list[StoredEntry]:
         """The entries of a semaphore in queue order (those with a token below ``below``)."""
@@ -294,13 +315,22 @@ class MemoryStore:
         """Apply ``writes`` all or none, while the entry ``entry_key`` of the semaphore at
         ``path`` still has ``token`` (PermitLost otherwise); WriteConflict when a write's
         condition fails."""
+        self.commit_fenced([(path, entry_key)], token, writes)
+
+    def commit_fenced(
+        self, fences: Sequence[tuple[str, str]], token: int, writes: Iterable[Write]
+    ) -> None:
+        """:meth:`commit` fenced on every ``(path, entry key)`` of ``fences`` (a
+        multi-acquire's entries, which share ``token``)."""
         with self._lock:
-            semaphore = self._semaphores.get(path)
-            entry = None if semaphore is None else semaphore.entries.get(entry_key)
-            if entry is None or entry.token != token:
-                raise PermitLost(
-                    f"fence failed: the permit's entry {path}/{entry_key} (token {token}) is gone"
-                )
+            for path, entry_key in fences:
+                semaphore = self._semaphores.get(path)
+                entry = None if semaphore is None else semaphore.entries.get(entry_key)
+                if entry is None or entry.token != token:
+                    raise PermitLost(
+                        f"fence failed: the permit's entry {path}/{entry_key} (token {token}) "
+                        "is gone"
+                    )
             staged: dict[str, bytes | None] = {}  # key -> its value after the writes so far
             for write in writes:
                 exists = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING
 
 from ..backend import FencedTransaction
@@ -18,11 +18,19 @@ class MemoryFencedTransaction(FencedTransaction):
     and a key is never reused by a later entry: the fence fails from then on.
     """
 
-    def __init__(self, queue: MemoryQueue, entry_key: str, token: int) -> None:
+    def __init__(
+        self,
+        queue: MemoryQueue,
+        entry_key: str,
+        token: int,
+        others: Sequence[tuple[MemoryQueue, str]] = (),
+    ) -> None:
+        """``others``: more entries of the same token that fence it (a multi-permit's)."""
         super().__init__()
         self._queue = queue
         self.entry_key = entry_key
         self.token = token
+        self._fences = [(queue.path, entry_key), *((q.path, key) for q, key in others)]
 
     def commit(self) -> None:
         """Apply the writes. PermitLost when the fence fails, WriteConflict when a
@@ -37,5 +45,5 @@ class MemoryFencedTransaction(FencedTransaction):
     def _commit(self) -> Generator[object, object, None]:
         queue = self._queue
         yield from queue.call(
-            lambda: queue.store.commit(queue.path, self.entry_key, self.token, self.writes)
+            lambda: queue.store.commit_fenced(self._fences, self.token, self.writes)
         )

@@ -222,6 +222,15 @@ def leftover_entries(admin: Any, namespace: str, name: str | None = None) -> lis
     return found
 
 
+def _with_param(url: str, name: str, value: str) -> str:
+    """``url`` with query parameter ``name`` set to ``value`` (its others kept)."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != name]
+    return urlunsplit(parts._replace(query=urlencode([*query, (name, value)])))
+
+
 def _backend_factory(
     default_url: str, leftovers: Callable[[], list[str]]
 ) -> Iterator[Callable[..., Any]]:
@@ -244,7 +253,7 @@ def _backend_factory(
     ) -> Any:
         target = url or default_url
         if session_timeout is not None:
-            target = target.split("?")[0] + f"?session_timeout={session_timeout}"
+            target = _with_param(target, "session_timeout", str(session_timeout))
         if face is Face.ASYNC:
             if not loops:
                 loops.append(LoopThread())
@@ -560,6 +569,99 @@ def etcd_cluster_harness(etcd_cluster: Any, sr_namespace: str) -> Iterator[Any]:
     yield harness
     harness.close()
     next(factory, None)  # closes the backends, then the leak check
+
+
+# ---- redis ------------------------------------------------------------------------
+
+ENV_REDIS = "SEMAPHORE_RECIPES_TEST_REDIS"
+
+
+class ExternalRedis:
+    """A redis-server the tests did not start (``SEMAPHORE_RECIPES_TEST_REDIS``)."""
+
+    def __init__(self, host_port: str) -> None:
+        self.host_port = host_port
+
+    def log_tail(self, lines: int = 200) -> str:
+        return f"(external redis {self.host_port}: no log here)"
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="session")
+def _redis_server_session() -> Iterator[Any]:
+    from ..redis.server import RedisNotFound, RedisServer
+
+    external = os.environ.get(ENV_REDIS)
+    if external:
+        yield ExternalRedis(external.removeprefix("redis://"))
+        return
+    try:
+        server = RedisServer().start_or_close()
+    except RedisNotFound as exc:
+        pytest.fail(f"no redis-server for the tests: {exc}, or set {ENV_REDIS}=host:port", False)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def redis_server(request: pytest.FixtureRequest, _redis_server_session: Any) -> Any:
+    """The session's ``redis-server`` (one for every test: each has its own prefix)."""
+    _attach_logs(request, _redis_server_session, "redis")
+    return _redis_server_session
+
+
+@pytest.fixture
+def redis_prefix(sr_namespace: str) -> str:
+    """The key prefix of this test: ``sr-tests/<test>-<random>``."""
+    return sr_namespace.strip("/")
+
+
+@pytest.fixture
+def redis_url(redis_server: Any, redis_prefix: str) -> str:
+    return f"redis://{redis_server.host_port}/0?prefix={redis_prefix}&session_timeout=4"
+
+
+@pytest.fixture
+def redis_admin(redis_server: Any) -> Iterator[Any]:
+    """A plain ``redis.Redis`` client of the server."""
+    import redis
+
+    host, port = redis_server.host_port.rsplit(":", 1)
+    client = redis.Redis(host=host, port=int(port))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_backend(
+    redis_url: str, redis_admin: Any, redis_prefix: str
+) -> Iterator[Callable[..., Any]]:
+    """Like ``zookeeper_backend``, for Redis (entries of live leases are leftovers)."""
+    from .redis_harness import live_redis_entries
+
+    yield from _backend_factory(redis_url, lambda: live_redis_entries(redis_admin, redis_prefix))
+
+
+@pytest.fixture
+def redis_harness(
+    redis_url: str,
+    redis_backend: Callable[..., Any],
+    redis_server: Any,
+    redis_admin: Any,
+    redis_prefix: str,
+) -> Iterator[Any]:
+    """A ``RedisHarness`` of the session's server, into ``redis_prefix``."""
+    from .redis_harness import RedisHarness
+
+    harness = RedisHarness(
+        redis_url, redis_backend, server=redis_server, prefix=redis_prefix, admin=redis_admin
+    )
+    yield harness
+    harness.close()
 
 
 # ---- memory ---------------------------------------------------------------------

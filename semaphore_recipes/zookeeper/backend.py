@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,7 +47,11 @@ from ..backend import (
     RESTORED,
     SUSPENDED,
     Backend,
+    Enqueued,
+    FencedTransaction,
+    QueueDriver,
     SessionState,
+    Waiter,
     default_owner,
     session_lost,
 )
@@ -183,6 +187,26 @@ class ZooKeeperBackend(Backend):
         await self.call_async(opening, f"opening {queue.path}", queue.path)
         self.register_queue(queue)
         return queue
+
+    # ---- several semaphores at once: one multi creates, one multi deletes (multi.py)
+    def enqueue_all(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        from . import multi
+
+        return multi.enqueue_all(self, queues, deadline)
+
+    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        from . import multi
+
+        multi.delete_all(self, queues)
+
+    def transaction_all(
+        self, entries: Sequence[tuple[QueueDriver, str]], token: int
+    ) -> FencedTransaction:
+        from . import multi
+
+        return multi.transaction_all(entries, token)
 
     def describe(self) -> str:
         chroot = self.client.chroot or ""
@@ -328,6 +352,10 @@ class ZooKeeperBackend(Backend):
             self._expiry_timer.cancel()
         self.client.remove_listener(self._on_state)
         self._wake_connection_waiters()
+        # Held permits are lost (the session's end takes their entries; a caller's own
+        # client keeps its session, and the backend no longer watches it), waiting
+        # acquires end.
+        self.fail("the backend was closed")
         if not self._own_client:
             return None
         return _stop_in_background(self.client, stopped)

@@ -32,7 +32,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import (
@@ -57,7 +57,7 @@ from .._core.names import (
     zk_entry_prefix,
 )
 from .._core.program import run_program, run_program_async
-from .._core.protocol import Enqueued, EntryChanged, EntryDeleted, EntryHeld, SessionLost
+from .._core.protocol import Enqueued, EntryChanged, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from .._core.status import EntryStatus, Status, split_queue
 from ..backend import FencedTransaction, QueueDriver, Waiter, WriteKind, nearest_needed
@@ -420,7 +420,8 @@ class ZooKeeperQueue(QueueDriver):
                         data = decode_entry(key, raw)
                         states[key] = EntryState(held=data.held, lower=data.lower)
                     except NoNodeError:
-                        states[key] = None  # a get on a missing node leaves no watch behind
+                        # (a get on a missing node leaves no watch behind)
+                        states[key] = self.gone_state(key)
                 return states
             except ConnectionLoss:
                 yield Await.CONNECTION
@@ -456,7 +457,7 @@ class ZooKeeperQueue(QueueDriver):
     def _entry_watch(self, waiter: Waiter, generation: int, key: str) -> Callable[[Any], None]:
         def fired(event: Any) -> None:
             if event.type == EventType.DELETED:
-                waiter.post(generation, EntryDeleted(key))
+                waiter.post(generation, self.deleted_event(key))
             elif event.type == EventType.CHANGED:
                 waiter.post(generation, EntryHeld(key))  # the held mark is the only write
             elif event.type == EventType.NONE and session_ended(event):
@@ -734,10 +735,12 @@ class ZooKeeperFencedTransaction(FencedTransaction):
     holds only while the session lives), so read back before committing again.
     """
 
-    def __init__(self, queue: ZooKeeperQueue, entry_path: str) -> None:
+    def __init__(self, queue: ZooKeeperQueue, entry_path: str, others: Sequence[str] = ()) -> None:
+        """``others``: more entry paths that fence it (a multi-permit's)."""
         super().__init__()
         self._queue = queue
         self.entry_path = entry_path
+        self._fences = [entry_path, *others]
 
     def commit(self) -> None:
         run_program(self._committing(), self._waits().wait)
@@ -761,7 +764,8 @@ class ZooKeeperFencedTransaction(FencedTransaction):
     def _committing(self) -> ZkProgram[None]:
         queue = self._queue
         tx = queue.client.transaction()
-        tx.check(self.entry_path, -1)  # version -1: any version, the node must exist
+        for fence in self._fences:
+            tx.check(fence, -1)  # version -1: any version, the node must exist
         for write in self.writes:
             if write.kind is WriteKind.CREATE:
                 tx.create(write.key, write.value)
@@ -777,14 +781,14 @@ class ZooKeeperFencedTransaction(FencedTransaction):
             raise BackendUnavailable(
                 f"ZooKeeper unreachable: {exc!r}; the transaction may have been applied"
             ) from exc
-        paths = [self.entry_path, *(write.key for write in self.writes)]
+        paths = [*self._fences, *(write.key for write in self.writes)]
         for path, result in zip(paths, results, strict=False):
             if isinstance(result, NoAuthError):
                 raise queue.backend.permission_denied(path, result) from result
-        fence = results[0]
-        if isinstance(fence, Exception) and not isinstance(fence, RolledBackError):
-            raise PermitLost(f"fence failed: {self.entry_path} is gone") from fence
-        for write, result in zip(self.writes, results[1:], strict=False):
+        for path, fence in zip(self._fences, results, strict=False):
+            if isinstance(fence, Exception) and not isinstance(fence, RolledBackError):
+                raise PermitLost(f"fence failed: {path} is gone") from fence
+        for write, result in zip(self.writes, results[len(self._fences) :], strict=False):
             if isinstance(result, NodeExistsError):
                 raise WriteConflict(write.key, "it exists") from result
             if isinstance(result, NoNodeError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 from chaos import history_etcd, history_zk
@@ -128,3 +129,66 @@ def test_etcd_events_are_normalized() -> None:
         EntryDeleted(9, 101.5, "1-1", 5, DeleteCause.SESSION_END),
         Marker(11, None, "quiesced"),
     ]
+
+
+def test_a_redis_aof_is_read_and_normalized(tmp_path: Path) -> None:
+    """A real persistent server's AOF: script effects, a lease's expiry (the DEL the
+    server writes) ending its entries, a removal, the capacity, fences, markers, ticks."""
+    import redis
+
+    from chaos import history_redis
+    from semaphore_recipes.redis.server import RedisServer
+
+    layout = history_redis.RedisLayout("p", "s", "/chaos-data", "/chaos-marker", "/clock")
+    entries, config = "p:s:s:e", "p:s:s:cfg"
+
+    def entry(order: int, lease: str) -> str:
+        return json.dumps({"w": 2, "l": lease, "o": f"own-{lease}", "h": False, "t": order})
+
+    server = RedisServer(workdir=tmp_path / "redis", persistent=True)
+    server.start(timeout=30)
+    host, port = server.host_port.rsplit(":", 1)
+    client = redis.Redis(host=host, port=int(port))
+    try:
+        client.set("/clock", json.dumps(100.0))
+        held = entry(2, "0a").replace("false", "true")  # (x.1's held mark: not a creation)
+        client.eval(
+            "redis.call('hset', KEYS[1], 'capacity', 3, 'version', 1)"
+            " redis.call('hset', KEYS[2], 'x.1', ARGV[1])"
+            " redis.call('hset', KEYS[2], 'y.2', ARGV[2])"
+            " redis.call('hset', KEYS[2], 'x.1', ARGV[3]) return 1",
+            2, config, entries, entry(2, "0a"), entry(3, "0b"), held,
+        )  # fmt: skip
+        client.set("p:lease:0a", "own", px=50)
+        client.set("/chaos-data", json.dumps({"writer": "w", "key": "x.1", "token": 2}))
+        client.set("/clock", json.dumps(100.2))
+        deadline = time.monotonic() + 10.0
+        while client.exists("p:lease:0a"):  # (its expiry: the server writes DEL)
+            assert time.monotonic() < deadline, "the lease key never expired"
+            time.sleep(0.01)
+        client.hdel(entries, "y.2")
+        client.set("/chaos-marker", "end")
+        client.set("/clock", json.dumps(100.4))
+    finally:
+        client.close()
+        server.stop()
+        server.close()
+    files, problems = history_redis.aof_files(tmp_path / "redis" / "appendonlydir")
+    assert files and problems == []
+    events = history_redis.normalize(history_redis.read_commands(files), layout)
+    kinds = [(type(e).__name__, getattr(e, "key", getattr(e, "name", None))) for e in events]
+    assert kinds == [
+        ("CapacitySet", None), ("EntryCreated", "x.1"), ("EntryCreated", "y.2"),
+        ("FencedWrite", "x.1"), ("EntryDeleted", "x.1"), ("EntryDeleted", "y.2"),
+        ("Marker", "end"),
+    ]  # fmt: skip
+    created = events[1]
+    assert isinstance(created, EntryCreated)
+    assert (created.token, created.weight, created.owner, created.session) == (2, 2, "own-0a", 10)
+    assert created.time == 100.0
+    lease_end, removal = events[4], events[5]
+    assert isinstance(lease_end, EntryDeleted) and lease_end.cause is DeleteCause.SESSION_END
+    assert isinstance(removal, EntryDeleted) and removal.cause is DeleteCause.DELETE
+    assert isinstance(events[0], CapacitySet) and events[0].capacity == 3
+    assert isinstance(events[3], FencedWrite) and events[3].token == 2
+    assert isinstance(events[6], Marker)

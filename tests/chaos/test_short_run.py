@@ -24,6 +24,18 @@ def test_short_chaos_run_finds_no_violation(backend: str, seed: str) -> None:
 
 
 @pytest.mark.slow
+def test_short_redis_chaos_run_finds_no_violation() -> None:
+    """One persistent Redis primary, 25 s (about 40 s in all): this seed's faults include
+    a kill -9 of the server and its restart from the AOF, whose history spans both."""
+    seconds = min(SECONDS, 25.0)
+    report = run_once(RunConfig(backend="redis", seconds=seconds, seed="51", clients=4))
+    summary = report.summary()
+    assert report.result.fenced_writes > 0 and report.acquisitions > 0, summary
+    assert report.faults, summary
+    assert summary["violations"] == {}, "\n".join(summary["details"])
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "seed"), [("zookeeper", "14"), ("etcd", "15")])
 def test_short_storm_run_finds_no_violation(backend: str, seed: str) -> None:
     """The storm mode (chaos/storm.py): overlapping faults on 6 client slots."""

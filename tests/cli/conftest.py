@@ -186,12 +186,17 @@ class Store:
 
     def stored(self, name: str) -> bool:
         """Whether the semaphore exists in the store (read with the admin client)."""
+        if self.kind == "redis":
+            return bool(self.admin.exists(f"{self.namespace.strip('/')}:s:{name}:cfg"))
         if self.kind == "zookeeper":
             return self.admin.exists(f"{self.namespace}/semaphore_recipes/{name}") is not None
         return bool(self.admin.range(f"{self.namespace}/{name}/config".encode()).kvs)
 
     def entries(self, name: str) -> list[Any]:
-        """ZooKeeper: entry node paths; etcd: the entries' key-values."""
+        """ZooKeeper: entry node paths; etcd: the entries' key-values; Redis: the
+        harness's names of the live entries."""
+        if self.kind == "redis":
+            return self.service.entries(name)
         if self.kind == "zookeeper":
             path = f"{self.namespace}/semaphore_recipes/{name}"
             if self.admin.exists(path) is None:
@@ -204,10 +209,16 @@ class Store:
 
     def revoke(self, name: str) -> None:
         """Take the only permit of ``name`` away from outside: ZooKeeper deletes the
-        entry node, etcd revokes the holder's lease."""
+        entry node, etcd revokes the holder's lease, Redis removes the entry as an
+        operator's tool would (its client is told)."""
         entries = self.entries(name)
         assert len(entries) == 1, entries
-        if self.kind == "zookeeper":
+        if self.kind == "redis":
+            from semaphore_recipes.testing.redis_harness import RedisHarness
+
+            assert isinstance(self.service, RedisHarness)
+            self.service.delete_entry(entries[0])
+        elif self.kind == "zookeeper":
             self.admin.delete(entries[0])
         else:
             self.admin.lease_revoke(entries[0].lease)
@@ -217,7 +228,7 @@ class Store:
 def store(service: Harness, request: pytest.FixtureRequest, sr_namespace: str) -> Store:
     if service.kind == "memory":
         pytest.skip("the command line runs in a process of its own: a memory store is not shared")
-    admin_fixture = "zookeeper_admin" if service.kind == "zookeeper" else "etcd_admin"
+    admin_fixture = f"{service.kind}_admin"
     return Store(service, request.getfixturevalue(admin_fixture), sr_namespace)
 
 

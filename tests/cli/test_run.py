@@ -178,6 +178,30 @@ def test_acquire_timeout_exits_75_without_running_the_command(store: Store, tmp_
         permit.release()
 
 
+def test_also_takes_several_semaphores_atomically(store: Store, tmp_path: Path) -> None:
+    """``--also OTHER:K``: the command runs holding NAME and OTHER (one token), waits
+    while OTHER is full, and every entry goes when it ends or times out."""
+    backend = store.service.connect()
+    backend.semaphore("gpu", 1)
+    blocker = backend.semaphore("db", 2).acquire(permits=2)
+    env_file = tmp_path / "env"
+    job = ["run", "job", "-c", "2", "--also", "gpu:1", "--also", "db:1", "--url", store.url]
+    timed_out = cli(*job, "--timeout", "0.3", "--", "touch", str(env_file))
+    assert timed_out.returncode == 75, timed_out.stderr
+    assert_one_line_error(timed_out)
+    assert not env_file.exists()
+    assert store.entries("job") == store.entries("gpu") == []
+    blocker.release()
+    command = f'env | grep ^SEMAPHORE_RECIPES_ > "{env_file}"'
+    result = cli(*job, "--", "sh", "-c", command)
+    assert result.returncode == 0, result.stderr
+    env = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+    assert env["SEMAPHORE_RECIPES_NAME"] == "job"
+    assert env["SEMAPHORE_RECIPES_ALSO"] == "gpu:1,db:1"
+    assert int(env["SEMAPHORE_RECIPES_TOKEN"]) > 0
+    assert store.entries("job") == store.entries("gpu") == store.entries("db") == []
+
+
 @ETCD_ONLY
 def test_capacity_mismatch_adopt_and_command_not_found(store: Store) -> None:
     assert cli("run", "m", "-c", "2", "--url", store.url, "--", "true").returncode == 0
@@ -213,6 +237,9 @@ def test_unreachable_server_exits_69_with_one_line(scheme: str) -> None:
         (["run", "ok", "--url", "etcd://h:1", "--", "true"], "capacity"),
         (["status", "ok", "--url", "etcd://h:1", "--", "true"], "command"),
         (["nonsense"], "invalid choice"),
+        (["run", "ok", "-c", "1", "--also", "x", "--url", "etcd://h:1", "--", "true"], "OTHER:K"),
+        (["run", "ok", "-c", "1", "--also", "x:0", "--url", "etcd://h:1", "--", "true"], "x:0"),
+        (["run", "ok", "-c", "1", "--also", "ok:1", "--url", "etcd://h:1", "--", "true"], "twice"),
     ],
 )
 def test_usage_errors_exit_64_before_any_io(args: list[str], needle: str) -> None:

@@ -17,7 +17,7 @@ import semaphore_recipes as sr
 from semaphore_recipes.testing.harness import Harness
 
 
-@pytest.fixture(params=["zookeeper", "etcd", "memory"])
+@pytest.fixture(params=["zookeeper", "etcd", "memory", "redis"])
 def store(request: pytest.FixtureRequest) -> Harness:
     harness: Harness = request.getfixturevalue(f"{request.param}_harness")
     return harness

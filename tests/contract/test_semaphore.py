@@ -289,7 +289,7 @@ def test_bad_timeout(service: Harness) -> None:
 def test_an_unreachable_server_is_backend_unavailable(service: Harness) -> None:
     if service.kind == "memory":
         pytest.skip("an in-process memory store has no server to be unreachable")
-    url = f"{service.kind}://127.0.0.1:9/x?connect_timeout=1"
+    url = f"{service.kind}://127.0.0.1:9?connect_timeout=1"
     start = time.monotonic()
     with pytest.raises(sr.BackendUnavailable):
         sr.connect(url)
@@ -297,7 +297,18 @@ def test_an_unreachable_server_is_backend_unavailable(service: Harness) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["zookeeper://", "redis://h:1", "zookeeper://h:99999", "zookeeper://h:x"]
+    "url",
+    [
+        "zookeeper://",
+        "nosuch://h:1",
+        "zookeeper://h:99999",
+        "zookeeper://h:x",
+        "redis://h:1/x",
+        "redis://h:99999",
+        "redis://h1:1,h2:1",
+        "redis://h:1?prefix=a%20b",
+        "redis://h:1?ca=x",
+    ],
 )
 def test_malformed_urls_fail_before_io(url: str) -> None:
     with pytest.raises(ValueError):
@@ -389,6 +400,11 @@ def _delete_from_outside(service: Harness, entry: str) -> None:
         from semaphore_recipes.memory import store_named
 
         assert store_named(service.url.split("//")[1]).delete(entry)
+    elif service.kind == "redis":
+        from semaphore_recipes.testing.redis_harness import RedisHarness
+
+        assert isinstance(service, RedisHarness)
+        service.delete_entry(entry)
     else:
         from semaphore_recipes.etcd.client import EtcdClient
 

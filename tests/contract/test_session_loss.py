@@ -103,3 +103,40 @@ def test_a_released_permits_transaction_fails_once_its_key_serves_a_newer_permit
     fresh.create(target, b"new")
     fresh.commit()
     new.release()
+
+
+def test_closing_a_backend_loses_its_permits_and_ends_its_waiting_acquires(
+    service: Harness,
+) -> None:
+    """``close()`` ends the session, and with it the entries: a permit held on it says so
+    (LOST, ``lost`` set, ``check()`` raises) instead of staying HELD, and an acquire waiting
+    on another thread ends with BackendUnavailable instead of waiting out its timeout."""
+    other = service.connect()
+    watcher = other.semaphore("closing", capacity=2)
+    blocker = watcher.acquire()
+    backend = service.connect()
+    sem = backend.semaphore("closing", capacity=2)
+    held = sem.acquire()
+    outcome: list[BaseException | object] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(sem.acquire(timeout=60))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=wait, daemon=True)
+    waiting.start()
+    wait_until(lambda: len(watcher.status().waiters) == 1, timeout=20)
+    backend.close()
+    waiting.join(30)
+    assert not waiting.is_alive(), "the waiting acquire outlived close()"
+    assert len(outcome) == 1 and isinstance(outcome[0], sr.BackendUnavailable), outcome
+    assert held.state is sr.PermitState.LOST
+    assert held.lost.is_set()
+    with pytest.raises(sr.PermitLost):
+        held.check()
+    held.release()  # still idempotent, and quiet
+    assert held.state is sr.PermitState.LOST
+    blocker.release()
+    wait_until(lambda: service.entries() == [], timeout=20)

@@ -1,12 +1,16 @@
 """An in-memory model of the store for checking the queue protocol.
 
 The store orders entries, keeps one-shot watches, and delivers events to clients in
-order. Each simulated client runs the real :func:`acquire_protocol` generator; the
+order. Each simulated client runs the real :func:`acquire_protocol` generator (one
+semaphore) or :func:`multi_acquire_protocol` (several semaphores at once: one entry in
+each queue, created in one atomic transaction that gives them all the same order); the
 scheduler interleaves every store operation (create, listing, each watch read, each
 held mark, deletions, crashes, session losses, timeouts, capacity changes) at random.
-Checks: admissions respect the prefix rule (and, with no capacity decrease, the sum
-held never exceeds capacity), no waiter sleeps while it could be admitted, and no
-store event wakes more than a bounded number of waiters.
+Checks, per queue: admissions respect the prefix rule (which is FIFO: an entry admitted
+means every entry before it is admissible), with no capacity decrease the weights
+admitted never exceed the capacity, and no waiter sleeps while it could be admitted in
+a queue; no store event wakes more than a bounded number of waiters; and every run
+completes: once holders stop coming, every waiter is granted (no deadlock).
 """
 
 from __future__ import annotations
@@ -14,11 +18,19 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 
 from semaphore_recipes._core import queue as core_queue
 from semaphore_recipes._core.deadline import Deadline
+from semaphore_recipes._core.multi import (
+    EnqueueAll,
+    EnqueuedAll,
+    InQueue,
+    MultiStep,
+    QueueEvent,
+    multi_acquire_protocol,
+)
 from semaphore_recipes._core.protocol import (
     Arm,
     AwaitEvent,
@@ -43,12 +55,17 @@ class LostWakeup(AssertionError):
     pass
 
 
+class Deadlock(LostWakeup):
+    """Waiters remain, none is admissible in all its queues, and nobody holds a permit."""
+
+
 class OverAdmission(AssertionError):
     pass
 
 
 @dataclass
 class StoredEntry:
+    queue: str
     key: str
     order: int
     weight: int
@@ -59,24 +76,36 @@ class StoredEntry:
 @dataclass
 class Client:
     cid: int
-    weight: int
+    #: permits asked of each semaphore; more than one: a multi-acquire
+    weights: dict[str, int]
     timeout: bool
-    gen: Generator[Step, object, Entry] | None = None
-    step: Step | None = None
+    gen: Generator[Step | MultiStep, object, object] | None = None
+    step: Step | MultiStep | None = None
     state: str = "new"  # new | waiting | holding | done
-    key: str | None = None
-    created: bool = False  # the create happened; the listing is still to come
+    keys: dict[str, str] = field(default_factory=dict)  # our entry in each queue
+    created: bool = False  # every create happened; the listing is still to come
+    step_queue: str = ""  # the queue of the Arm / Relist in progress
     to_arm: list[str] = field(default_factory=list)
     arm_results: dict[str, EntryState | None] = field(default_factory=dict)
-    events: deque[Event] = field(default_factory=deque)
+    events: deque[Event | QueueEvent] = field(default_factory=deque)
     clock: float = 0.0
-    known_capacity: int = 0
-    #: the largest capacity stored since the entry was created: what may admit it
-    capacity_bound: int = 0
-    mark_pending: bool = False
-    unmarked: bool = False  # admitted without a mark: marked if the capacity drops
-    mark_lower: tuple[str, ...] | None = None
+    #: per queue, the largest capacity stored since the entry was created: what may admit it
+    capacity_bound: dict[str, int] = field(default_factory=dict)
+    admitted: set[str] = field(default_factory=set)  # queues that admitted us
+    #: queues whose held mark is to be written, with the view it records
+    mark_pending: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    #: queues that admitted us without a mark: marked if their capacity drops
+    unmarked: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
     relists: int = 0
+
+    @property
+    def multi(self) -> bool:
+        return len(self.weights) > 1
+
+    @property
+    def key(self) -> str | None:
+        """The entry of a single-semaphore client."""
+        return next(iter(self.keys.values()), None)
 
 
 class Simulation:
@@ -92,13 +121,24 @@ class Simulation:
         record_lower: bool = True,
         persistent_watches: bool = False,
         stale_capacity_events: bool = True,
+        deleted_views: bool = True,
+        older_views: bool = False,
+        queues: int = 1,
+        weights: list[dict[str, int]] | None = None,
+        atomic_create: bool = True,
+        timeouts: bool = True,
     ) -> None:
+        """``queues`` > 1: several semaphores ``q0``, ``q1``... of ``capacity`` each,
+        each client asking random weights of a random non-empty subset of them (or the
+        given ``weights``). ``atomic_create=False`` is the mutation that creates a
+        request's entries one by one, each with its own order."""
         self.rng = rng
         self.store: dict[str, StoredEntry] = {}
         self.watches: dict[str, set[int]] = {}
-        self.capacity = capacity
+        self.names = ["sim"] if queues == 1 else [f"q{i}" for i in range(queues)]
+        self.capacities = {name: capacity for name in self.names}
         self.capacity_changes = capacity_changes
-        self.decreased = False
+        self.decreased: set[str] = set()
         self.mark_held = mark_held
         self.record_lower = record_lower
         # etcd-like: a watch outlives a held mark, whose event carries the mark
@@ -106,17 +146,41 @@ class Simulation:
         # capacity events posted during an enqueue stay in the inbox (as a driver's do),
         # and two of them may arrive in the other order
         self.stale_capacity_events = stale_capacity_events
-        self.capacity_version = 0
+        self.atomic_create = atomic_create
+        self.capacity_versions = {name: 0 for name in self.names}
+        # a deleted entry's view reaches some of its watchers (those in its process)
+        self.deleted_views = deleted_views
+        # a mutation: the view of the entry admitted before it (a key naming two entries)
+        self.older_views = older_views
+        self.admitted_views: dict[str, tuple[Entry, ...]] = {}  # key -> view when admitted
         self.next_order = 0
         self.clients = [
             Client(
-                cid=i, weight=rng.randint(1, min(max_weight, capacity)), timeout=rng.random() < 0.2
+                cid=i,
+                weights=dict(weights[i]) if weights else self._random_weights(max_weight),
+                timeout=timeouts and rng.random() < 0.2,
             )
-            for i in range(clients)
+            for i in range(len(weights) if weights else clients)
         ]
         self.max_woken = 0
         self.admissions = 0
         self.max_held = 0
+
+    def _random_weights(self, max_weight: int) -> dict[str, int]:
+        if len(self.names) == 1:
+            name = self.names[0]
+            return {name: self.rng.randint(1, min(max_weight, self.capacities[name]))}
+        chosen = self.rng.sample(self.names, self.rng.randint(1, len(self.names)))
+        return {n: self.rng.randint(1, min(max_weight, self.capacities[n])) for n in chosen}
+
+    # the one queue of a single-semaphore run, as the older tests address it
+    @property
+    def capacity(self) -> int:
+        return self.capacities[self.names[0]]
+
+    @capacity.setter
+    def capacity(self, value: int) -> None:
+        self.capacities[self.names[0]] = value
 
     # ---- store operations ------------------------------------------------------
     def _fire(self, key: str, event: Event) -> None:
@@ -127,20 +191,42 @@ class Simulation:
     def _tell(self, key: str, event: Event) -> None:
         """Deliver ``event`` to the watchers of ``key``, whose watches stay armed."""
         woken = 0
+        queue = key.split("/", 1)[0]
         for cid in self.watches.get(key, set()):
             c = self.clients[cid]
             if c.state == "waiting":
-                c.events.append(event)
+                c.events.append(QueueEvent(queue, event) if c.multi else event)
                 woken += 1
         self.max_woken = max(self.max_woken, woken)
 
-    def _delete(self, key: str | None) -> None:
-        if key is not None and key in self.store:
-            del self.store[key]
-            self._fire(key, EntryDeleted(key))
+    def _delete(self, keys: Mapping[str, str]) -> None:
+        """Delete a client's entries, in one request."""
+        for key in list(keys.values()):
+            if key in self.store:
+                del self.store[key]
+                self._fire(key, EntryDeleted(key, self._known_view(key)))
+
+    def _known_view(self, key: str) -> tuple[Entry, ...] | None:
+        """The view ``key`` was admitted with, when the waiter told of its deletion
+        shares its process (at random)."""
+        if not self.deleted_views or self.rng.random() < 0.5:
+            return None
+        if self.older_views:
+            queue, order = _queue_and_order(key)
+            older = [
+                k
+                for k in self.admitted_views
+                if _queue_and_order(k)[0] == queue and _queue_and_order(k)[1] < order
+            ]
+            newest = max(older, key=lambda k: _queue_and_order(k)[1]) if older else None
+            return None if newest is None else self.admitted_views[newest]
+        return self.admitted_views.get(key)
 
     def _lower(self, me: StoredEntry) -> list[StoredEntry]:
-        return sorted((e for e in self.store.values() if e.order < me.order), key=lambda e: e.order)
+        return sorted(
+            (e for e in self.store.values() if e.queue == me.queue and e.order < me.order),
+            key=lambda e: e.order,
+        )
 
     # ---- driving one client's generator ------------------------------------------
     def _send(self, c: Client, answer: object) -> None:
@@ -148,48 +234,73 @@ class Simulation:
         try:
             c.step = c.gen.send(answer)
         except StopIteration as stop:
-            entry = stop.value
-            assert entry.key == c.key
-            self._admitted(c)
+            entries = stop.value if c.multi else {next(iter(c.weights)): stop.value}
+            assert {q: e.key for q, e in entries.items()} == c.keys
+            self._granted(c)
             return
         except AcquireTimeout:
-            self._delete(c.key)  # the driver's cleanup
-            c.state, c.gen, c.step, c.key = "done", None, None, None
+            self._delete(c.keys)  # the driver's cleanup: every entry, one request
+            self._forget(c)
             return
         self._prepare(c)
 
+    def _forget(self, c: Client) -> None:
+        c.state, c.gen, c.step, c.keys = "done", None, None, {}
+        c.admitted.clear()
+        c.mark_pending.clear()
+        c.unmarked.clear()
+        c.events.clear()
+
     def _prepare(self, c: Client) -> None:
         step = c.step
-        if isinstance(step, Enqueue):
+        queue = c.step_queue = next(iter(c.weights))
+        if isinstance(step, InQueue):
+            queue, step = step.name, step.step
+            c.step_queue = queue
+        if isinstance(step, (Enqueue, EnqueueAll)):
             # a new generation: what was posted for an earlier entry is dropped; what is
             # posted from now on (a capacity the process applies while we enqueue, which
             # may be older than the one the listing brings) is kept
-            c.created, c.key = False, None
+            c.created, c.keys = False, {}
+            c.admitted.clear()
+            c.mark_pending.clear()
+            c.unmarked.clear()
             c.events = deque(e for e in c.events if isinstance(e, SessionLost))
         elif isinstance(step, Arm):
             c.to_arm, c.arm_results = list(step.keys), {}
         elif isinstance(step, MarkHeld):
-            c.mark_pending = self.mark_held and step.now
-            c.unmarked = self.mark_held and not step.now
-            c.mark_lower = step.lower if self.record_lower else None
+            self._admitted_in(c, queue)
+            if step.view is not None:
+                self.admitted_views[c.keys[queue]] = step.view
+            lower = step.lower if self.record_lower else None
+            c.unmarked.pop(queue, None)
+            if self.mark_held and step.now:
+                c.mark_pending[queue] = lower
+            elif self.mark_held:
+                c.unmarked[queue] = lower
             self._send(c, None)
 
-    def _admitted(self, c: Client) -> None:
-        me = self.store[c.key] if c.key else None
-        assert me is not None
+    def _admitted_in(self, c: Client, queue: str) -> None:
+        """``c`` takes itself for admitted in ``queue``: check the prefix rule there."""
+        me = self.store[c.keys[queue]]
         prefix = sum(e.weight for e in self._lower(me)) + me.weight
-        if prefix > c.capacity_bound:
+        if prefix > c.capacity_bound[queue]:
             raise OverAdmission(
-                f"client {c.cid} admitted with prefix {prefix} > {c.capacity_bound} (the "
-                f"largest capacity stored since its entry was created; it knew "
-                f"{c.known_capacity})"
+                f"client {c.cid} admitted in {queue} with prefix {prefix} > "
+                f"{c.capacity_bound[queue]} (the largest capacity stored since its entry "
+                f"was created)"
             )
+        c.admitted.add(queue)
+        held = sum(x.weights[queue] for x in self.clients if queue in x.admitted)
+        if queue == self.names[0]:
+            self.max_held = max(self.max_held, held)
+        if queue not in self.decreased and held > self.capacities[queue]:
+            raise OverAdmission(f"{queue}: admitted {held} > capacity {self.capacities[queue]}")
+
+    def _granted(self, c: Client) -> None:
+        assert c.admitted == set(c.weights), (c.cid, c.admitted)
         c.state, c.gen, c.step = "holding", None, None
         self.admissions += 1
-        held = sum(self.store[x.key].weight for x in self.clients if x.state == "holding" and x.key)
-        self.max_held = max(self.max_held, held)
-        if not self.decreased and held > self.capacity:
-            raise OverAdmission(f"held {held} > capacity {self.capacity}")
 
     # ---- the scheduler ---------------------------------------------------------
     def internal_actions(self) -> list[tuple[str, Client]]:
@@ -199,13 +310,14 @@ class Simulation:
                 acts.append(("mark", c))
             if c.state != "waiting":
                 continue
-            if isinstance(c.step, Enqueue):
+            step = c.step.step if isinstance(c.step, InQueue) else c.step
+            if isinstance(step, (Enqueue, EnqueueAll)):
                 acts.append(("list" if c.created else "create", c))
-            elif isinstance(c.step, Arm):
+            elif isinstance(step, Arm):
                 acts.append(("arm", c))
-            elif isinstance(c.step, Relist):
+            elif isinstance(step, Relist):
                 acts.append(("relist", c))
-            elif isinstance(c.step, AwaitEvent) and c.events:
+            elif isinstance(step, AwaitEvent) and c.events:
                 acts.append(("deliver", c))
         return acts
 
@@ -226,123 +338,178 @@ class Simulation:
             acts.append(("capacity", None))
         return acts
 
+    def _change_capacity(self) -> None:
+        queue = self.names[0] if len(self.names) == 1 else self.rng.choice(self.names)
+        self.set_capacity(queue, self.rng.randint(1, 4))
+
+    def set_capacity(self, queue: str, new: int) -> None:
+        """Store a new capacity: holders mark themselves if it dropped, waiters are told."""
+        if new < self.capacities[queue]:
+            self.decreased.add(queue)
+            for x in self.clients:  # each holder's process sees the drop, marks itself
+                if x.state == "holding" and queue in x.unmarked:
+                    x.mark_pending[queue] = x.unmarked.pop(queue)
+        self.capacities[queue] = new
+        self.capacity_versions[queue] += 1
+        event = CapacityChanged(new, self.capacity_versions[queue])
+        for x in self.clients:
+            if queue in x.keys:
+                x.capacity_bound[queue] = max(x.capacity_bound[queue], new)
+            if x.state == "waiting" and queue in x.weights:
+                post: Event | QueueEvent = QueueEvent(queue, event) if x.multi else event
+                # A driver posts a capacity it applied after releasing its lock, so
+                # two posts may land in either order (stale_capacity_events).
+                older = [
+                    i
+                    for i, e in enumerate(x.events)
+                    if isinstance(e.event if isinstance(e, QueueEvent) else e, CapacityChanged)
+                    and (not isinstance(e, QueueEvent) or e.name == queue)
+                ]
+                if self.stale_capacity_events and older and self.rng.random() < 0.5:
+                    x.events.insert(older[-1], post)
+                else:
+                    x.events.append(post)
+
+    def _create(self, c: Client) -> None:
+        """The atomic create: every entry of the request, one order. The mutation
+        creates one entry per action, each with an order of its own."""
+        missing = [q for q in c.weights if q not in c.keys]
+        if not self.atomic_create:
+            missing = [self.rng.choice(missing)]
+        order = self.next_order
+        self.next_order += 1
+        for queue in missing:
+            key = f"{queue}/k{order}"
+            c.keys[queue] = key
+            c.capacity_bound[queue] = self.capacities[queue]
+            self.store[key] = StoredEntry(queue, key, order, c.weights[queue])
+        c.created = len(c.keys) == len(c.weights)
+
+    def _listing(self, c: Client, queue: str) -> Enqueued:
+        me = self.store[c.keys[queue]]
+        lower = tuple(Entry(e.key, e.order, e.weight) for e in self._lower(me))  # names only
+        capacity = self.capacities[queue]
+        # a store may list only the nearest capacity + 1 lower entries (etcd, memory)
+        nearest = core_queue.nearest_needed(capacity)
+        complete = len(lower) <= nearest or self.rng.random() < 0.5
+        if not complete:
+            lower = lower[-nearest:]
+        later = any(e.queue == queue and e.order > me.order for e in self.store.values())
+        return Enqueued(
+            Entry(me.key, me.order, me.weight),
+            lower,
+            capacity,
+            later,
+            capacity_version=self.capacity_versions[queue],
+            lower_complete=complete,
+        )
+
     def do(self, action: str, c: Client | None) -> None:
         if action == "capacity":
-            new = self.rng.randint(1, 4)
-            if new < self.capacity:
-                self.decreased = True
-                for x in self.clients:  # each holder's process sees the drop, marks itself
-                    if x.state == "holding" and x.unmarked:
-                        x.unmarked, x.mark_pending = False, True
-            self.capacity = new
-            self.capacity_version += 1
-            event = CapacityChanged(new, self.capacity_version)
-            for x in self.clients:
-                if x.key is not None:
-                    x.capacity_bound = max(x.capacity_bound, new)
-                if x.state == "waiting":
-                    # A driver posts a capacity it applied after releasing its lock, so
-                    # two posts may land in either order (stale_capacity_events).
-                    older = [i for i, e in enumerate(x.events) if isinstance(e, CapacityChanged)]
-                    if self.stale_capacity_events and older and self.rng.random() < 0.5:
-                        x.events.insert(older[-1], event)
-                    else:
-                        x.events.append(event)
+            self._change_capacity()
             return
         assert c is not None
         if action == "start":
             c.state = "waiting"
             client = c
             deadline = Deadline(1.0 if c.timeout else None, clock=lambda: client.clock)
-            c.gen = acquire_protocol("sim", c.weight, deadline)
+            if c.multi:
+                c.gen = multi_acquire_protocol(c.weights, deadline)
+            else:
+                ((name, weight),) = c.weights.items()
+                c.gen = acquire_protocol(name, weight, deadline)
             c.step = next(c.gen)
             self._prepare(c)
         elif action == "create":
-            c.key = f"k{self.next_order}"
-            c.capacity_bound = self.capacity
-            self.store[c.key] = StoredEntry(c.key, self.next_order, c.weight)
-            self.next_order += 1
-            c.created = True
+            self._create(c)
         elif action == "list":
-            assert c.key is not None
-            me = self.store[c.key]
-            lower = tuple(Entry(e.key, e.order, e.weight) for e in self._lower(me))  # names only
-            # a store may list only the nearest capacity + 1 lower entries (etcd, memory)
-            nearest = core_queue.nearest_needed(self.capacity)
-            complete = len(lower) <= nearest or self.rng.random() < 0.5
-            if not complete:
-                lower = lower[-nearest:]
-            later = any(e.order > me.order for e in self.store.values())
-            c.known_capacity = self.capacity
             if not self.stale_capacity_events:
                 c.events.clear()
-            answer = Enqueued(
-                Entry(me.key, me.order, me.weight),
-                lower,
-                self.capacity,
-                later,
-                capacity_version=self.capacity_version,
-                lower_complete=complete,
-            )
-            self._send(c, answer)
+            answers = {queue: self._listing(c, queue) for queue in c.weights}
+            self._send(c, EnqueuedAll(answers) if c.multi else answers[c.step_queue])
         elif action == "arm":
             key = c.to_arm.pop(self.rng.randrange(len(c.to_arm)))
             stored = self.store.get(key)
             if stored is None:
-                c.arm_results[key] = None  # a read of a missing node sets no watch
+                # a read of a missing node sets no watch
+                view = self._known_view(key)
+                gone = None if view is None else EntryState(held=True, left_view=view)
+                c.arm_results[key] = gone
             else:
                 self.watches.setdefault(key, set()).add(c.cid)
                 c.arm_results[key] = EntryState(stored.held, stored.lower if stored.held else None)
             if not c.to_arm:
                 self._send(c, dict(c.arm_results))
         elif action == "relist":
-            assert c.key is not None
-            me = self.store[c.key]
+            me = self.store[c.keys[c.step_queue]]
             c.relists += 1
             self._send(c, [Entry(e.key, e.order, e.weight) for e in self._lower(me)])
         elif action == "deliver":
-            delivered = c.events.popleft()
-            if isinstance(delivered, CapacityChanged):
-                c.known_capacity = delivered.capacity
-            self._send(c, delivered)
+            self._send(c, c.events.popleft())
         elif action == "mark":
-            c.mark_pending = False
-            if c.key in self.store and not self.store[c.key].held:
-                self.store[c.key].held = True
-                self.store[c.key].lower = c.mark_lower
+            pending = sorted(c.mark_pending)
+            queue = pending[0] if len(pending) == 1 else self.rng.choice(pending)
+            lower = c.mark_pending.pop(queue)
+            marked = c.keys.get(queue)
+            if marked is not None and marked in self.store and not self.store[marked].held:
+                self.store[marked].held = True
+                self.store[marked].lower = lower
                 if self.persistent_watches:
-                    self._tell(c.key, EntryMarked(c.key, c.mark_lower))
+                    self._tell(marked, EntryMarked(marked, lower))
                 else:
-                    self._fire(c.key, EntryHeld(c.key))
+                    self._fire(marked, EntryHeld(marked))
         elif action == "release" or action == "crash":
-            self._delete(c.key)
-            c.state, c.gen, c.step, c.key = "done", None, None, None
-            c.mark_pending = c.unmarked = False
-            c.events.clear()
+            self._delete(c.keys)
+            self._forget(c)
         elif action == "timeout":
             c.clock = math.inf
             self._send(c, None)
         elif action == "expire":
-            self._delete(c.key)
+            self._delete(c.keys)
             for watchers in self.watches.values():
                 watchers.discard(c.cid)
             c.events.clear()
             c.events.append(SessionLost())
-            c.key = None
+            c.keys = {}
+            c.admitted.clear()
+            c.mark_pending.clear()
+            c.unmarked.clear()
 
     def check_quiescent(self) -> None:
-        """Nothing is in flight: no waiter may be admissible."""
+        """Nothing is in flight: no waiter may be admissible in a queue that has not
+        admitted it yet."""
         for c in self.clients:
-            if c.state != "waiting" or c.key is None:
+            if c.state != "waiting" or not c.keys:
                 continue
-            me = self.store[c.key]
-            lower = [Entry(e.key, e.order, e.weight, e.held) for e in self._lower(me)]
-            truth = core_queue.decide(lower, me.weight, self.capacity)
-            if isinstance(truth, core_queue.Admitted):
-                raise LostWakeup(
-                    f"client {c.cid} (w={c.weight}) sleeps though admissible: "
-                    f"lower={[(e.key, e.weight, e.held) for e in lower]} capacity={self.capacity}"
-                )
+            for queue, key in c.keys.items():
+                if queue in c.admitted:
+                    continue
+                me = self.store[key]
+                lower = [Entry(e.key, e.order, e.weight, e.held) for e in self._lower(me)]
+                truth = core_queue.decide(lower, me.weight, self.capacities[queue])
+                if isinstance(truth, core_queue.Admitted):
+                    raise LostWakeup(
+                        f"client {c.cid} (w={me.weight}) sleeps though admissible in "
+                        f"{queue}: lower={[(e.key, e.weight, e.held) for e in lower]} "
+                        f"capacity={self.capacities[queue]}"
+                    )
+
+    def check_deadlock(self) -> None:
+        """Nothing is in flight, nobody holds a permit and every waiter's weights fit
+        its queues' capacities (one that does not rightly waits for an increase, and
+        holds back those behind it): the waiters wait for each other. (With one atomic
+        create per request the earliest waiter has nothing before it in any queue, so
+        check_quiescent finds it admissible first.)"""
+        if any(c.state == "holding" for c in self.clients):
+            return
+        stuck = [c for c in self.clients if c.state == "waiting" and c.keys and not c.events]
+        if any(w > self.capacities[q] for c in stuck for q, w in c.weights.items()):
+            return
+        if stuck:
+            raise Deadlock(
+                f"clients {[(c.cid, c.weights, sorted(c.admitted)) for c in stuck]} "
+                f"wait with no holder"
+            )
 
     def drain(self) -> None:
         while acts := self.internal_actions():
@@ -357,6 +524,7 @@ class Simulation:
                 break
             if not internal:
                 self.check_quiescent()
+                self.check_deadlock()
             pool: list[tuple[str, Client | None]] = [*internal, *internal, *external]
             self.do(*self.rng.choice(pool))
         # Wind down: let holders leave one by one; every waiter must get its turn.
@@ -371,8 +539,17 @@ class Simulation:
             elif holders:
                 self.do("release", self.rng.choice(holders))
             elif waiting:
-                raise LostWakeup(f"clients {[c.cid for c in waiting]} wait with no holder left")
+                raise Deadlock(
+                    f"clients {[(c.cid, c.weights, sorted(c.admitted)) for c in waiting]} "
+                    f"wait with no holder left"
+                )
             else:
                 break
             self.drain()
         assert not self.store, f"entries left behind: {sorted(self.store)}"
+
+
+def _queue_and_order(key: str) -> tuple[str, int]:
+    """A simulated entry key ``<queue>/k<order>``: its queue and its order."""
+    queue, _, order = key.rpartition("/k")
+    return queue, int(order)

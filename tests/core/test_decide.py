@@ -174,3 +174,30 @@ def test_a_partial_listing_never_admits_and_a_mark_can_complete_it() -> None:
     pos.armed("k9", EntryState(held=True, lower=("k8",)))
     assert not pos.truncated and not pos.stale
     assert pos.decision() == Admitted()
+
+
+def test_a_predecessor_gone_unseen_whose_admitted_view_is_known_needs_no_listing() -> None:
+    """10,000 waiters in one process, 1 ms holds: a waiter's predecessor is admitted and
+    gone before its mark is read, at nearly every grant. Their driver kept the view it
+    was admitted with (``EntryDeleted.admitted_view``, ``EntryState.left_view``): it
+    prunes ours as the mark would have, and what our truncated view left out (here k0,
+    a long holder) is taken from it: no fresh listing (on ZooKeeper, of the whole
+    queue) is needed."""
+    from semaphore_recipes._core.protocol import EntryDeleted, apply_event
+
+    lower = [Entry(f"k{i}", i, 1) for i in range(1000)]
+    unknown = QueuePosition(Entry("me", 2000, 1), lower, capacity=3)
+    apply_event(unknown, EntryDeleted("k999"))  # watched alone, gone unseen: no view
+    assert unknown.stale
+
+    admitted_with = (Entry("k0", 0, 1, held=True), Entry("k998", 998, 1))
+    for answer in ("event", "read"):
+        pos = QueuePosition(Entry("me", 2000, 1), lower, capacity=3)
+        assert pos.truncated and pos.decision() == Wait(watch=("k999",), head=False)
+        if answer == "event":  # the watch told us of its deletion
+            apply_event(pos, EntryDeleted("k999", admitted_view=admitted_with))
+        else:  # the read arming it found it gone
+            pos.armed("k999", EntryState(held=True, left_view=admitted_with))
+        assert not pos.stale and not pos.truncated
+        assert [e.key for e in pos.lower] == ["k0", "k998"]
+        assert pos.decision() == Admitted()  # 1 + 1 + 1 <= 3

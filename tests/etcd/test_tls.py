@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -120,13 +121,29 @@ def tls_etcd(tmp_path: Path) -> Iterator[tuple[Path, str]]:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    time.sleep(0.3)
     try:
+        _wait_listening(proc, client_port, tmp_path / "etcd.log")
         yield tmp_path, f"127.0.0.1:{client_port}"
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    """Until etcd accepts connections on ``port`` (its start takes longer on a busy machine)."""
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"etcd exited ({proc.returncode}): {log.read_text()[-2000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                tail = log.read_text()[-2000:]
+                raise AssertionError(f"etcd not listening in 30 s: {tail}") from exc
+            time.sleep(0.05)
 
 
 def test_etcd_over_tls_with_a_client_certificate(tls_etcd: tuple[Path, str]) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from semaphore_recipes.etcd.aio_client import AioEtcdClient
 from semaphore_recipes.etcd.aio_lease import AsyncLeaseKeeper
-from semaphore_recipes.etcd.errors import EtcdAuthError
+from semaphore_recipes.etcd.errors import EtcdAuthError, EtcdError
 from semaphore_recipes.etcd.ops import prefix_range_end
 from semaphore_recipes.etcd.rpc import Call, granted_lease
 from semaphore_recipes.etcd.watch import Event, Watcher
@@ -194,5 +194,29 @@ def test_a_cancelled_call_leaves_the_client_usable(etcd_server: EtcdServer, ns: 
             assert (await client.execute(Call.range(ns + "c"))).kvs[0].value == b"y"
         finally:
             await client.close()
+
+    run(main)
+
+
+def test_a_call_on_its_way_when_the_client_closes_ends_with_an_etcd_error(
+    scratch_server: EtcdServer,
+) -> None:
+    """Closing the channel cancels the calls on it; the task awaiting one hears the
+    close as an EtcdError, not as a CancelledError it never asked for."""
+
+    async def main() -> None:
+        client = AioEtcdClient([scratch_server.endpoint])
+        await client.execute(Call.range(b"/warm-up"))
+        scratch_server.pause()  # the next call gets no reply
+        try:
+            call = asyncio.ensure_future(client.execute(Call.range(b"/never-answered")))
+            await asyncio.sleep(0.3)
+            assert not call.done()
+            await client.close()
+            with pytest.raises(EtcdError, match="closed"):
+                await call
+            assert not call.cancelled()
+        finally:
+            scratch_server.resume()
 
     run(main)

@@ -83,3 +83,11 @@ def test_cut_needs_a_proxied_backend_and_cuts_only_it(
     harness.restore(proxied)
     held.release()
     wait_until(lambda: harness.entries("cut-one") == [], timeout=10)
+
+
+def test_the_backend_factory_keeps_the_url_parameters_when_it_sets_the_session_timeout(
+    zookeeper_backend: Any, zookeeper_url: str
+) -> None:
+    backend = zookeeper_backend(f"{zookeeper_url}&request_timeout=7", session_timeout=6)
+    assert backend.request_timeout == 7
+    assert backend.session_timeout == pytest.approx(6, abs=1)

@@ -3,6 +3,7 @@ contract suite's timer cannot aim inside an acquire that takes microseconds)."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,11 +12,13 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.backend import Waiter
 from semaphore_recipes.memory import MemoryBackend, MemoryStore
+from semaphore_recipes.memory.queue import MemoryQueue
 
 #: The store calls of an acquire's steps (enqueue, arm, relist, held mark). The calls of
 #: its cleanup are not interrupted: one Ctrl-C per acquire, as in the contract suite.
-STEP_CALLS = ("new_entry_key", "create_entry", "watch_entries", "entries", "mark_held")
+STEP_CALLS = ("new_entry_key", "create_entries", "watch_entries", "entries", "mark_held")
 
 
 @contextmanager
@@ -99,5 +102,83 @@ def test_an_interrupt_at_any_step_of_an_acquire_leaves_nothing_behind(
         holder.release()
         assert store.entry_paths() == []
         if seen[0] < call:  # this acquire made fewer step calls: each one was tried
+            break
+    assert interrupted == call - 1 >= 2
+
+
+def test_a_second_ctrl_c_during_the_cleanup_still_removes_the_entry(
+    memory_backend: Callable[..., MemoryBackend],
+) -> None:
+    """Ctrl-C ends a waiting acquire; a second one arrives as its cleanup begins (a user
+    pressing twice). The entry is still deleted; the second interrupt is raised after."""
+    assert threading.current_thread() is threading.main_thread()
+    backend, other = memory_backend(), memory_backend()
+    sem = backend.semaphore("twice", capacity=1)
+    holder = other.semaphore("twice", capacity=1).acquire()
+    real_abandon = MemoryQueue.abandon
+    abandons: list[int] = []
+
+    def abandon(self: MemoryQueue, waiter: Waiter) -> None:
+        if threading.current_thread() is threading.main_thread() and not abandons:
+            abandons.append(1)
+            signal.raise_signal(signal.SIGINT)  # its handler runs at the next bytecode
+        real_abandon(self, waiter)
+
+    main = threading.main_thread().ident
+    assert main is not None
+    first_ctrl_c = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+    MemoryQueue.abandon = abandon  # type: ignore[method-assign]
+    try:
+        first_ctrl_c.start()
+        with pytest.raises(KeyboardInterrupt):
+            sem.acquire(timeout=30)
+    finally:
+        first_ctrl_c.cancel()
+        MemoryQueue.abandon = real_abandon  # type: ignore[method-assign]
+    assert abandons == [1]
+    left = [e for e in backend.store.entry_paths() if not e.endswith(holder.key)]
+    assert left == [], "the interrupted cleanup left the entry behind"
+    holder.release()
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+@pytest.mark.parametrize("scenario", ["free", "full", "wait"])
+def test_an_interrupt_at_any_step_of_an_acquire_all_leaves_nothing_in_any_queue(
+    memory_backend: Callable[..., MemoryBackend], scenario: str, after: bool
+) -> None:
+    """The same for ``acquire_all`` over two semaphores, one of them held by another
+    backend: every entry of the request goes, in every queue."""
+    backend, other = memory_backend(), memory_backend()
+    capacity = 2 if scenario == "free" else 1
+    backend.semaphore("irq-a", capacity=capacity)
+    holder_sem = other.semaphore("irq-b", capacity=capacity)
+    store = backend.store
+    interrupted = 0
+    call = 0
+    while True:
+        call += 1
+        holder = holder_sem.acquire()
+
+        def armed(holder: sr.Permit = holder) -> None:
+            if scenario == "wait":
+                holder.release()
+
+        permit = None
+        with interrupt_at(call, after, armed) as seen:
+            try:
+                timeout = 0.05 if scenario == "full" else 5
+                permit = backend.acquire_all({"irq-a": 1, "irq-b": 1}, timeout=timeout)
+            except KeyboardInterrupt:
+                interrupted += 1
+            except sr.AcquireTimeout:
+                assert scenario == "full"
+        expected = (holder.state is sr.PermitState.HELD) + 2 * (permit is not None)
+        assert len(store.entry_paths()) == expected, (call, store.entry_paths())
+        if permit is not None:
+            assert permit.state is sr.PermitState.HELD
+            permit.release()
+        holder.release()
+        assert store.entry_paths() == []
+        if seen[0] < call:
             break
     assert interrupted == call - 1 >= 2

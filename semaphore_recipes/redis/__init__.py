@@ -1,0 +1,1 @@
+"""The Redis backend (``redis://``, ``rediss://``): needs the ``[redis]`` extra (redis-py)."""

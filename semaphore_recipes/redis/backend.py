@@ -1,0 +1,361 @@
+"""The Redis backend: ``redis://[user:password@]host:port[/db]?prefix=P`` (``rediss://``: TLS).
+
+A session is a lease key the backend renews (:mod:`.lease`); entries die with it. Each
+protocol step is one Lua script (:mod:`.scripts`) that decides admission on the server;
+waiters learn of their admission from the client's inbox (:mod:`.notifier`). The sync
+face runs the steps on ``redis``, the asyncio face on ``redis.asyncio``: the same
+programs (:mod:`.calls`). The lease keeper and the notifier are threads, with sync
+connections of their own, for both faces.
+
+On connection loss: held permits are SUSPENDED while the lease may still be alive,
+HELD again when a renewal works, LOST once a session timeout passed without one (the
+server has expired the lease, or will) or the lease is found gone; waiters then enter
+the queue again with a new lease. ``close()`` deletes the lease: the entries are dead at
+once, and the next holders are admitted at once.
+
+Honest limits (docs/operations.md): the guarantees hold with one primary writing an
+append-only file synced at every write. Under asynchronous replication a failover can
+lose recent grants and counter values; ``wait_replicas=N`` makes each acquire wait
+until N replicas have the grant (``WAIT``), which narrows that window but does not
+close it (Redis replication is not consensus).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import itertools
+import json
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Generator
+from typing import Any, cast
+
+import redis
+
+from ..backend import (
+    RESTORED,
+    SUSPENDED,
+    Backend,
+    Deadline,
+    ServiceURL,
+    SessionState,
+    default_owner,
+    session_lost,
+    validate_name,
+)
+from ..errors import BackendUnavailable, SemaphoreError
+from .calls import TRANSIENT, AsyncRunner, Pause, SyncRunner, call, translate
+from .lease import LeaseKeeper, new_lease_id
+from .notifier import Notifier
+from .params import DEFAULT_PORT, RedisParams
+from .queue import RedisQueue
+from .scripts import ScriptName
+
+log = logging.getLogger("semaphore_recipes.redis")
+
+__all__ = ["RedisBackend", "TlsRedisBackend"]
+
+
+class RedisBackend(Backend):
+    """Semaphores in one Redis server (its primary), over one lease."""
+
+    scheme = "redis"
+    default_port = DEFAULT_PORT
+    has_async_face = True
+
+    def __init__(self, params: RedisParams, *, owner: str | None = None) -> None:
+        super().__init__(owner=owner or default_owner(), request_timeout=params.request_timeout)
+        self.params = params
+        self.lease = new_lease_id()
+        self.sync = SyncRunner(params)
+        self.aio: AsyncRunner | None = None
+        self._queues: dict[str, weakref.WeakSet[RedisQueue]] = {}
+        self._state_lock = threading.Lock()
+        self._state = SessionState.CONNECTED
+        self._closed = False
+        self._reported_lost: str | None = None  # the lease whose end was told
+        self._background = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="semaphore-recipes-redis-bg"
+        )
+        self.keeper = LeaseKeeper(self, SyncRunner(params))
+        self.notifier = Notifier(self, SyncRunner(params))
+        self._ids = itertools.count()
+
+    # ---- made from a URL -------------------------------------------------------------------
+    @classmethod
+    def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> RedisBackend:
+        """A backend for a ``redis://`` or ``rediss://`` URL (params.py lists the
+        parameters): ValueError before any I/O, BackendUnavailable when the server does
+        not answer within ``connect_timeout``, AuthenticationFailed when it refuses."""
+        backend = cls(RedisParams.from_url(url), owner=owner)
+        try:
+            backend.keeper.create(
+                backend.lease, Deadline(backend.params.connect_timeout, time.monotonic)
+            )
+        except BaseException:
+            backend._shut()
+            raise
+        backend._start()
+        return backend
+
+    @classmethod
+    async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> RedisBackend:
+        backend = cls(RedisParams.from_url(url), owner=owner)
+        backend.aio = AsyncRunner(backend.params)
+        args = (
+            backend.params.prefix, "", backend.lease,
+            int(backend.params.session_timeout * 1000), backend.owner,
+        )  # fmt: skip
+        bound = Deadline(backend.params.connect_timeout, time.monotonic)
+        try:
+            await backend.aio.run(
+                call(ScriptName.NEW_LEASE, args, where=backend.describe(), bound=bound)
+            )
+        except BaseException:
+            backend._shut()
+            await backend.aio.close()
+            raise
+        backend._start()
+        return backend
+
+    def _start(self) -> None:
+        self.keeper.start()
+        self.notifier.start()
+        log.info("redis backend at %s: lease %s", self.describe(), self.lease)
+
+    # ---- running programs --------------------------------------------------------------------
+    def run(self, program: Generator[object, object, Any]) -> Any:
+        self._check_open()
+        return self.sync.run(program)
+
+    async def run_async(self, program: Generator[object, object, Any]) -> Any:
+        self._check_open()
+        assert self.aio is not None, "the asyncio face's calls need from_url_async"
+        return await self.aio.run(program)
+
+    def in_background(self, program: Callable[[], Generator[object, object, Any]]) -> None:
+        """Run ``program()`` on the background thread, tried again until it works or the
+        lease is over (a removal: the lease's end removes the entry anyway)."""
+        lease = self.lease
+
+        def attempt() -> None:
+            while not self._closed and self.lease == lease:
+                try:
+                    self.sync.run(program())
+                    return
+                except SemaphoreError as exc:
+                    log.info("redis background write failed (%s); trying again", exc)
+                    time.sleep(0.5)
+
+        with contextlib.suppress(RuntimeError):  # closed: the lease's end removes the rest
+            self._background.submit(attempt)
+
+    def await_new_lease(self, old: str, deadline: Deadline) -> Generator[object, object, None]:
+        """Wait (within ``deadline``) until the keeper replaced the lease ``old``."""
+        self.keeper.lease_gone()
+        while self.lease == old:
+            self._check_open()
+            if deadline.expired():
+                from ..errors import AcquireTimeout
+
+                raise AcquireTimeout(f"{self.describe()}: no new lease in time")
+            yield Pause(deadline.cap(0.05))
+
+    def queues(self, name: str | None = None) -> list[RedisQueue]:
+        """The open queues (of semaphore ``name``)."""
+        with self._state_lock:
+            if name is not None:
+                return list(self._queues.get(name, ()))
+            return [q for found in self._queues.values() for q in found]
+
+    def _new_queue(self, name: str) -> RedisQueue:
+        queue = RedisQueue(self, name)
+        with self._state_lock:
+            self._queues.setdefault(name, weakref.WeakSet()).add(queue)
+        return queue
+
+    def inbox_key(self) -> str:
+        return f"{self.params.prefix}:inbox:{self.lease}"
+
+    # ---- the session, as the keeper finds it -----------------------------------------------
+    def session_suspended(self) -> None:
+        with self._state_lock:
+            if self._state is not SessionState.CONNECTED:
+                return
+            self._state = SessionState.SUSPENDED
+        self.publish(SUSPENDED)
+
+    def session_restored(self) -> None:
+        with self._state_lock:
+            if self._state is not SessionState.SUSPENDED:
+                return
+            self._state = SessionState.CONNECTED
+        self.publish(RESTORED)
+
+    def session_ended(self, old: str, new: str | None, why: str) -> None:
+        """The lease ``old`` is over (``new`` replaces it, once made): permits are LOST,
+        waiters with entries of ``old`` enter the queue again."""
+        with self._state_lock:
+            tell = self._reported_lost != old
+            self._reported_lost = old
+            if new is not None:
+                self.lease = new
+                self._state = SessionState.CONNECTED
+            else:
+                self._state = SessionState.EXPIRED
+        if tell:
+            log.warning("redis lease %s ended: %s", old, why)
+            self.publish(session_lost(f"the redis lease ended: {why}"))
+            self.requeue_waiters(
+                lambda entry_id: entry_id is not None and entry_id.startswith(old + ".")
+            )
+        if new is not None:
+            log.info("redis backend at %s: new lease %s", self.describe(), new)
+
+    def check_holders(self, runner: SyncRunner) -> None:
+        """After a renewal: report watched holder entries that are gone."""
+        for queue in self.queues():
+
+            def exists(entry_id: str, token: int, queue: RedisQueue = queue) -> bool:
+                raw = runner.client.hget(queue.entries_key(), entry_id)
+                return raw is not None and json.loads(raw).get("t") == token
+
+            try:
+                queue.check_holders(exists)
+            except TRANSIENT:
+                return
+
+    # ---- Backend ---------------------------------------------------------------------------
+    def open_queue(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> RedisQueue:
+        queue = self._new_queue(name)
+        return self.run(queue.open(capacity, adopt_capacity=adopt_capacity, create=create))  # type: ignore[no-any-return]
+
+    async def open_queue_async(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> RedisQueue:
+        queue = self._new_queue(name)
+        return await self.run_async(  # type: ignore[no-any-return]
+            queue.open(capacity, adopt_capacity=adopt_capacity, create=create)
+        )
+
+    def describe(self) -> str:
+        tls = " (TLS)" if self.params.tls else ""
+        return f"redis at {self.params.address}/{self.params.db}{tls} (prefix {self.params.prefix})"
+
+    @property
+    def session_state(self) -> SessionState:
+        with self._state_lock:
+            return SessionState.CLOSED if self._closed else self._state
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendUnavailable(f"the backend of {self.describe()} is closed")
+
+    def read(self, key: str) -> bytes | None:
+        self._check_open()
+        try:
+            value = cast("bytes | None", self.sync.client.get(key))
+        except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
+            raise translate(exc, self.describe()) from exc
+        return value
+
+    async def read_async(self, key: str) -> bytes | None:
+        self._check_open()
+        assert self.aio is not None
+        try:
+            value = cast("bytes | None", await self.aio.client.get(key))
+        except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
+            raise translate(exc, self.describe()) from exc
+        return value
+
+    def data_key(self, semaphore: str, name: str = "data") -> str:
+        return f"{self.params.prefix}:s:{validate_name(semaphore)}:d:{validate_name(name)}"
+
+    def delete_semaphore(self, name: str) -> None:
+        validate_name(name)
+        self._check_open()
+        try:
+            pattern = f"{self.params.prefix}:s:{name}:d:*"
+            for key in self.sync.client.scan_iter(match=pattern, count=500):
+                self.sync.client.delete(key)
+        except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
+            raise translate(exc, self.describe()) from exc
+        bound = Deadline(self.request_timeout, time.monotonic)
+        self.run(call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
+                      where=self.describe(), bound=bound))  # fmt: skip
+
+    async def delete_semaphore_async(self, name: str) -> None:
+        validate_name(name)
+        self._check_open()
+        assert self.aio is not None
+        try:
+            pattern = f"{self.params.prefix}:s:{name}:d:*"
+            async for key in self.aio.client.scan_iter(match=pattern, count=500):
+                await self.aio.client.delete(key)
+        except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
+            raise translate(exc, self.describe()) from exc
+        bound = Deadline(self.request_timeout, time.monotonic)
+        await self.run_async(call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
+                                  where=self.describe(), bound=bound))  # fmt: skip
+
+    def _end_lease(self) -> Generator[object, object, None]:
+        """Delete the lease (our entries are dead at once), then let each open queue
+        admit the entries that now fit."""
+        bound = Deadline(self.request_timeout, time.monotonic)
+        prefix = self.params.prefix
+        yield from call(ScriptName.END_LEASE, (prefix, "", self.lease),
+                        where=self.describe(), bound=bound)  # fmt: skip
+        for name in {q.name for q in self.queues()}:
+            yield from call(ScriptName.REMOVE, (prefix, name, "", self.lease),
+                            where=self.describe(), bound=bound)  # fmt: skip
+
+    def _closing(self) -> bool:
+        with self._state_lock:
+            if self._closed:
+                return False
+            self._closed = True
+        return True
+
+    def close(self) -> None:
+        """Delete the lease (the entries go with it; waiters of others are admitted at
+        once) and stop the threads; idempotent. Within the request timeout: when the
+        server does not answer, the lease expires after the session timeout."""
+        if not self._closing():
+            return
+        try:
+            self.sync.run(self._end_lease())
+        except SemaphoreError as exc:
+            log.warning("redis backend at %s: closing: %s", self.describe(), exc)
+        self._shut()
+        self.fail("the redis backend was closed")
+
+    async def close_async(self) -> None:
+        if not self._closing():
+            return
+        assert self.aio is not None
+        try:
+            await self.aio.run(self._end_lease())
+        except SemaphoreError as exc:
+            log.warning("redis backend at %s: closing: %s", self.describe(), exc)
+        self._shut()
+        await self.aio.close()
+        self.fail("the redis backend was closed")
+
+    def _shut(self) -> None:
+        self._closed = True
+        self.keeper.stop()
+        self.notifier.stop()
+        self._background.shutdown(wait=False, cancel_futures=True)
+        for runner in (self.sync, self.keeper.runner, self.notifier.runner):
+            runner.close()
+
+
+class TlsRedisBackend(RedisBackend):
+    """``rediss://``: the same backend, over TLS (``ca``, ``cert``, ``key``)."""
+
+    scheme = "rediss"

@@ -1,0 +1,175 @@
+"""Script calls as values, and the two runners that make them: one program, two faces.
+
+A Redis program (``_core.program``) yields :class:`Eval` (run a script of
+:mod:`.scripts`) or :class:`Pause` (wait before trying again) and receives the reply,
+or has the client's exception thrown in. :class:`SyncRunner` answers on a ``redis.Redis``
+(blocking), :class:`AsyncRunner` on a ``redis.asyncio.Redis`` (awaited). :func:`call` is
+the one retry policy: a connection error is tried again within the bound, then becomes
+BackendUnavailable (AcquireTimeout for a waiting acquire's deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ..backend import Deadline, run_program, run_program_async
+from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
+from .params import RedisParams
+from .scripts import SCRIPTS, ScriptName
+
+__all__ = ["AsyncRunner", "Eval", "Pause", "SyncRunner", "call", "translate"]
+
+#: how long a failed call waits before it is sent again
+RETRY_PAUSE = 0.1
+Arg = str | int | float | bytes
+
+
+@dataclass(frozen=True)
+class Eval:
+    """Run script ``name`` with ``args`` (the prefix first: see :mod:`.scripts`).
+
+    With ``replicas``, ``WAIT replicas wait_ms`` follows on the same connection, and the
+    answer is ``(reply, replicas that acknowledged)``: every write the server made
+    before the script's, and the script's, reached that many replicas."""
+
+    name: ScriptName
+    args: tuple[Arg, ...]
+    replicas: int = 0
+    wait_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Wait ``seconds`` (before sending a call again)."""
+
+    seconds: float
+
+
+TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+def translate(exc: BaseException, where: str, user: str | None = None) -> BaseException:
+    """The library's error for a redis-py one (the caller raises it ``from`` it);
+    ``user`` is the URL's (None: the default user)."""
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        return AuthenticationFailed("redis", user, where, str(exc))
+    text = str(exc)
+    if isinstance(exc, redis.exceptions.NoPermissionError) or (
+        "NOPERM" in text or "can't run this command" in text  # (inside a script)
+    ):
+        return PermissionDenied("redis", user, where, str(exc))
+    return BackendUnavailable(f"{where}: {exc}")
+
+
+def call(
+    name: ScriptName,
+    args: tuple[Arg, ...],
+    *,
+    where: str,
+    bound: Deadline,
+    waiting: bool = False,
+    retry: bool = True,
+    user: str | None = None,
+    replicas: int = 0,
+    max_wait: float = 0.0,
+) -> Generator[object, object, Any]:
+    """Run one script, sent again after a connection error until ``bound`` passes
+    (scripts are written so that a second run after a lost reply does no harm; a
+    fenced commit is not, and passes ``retry=False``). With ``replicas``, a WAIT for
+    them follows on the same connection, for at most half of ``max_wait`` (the request
+    timeout) and of the time left. When the bound passes:
+    AcquireTimeout if it is a waiting acquire's deadline (``waiting``), else
+    BackendUnavailable."""
+    while True:
+        try:
+            # (half the time left: the WAIT's reply must beat the socket's timeout)
+            wait_ms = (int(bound.cap(max_wait) * 500) or 1) if replicas else 0
+            return (yield Eval(name, args, replicas, wait_ms))
+        except TRANSIENT as exc:
+            if (
+                not retry
+                or bound.expired()
+                or isinstance(exc, redis.exceptions.AuthenticationError)
+            ):
+                if waiting and not isinstance(exc, redis.exceptions.AuthenticationError):
+                    raise AcquireTimeout(f"{where}: unreachable ({exc})") from exc
+                raise translate(exc, where, user) from exc
+            yield Pause(bound.cap(RETRY_PAUSE))
+        except redis.exceptions.ResponseError as exc:
+            raise translate(exc, where, user) from exc
+
+
+def no_retries() -> Retry:
+    """The client's own retries are off: :func:`call` decides what is sent again."""
+    return Retry(NoBackoff(), 0)
+
+
+class SyncRunner:
+    """Runs programs on a blocking ``redis.Redis``."""
+
+    def __init__(self, params: RedisParams) -> None:
+        self.client = redis.Redis(**params.client_options(), retry=no_retries())  # type: ignore[arg-type]
+        self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
+
+    def run(self, program: Generator[object, object, Any]) -> Any:
+        return run_program(program, self._answer)
+
+    def _answer(self, pending: object) -> object:
+        if isinstance(pending, Eval):
+            if not pending.replicas:
+                script = self._scripts[pending.name]
+                try:  # (EVALSHA itself: the Script object's checks cost each call more)
+                    return self.client.evalsha(script.sha, 0, *pending.args)
+                except redis.exceptions.NoScriptError:  # a restarted server: load, run
+                    return script(args=pending.args)
+            with self.client.pipeline(transaction=False) as pipe:  # one connection
+                self._scripts[pending.name](args=list(pending.args), client=pipe)
+                pipe.wait(pending.replicas, pending.wait_ms)
+                reply, acknowledged = pipe.execute()
+            return reply, acknowledged
+        assert isinstance(pending, Pause)
+        time.sleep(pending.seconds)
+        return None
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class AsyncRunner:
+    """Runs programs on a ``redis.asyncio.Redis``, awaited (the asyncio face)."""
+
+    def __init__(self, params: RedisParams) -> None:
+        self.client = redis.asyncio.Redis(
+            **params.client_options(),  # type: ignore[arg-type]
+            retry=AsyncRetry(NoBackoff(), 0),
+        )
+        self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
+
+    async def run(self, program: Generator[object, object, Any]) -> Any:
+        return await run_program_async(program, self._answer)
+
+    async def _answer(self, pending: object) -> object:
+        if isinstance(pending, Eval):
+            if not pending.replicas:
+                return await self._scripts[pending.name](args=list(pending.args))
+            async with self.client.pipeline(transaction=False) as pipe:  # one connection
+                await self._scripts[pending.name](args=list(pending.args), client=pipe)
+                pipe.wait(pending.replicas, pending.wait_ms)
+                reply, acknowledged = await pipe.execute()
+            return reply, acknowledged
+        assert isinstance(pending, Pause)
+        await asyncio.sleep(pending.seconds)
+        return None
+
+    async def close(self) -> None:
+        await self.client.aclose()

@@ -1,0 +1,162 @@
+"""What a ``redis://`` or ``rediss://`` URL says, checked before any I/O.
+
+``redis://[user:password@]host[:port][/db]?prefix=P&session_timeout=S`` and
+``rediss://`` (TLS, with ``ca``, ``cert``, ``key`` as for etcd). The parameters are
+listed in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from ..backend import ServiceURL
+from ..errors import InvalidName
+
+__all__ = ["DEFAULT_PORT", "DEFAULT_PREFIX", "URL_PARAMETERS", "RedisParams"]
+
+DEFAULT_PORT = 6379
+DEFAULT_PREFIX = "semaphore_recipes"
+DEFAULT_SESSION_TIMEOUT = 10.0
+#: a lease renewed every third of its TTL must survive a scheduling hiccup
+MIN_SESSION_TIMEOUT = 1.0
+URL_PARAMETERS = frozenset(
+    {
+        "prefix",
+        "session_timeout",
+        "connect_timeout",
+        "request_timeout",
+        "ca",
+        "cert",
+        "key",
+        "wait_replicas",
+    }
+)
+_PREFIX = re.compile(r"[A-Za-z0-9._/-]{1,128}")
+_HOST = re.compile(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]")
+
+
+@dataclass(frozen=True)
+class RedisParams:
+    """A parsed Redis URL: where the server is, who we are, and the backend's settings."""
+
+    host: str
+    port: int
+    db: int
+    username: str | None
+    password: str | None
+    tls: bool
+    ca: str | None
+    cert: str | None
+    key: str | None
+    prefix: str
+    session_timeout: float
+    connect_timeout: float
+    request_timeout: float
+    #: replicas that must acknowledge a grant before acquire returns (``WAIT``); 0: none
+    wait_replicas: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def from_url(cls, url: ServiceURL) -> RedisParams:
+        """ValueError (InvalidName for a bad prefix) naming what is wrong; no I/O."""
+        unknown = sorted(set(url.params) - URL_PARAMETERS)
+        if unknown:
+            raise ValueError(
+                f"redis URL parameter(s) {', '.join(unknown)} not understood; "
+                f"known: {', '.join(sorted(URL_PARAMETERS))}"
+            )
+        tls = url.scheme == "rediss"
+        if not tls and any(p in url.params for p in ("ca", "cert", "key")):
+            raise ValueError("ca, cert and key are TLS parameters: use a rediss:// URL")
+        if ("cert" in url.params) != ("key" in url.params):
+            raise ValueError("a client certificate needs both cert and key")
+        userinfo, _, hostport = url.netloc.rpartition("@")
+        username: str | None = None
+        password: str | None = None
+        if userinfo:
+            user, sep, secret = userinfo.partition(":")
+            username = unquote(user) or None
+            password = unquote(secret) if sep else None
+        if "," in hostport:
+            raise ValueError("a redis URL names one server (the primary)")
+        host, port = _host_port(hostport)
+        db = 0
+        if url.path:
+            try:
+                db = int(url.path.strip("/"))
+            except ValueError:
+                raise ValueError(f"redis URL path {url.path!r} is not a database number") from None
+            if db < 0:
+                raise ValueError(f"redis database {db} is negative")
+        prefix = url.params.get("prefix", DEFAULT_PREFIX)
+        if not _PREFIX.fullmatch(prefix):
+            raise InvalidName(
+                f"invalid redis key prefix {prefix!r}: up to 128 characters from "
+                "A-Z a-z 0-9 . _ / -"
+            )
+        raw_replicas = url.params.get("wait_replicas", "0")
+        try:
+            wait_replicas = int(raw_replicas)
+        except ValueError:
+            raise ValueError(f"wait_replicas={raw_replicas!r} is not a number") from None
+        if not 0 <= wait_replicas <= 100:
+            raise ValueError(f"wait_replicas={wait_replicas} must be between 0 and 100")
+        return cls(
+            host=host,
+            port=port,
+            db=db,
+            username=username,
+            password=password,
+            tls=tls,
+            ca=url.params.get("ca"),
+            cert=url.params.get("cert"),
+            key=url.params.get("key"),
+            prefix=prefix,
+            session_timeout=url.seconds_param(
+                "session_timeout", DEFAULT_SESSION_TIMEOUT, minimum=MIN_SESSION_TIMEOUT
+            ),
+            connect_timeout=url.connect_timeout(),
+            request_timeout=url.request_timeout(),
+            wait_replicas=wait_replicas,
+        )
+
+    def client_options(self) -> dict[str, object]:
+        """Keyword arguments of ``redis.Redis`` / ``redis.asyncio.Redis``: no retries of
+        the client's own (the programs decide what may be sent again), every call
+        bounded by the request timeout."""
+        options: dict[str, object] = dict(
+            host=self.host,
+            port=self.port,
+            db=self.db,
+            username=self.username,
+            password=self.password,
+            socket_timeout=self.request_timeout,
+            socket_connect_timeout=self.connect_timeout,
+        )
+        if self.tls:
+            options.update(
+                ssl=True, ssl_ca_certs=self.ca, ssl_certfile=self.cert, ssl_keyfile=self.key
+            )
+        return options
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    if not text:
+        raise ValueError("a redis URL names a host (redis://host:6379)")
+    host, sep, port_s = text.rpartition(":")
+    if not sep or host.endswith(":") or ("[" in text and not host.endswith("]")):
+        host, port_s = text, str(DEFAULT_PORT)
+    if not _HOST.fullmatch(host):
+        raise ValueError(f"bad redis host {host!r}")
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ValueError(f"bad redis port {port_s!r}") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"redis port {port} out of range")
+    return host.strip("[]"), port

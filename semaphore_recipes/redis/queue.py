@@ -1,0 +1,512 @@
+"""One semaphore's queue on Redis: the protocol steps as scripts the server decides.
+
+Admission is decided by the scripts (:mod:`.scripts`), atomically, at every change of
+the queue: an enqueue that fits is admitted in its own round trip, and a release or a
+capacity increase admits exactly the waiters that now fit and pushes one message to
+each one's client. The core protocol (``_core.protocol``) still drives every acquire;
+what this driver tells it is the server's decision:
+
+* an answer (enqueue, relist) lists the live entries that stand before ours, or none
+  once the server admitted us;
+* the admission message empties that view (``EntryDeleted`` for every entry it holds,
+  oldest first), and the core finds itself admitted;
+* ``arm`` reads nothing: the server's message is the watch (its answer is what the last
+  listing said). A waiter that hears nothing looks again (the ``CHECK`` script) when the
+  lease it depends on would expire: a crashed holder is noticed within the session
+  timeout and a little.
+
+The held mark is the script's (``write_mark`` writes nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..backend import (
+    Deadline,
+    Enqueued,
+    Entry,
+    EntryData,
+    EntryDeleted,
+    EntryMarked,
+    EntryState,
+    EntryStatus,
+    QueueDriver,
+    SessionLost,
+    Status,
+    Waiter,
+    nearest_needed,
+    split_queue,
+    validate_capacity,
+)
+from ..errors import BackendUnavailable, CapacityMismatch, SemaphoreError, SemaphoreNotFound
+from .calls import Arg, call
+from .scripts import ScriptName
+from .transaction import RedisFencedTransaction
+
+if TYPE_CHECKING:
+    from .backend import RedisBackend
+
+log = logging.getLogger("semaphore_recipes.redis")
+
+#: a look after the lease a waiter depends on would have expired comes this much later
+CHECK_MARGIN = 0.05
+
+
+@dataclass
+class _Route:
+    """A waiting entry of ours: where its admission message goes, and what its core
+    was told stands before it (key -> held), oldest first."""
+
+    waiter: Waiter
+    generation: int
+    listing: dict[str, bool] = field(default_factory=dict)
+    admitted: bool = False
+    complete: bool = True  #: the listing held every live entry before ours
+
+
+@dataclass(frozen=True)
+class _View:
+    """A script's reply about one entry (see ``view`` in :mod:`.scripts`)."""
+
+    order: int
+    held: bool
+    capacity: int
+    version: int
+    later: bool
+    complete: bool
+    check_in: float | None  # seconds, None: nothing to time
+    lower: tuple[Entry, ...]
+
+    @classmethod
+    def parse(cls, reply: Sequence[Any]) -> _View:
+        lower = tuple(
+            Entry(key=_text(reply[i]), order=int(reply[i + 1]), weight=int(reply[i + 2]),
+                  held=bool(int(reply[i + 3])))
+            for i in range(7, len(reply), 4)
+        )  # fmt: skip
+        check_in = int(reply[6])
+        return cls(
+            order=int(reply[0]),
+            held=bool(int(reply[1])),
+            capacity=int(reply[2]),
+            version=int(reply[3]),
+            later=bool(int(reply[4])),
+            complete=bool(int(reply[5])),
+            check_in=check_in / 1000 if check_in >= 0 else None,
+            lower=lower,
+        )
+
+
+def _cancels() -> int:
+    """How many cancellations of the current task are pending (Python 3.11+; 0 before:
+    there a swallowed cancellation goes unnoticed until the acquire's deadline)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return int(cancelling()) if cancelling is not None else 0
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _lost(reply: object) -> bool:
+    return isinstance(reply, list) and len(reply) == 1 and reply[0] == b"lost"
+
+
+class RedisQueue(QueueDriver):
+    backend: RedisBackend
+
+    def __init__(self, backend: RedisBackend, name: str) -> None:
+        super().__init__(name, backend)
+        self.prefix = backend.params.prefix
+        # (made once: every script call sends them first, and names them in its errors)
+        self._head = (self.prefix.encode(), name.encode())
+        self._where = f"semaphore {name!r} on {backend.describe()}"
+        self._routes: dict[str, _Route] = {}
+        self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
+        self._counter = itertools.count(1)
+        self._sweeps: set[asyncio.Task[None]] = set()
+
+    def _args(self, *rest: Arg) -> tuple[Arg, ...]:
+        return (*self._head, *rest)
+
+    def _run_script(
+        self,
+        name: ScriptName,
+        *rest: Arg,
+        deadline: Deadline | None = None,
+        retry: bool = True,
+        replicas: int = 0,
+    ) -> Generator[object, object, Any]:
+        bound = deadline or Deadline(self.request_timeout, time.monotonic)
+        return call(
+            name,
+            self._args(*rest),
+            where=self._where,
+            bound=bound,
+            waiting=deadline is not None,
+            retry=retry,
+            user=self.backend.params.username,
+            replicas=replicas,
+            max_wait=self.request_timeout,
+        )
+
+    def entries_key(self) -> str:
+        """The hash of this semaphore's entries (status tools, the test harness)."""
+        return f"{self.prefix}:s:{self.name}:e"
+
+    # ---- opening and capacity ----------------------------------------------------------
+    def open(
+        self, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> Generator[object, object, RedisQueue]:
+        requested = capacity if create and capacity else ""
+        reply = yield from self._run_script(ScriptName.OPEN, requested, self.backend.lease)
+        if not reply:
+            raise SemaphoreNotFound(self.name, self.backend.describe())
+        stored, version = int(reply[0]), int(reply[1])
+        self.apply_capacity(stored, version)
+        if capacity is not None and stored != capacity and not adopt_capacity:
+            raise CapacityMismatch(self.name, capacity, stored)
+        return self
+
+    def set_capacity(self, capacity: int) -> None:
+        validate_capacity(capacity)
+        self.backend.run(self._set_capacity(capacity))
+
+    async def set_capacity_async(self, capacity: int) -> None:
+        validate_capacity(capacity)
+        await self.backend.run_async(self._set_capacity(capacity))
+
+    def _set_capacity(self, capacity: int) -> Generator[object, object, None]:
+        version = yield from self._run_script(ScriptName.SET_CAPACITY, capacity)
+        self.apply_capacity(capacity, int(version))
+
+    # ---- the protocol steps ------------------------------------------------------------
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        return self.backend.run(self._enqueue(waiter, deadline))  # type: ignore[no-any-return]
+
+    async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+        cancels = _cancels()
+        enqueued = await self.backend.run_async(self._enqueue(waiter, deadline))
+        if _cancels() > cancels:
+            # redis.asyncio can answer a call whose task was cancelled meanwhile (the
+            # request was on the wire): the acquire must still end, and remove its entry
+            raise asyncio.CancelledError
+        return enqueued  # type: ignore[no-any-return]
+
+    def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
+        self._drop_route(waiter.entry_id)
+        while True:
+            # A generation per attempt: a lease this attempt gave up on is reported to
+            # the attempt that made an entry with it, not to this one.
+            generation = waiter.new_generation()
+            lease = self.backend.lease
+            entry_id = f"{lease}.{self.name}.{next(self._counter)}"
+            with self._lock:
+                self._routes[entry_id] = _Route(waiter, generation)
+            waiter.creating(entry_id)  # before the create: an interrupted acquire finds it
+            capacity, _ = self.capacity_answer()
+            replicas = self.backend.params.wait_replicas
+            reply = yield from self._run_script(
+                ScriptName.ENQUEUE,
+                entry_id,
+                lease,
+                waiter.weight,
+                waiter.owner,
+                nearest_needed(capacity),
+                capacity,
+                deadline=deadline,
+                replicas=replicas,
+            )
+            acknowledged = replicas
+            if replicas:
+                reply, acknowledged = reply
+            if _lost(reply):  # our lease expired: the keeper makes a new one
+                self._drop_route(entry_id)
+                yield from self.backend.await_new_lease(lease, deadline)
+                continue
+            view = _View.parse(reply)
+            waiter.created(entry_id, view.order)
+            if view.held and acknowledged < replicas:  # the face's cleanup removes it
+                raise self.unreplicated(acknowledged)
+            lower, admitted = self._told(entry_id, view)
+            self.apply_capacity(view.capacity, view.version)
+            if admitted:
+                capacity, version = view.capacity, view.version
+            else:
+                capacity, version = self.capacity_answer()
+            return Enqueued(
+                me=Entry(key=entry_id, order=view.order, weight=waiter.weight),
+                lower=lower,
+                capacity=capacity,
+                later_entries=view.later,
+                capacity_version=version,
+                lower_complete=view.complete or admitted,
+            )
+
+    def _told(self, entry_id: str, view: _View) -> tuple[tuple[Entry, ...], bool]:
+        """What the core is told stands before ``entry_id`` (nothing once admitted: by
+        this reply, or by a message that overtook it), and whether it is admitted; a
+        waiter gets its look timed."""
+        with self._lock:
+            route = self._routes.get(entry_id)
+            admitted = view.held or (route is not None and route.admitted)
+            lower = () if admitted else view.lower
+            if route is not None:
+                route.listing = {e.key: e.held for e in lower}
+                route.admitted = admitted
+                route.complete = view.complete
+        if not admitted and view.check_in is not None:
+            self.backend.notifier.schedule(self, entry_id, view.check_in + CHECK_MARGIN)
+        return lower, admitted
+
+    def arm(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Mapping[str, EntryState | None] | SessionLost:
+        return self._armed(waiter, keys)
+
+    async def arm_async(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Mapping[str, EntryState | None] | SessionLost:
+        return self._armed(waiter, keys)
+
+    def _armed(self, waiter: Waiter, keys: tuple[str, ...]) -> Mapping[str, EntryState | None]:
+        # No read: the server's admission message is the watch; until it comes, what
+        # stands before us is what the last listing said (an entry gone since then is
+        # counted by the server, never by us: we can only under-admit).
+        with self._lock:
+            route = self._routes.get(waiter.entry_id or "")
+            listing = dict(route.listing) if route is not None else {}
+        return {key: EntryState(held=listing.get(key, False)) for key in keys}
+
+    def relist(self, waiter: Waiter, deadline: Deadline) -> Sequence[Entry] | SessionLost:
+        return self.backend.run(self._relist(waiter, deadline))  # type: ignore[no-any-return]
+
+    async def relist_async(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> Sequence[Entry] | SessionLost:
+        cancels = _cancels()
+        listing = await self.backend.run_async(self._relist(waiter, deadline))
+        if _cancels() > cancels:  # (as in enqueue_async)
+            raise asyncio.CancelledError
+        return listing  # type: ignore[no-any-return]
+
+    def _relist(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> Generator[object, object, Sequence[Entry] | SessionLost]:
+        entry_id = waiter.key
+        assert entry_id is not None
+        reply = yield from self._run_script(ScriptName.RELIST, entry_id, deadline=deadline)
+        if _lost(reply):
+            return SessionLost()
+        view = _View.parse(reply)
+        lower, _ = self._told(entry_id, view)
+        self.apply_capacity(view.capacity, view.version)
+        return list(lower)
+
+    def write_mark(
+        self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
+    ) -> None:
+        self.forget_mark(key)  # the script that admitted the entry marked it held
+
+    # ---- what the server tells us (the notifier's thread) ----------------------------------
+    def unreplicated(self, acknowledged: int) -> BackendUnavailable:
+        """The error of a grant that too few replicas acknowledged (``wait_replicas``)."""
+        replicas = self.backend.params.wait_replicas
+        return BackendUnavailable(
+            f"semaphore {self.name!r}: the grant reached {acknowledged} of the "
+            f"{replicas} replica(s) wait_replicas asks for; not granted"
+        )
+
+    def admitted(
+        self, entry_id: str, capacity: int, version: int, acknowledged: int | None = None
+    ) -> None:
+        """The server admitted our entry ``entry_id`` under ``capacity``: the core's view
+        is emptied, oldest first (a view emptied from its end would look stale). With
+        ``wait_replicas``, ``acknowledged`` replicas have the grant: too few, and the
+        acquire ends with BackendUnavailable (its cleanup removes the entry)."""
+        self.apply_capacity(capacity, version)
+        with self._lock:
+            route = self._routes.get(entry_id)
+            if route is None or route.admitted:
+                return
+            route.admitted = True
+            keys, route.listing = list(route.listing), {}
+        if acknowledged is not None and acknowledged < self.backend.params.wait_replicas:
+            reason = str(self.unreplicated(acknowledged))
+            route.waiter.post_backend_failed(reason)
+            return
+        if keys and not route.complete:
+            # A view of the nearest entries only: told that its predecessor counted all
+            # the rest when admitted, the core knows what it left out is gone (else it
+            # would list afresh, one more script per grant far back in a long queue).
+            route.waiter.post(route.generation, EntryMarked(keys[-1], tuple(keys[:-1])))
+        for key in keys:
+            route.waiter.post(route.generation, EntryDeleted(key))
+
+    def deleted(self, entry_id: str) -> None:
+        """Someone else removed our entry ``entry_id``."""
+        with self._lock:
+            watch = self._holder_watches.pop(entry_id, None)
+        if watch is not None:
+            watch[1]("the entry was deleted by another client")
+
+    def check(self, entry_id: str) -> Generator[object, object, None]:
+        """A waiter's timed look (the notifier runs it): admits what fits, drops a dead
+        predecessor, and times the next look."""
+        with self._lock:
+            route = self._routes.get(entry_id)
+            if route is None or route.admitted:
+                return
+        reply = yield from self._run_script(ScriptName.CHECK, entry_id)
+        if reply[0] == b"wait" and int(reply[1]) >= 0:
+            delay = int(reply[1]) / 1000 + CHECK_MARGIN
+            self.backend.notifier.schedule(self, entry_id, delay)
+
+    def waiting_entries(self) -> list[str]:
+        """Our entries still waiting for their admission (looked at after a reconnect)."""
+        with self._lock:
+            return [k for k, r in self._routes.items() if not r.admitted]
+
+    def check_holders(self, exists: Callable[[str, int], bool]) -> None:
+        """Report each watched holder entry that is gone (``exists(id, token)``)."""
+        with self._lock:
+            watches = list(self._holder_watches.items())
+        for key, (token, on_lost) in watches:
+            if not exists(key, token):
+                with self._lock:
+                    found = self._holder_watches.pop(key, None)
+                if found is not None:
+                    on_lost("the entry is gone (deleted, or its lease expired)")
+
+    # ---- leaving -------------------------------------------------------------------------
+    def unregister(self, waiter: Waiter) -> None:
+        super().unregister(waiter)
+        self._drop_route(waiter.entry_id)
+
+    def _drop_route(self, entry_id: str | None) -> None:
+        if entry_id is not None:
+            with self._lock:
+                self._routes.pop(entry_id, None)
+
+    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
+        with self._lock:
+            self._holder_watches[key] = (token, on_lost)
+
+    def _removal(self, key: str, sweep: bool = True) -> Generator[object, object, None]:
+        self.forget_mark(key)
+        with self._lock:
+            self._holder_watches.pop(key, None)
+            self._routes.pop(key, None)
+        yield from self._run_script(
+            ScriptName.REMOVE, key, self.backend.lease, "" if sweep else "later"
+        )
+
+    def _sweep(self) -> Generator[object, object, None]:
+        yield from self._run_script(ScriptName.REMOVE, "", self.backend.lease)
+
+    def remove(self, key: str) -> None:
+        try:
+            self.backend.run(self._removal(key))
+        except BackendUnavailable as exc:
+            log.warning("semaphore %r: removing %s failed (%s); retrying", self.name, key, exc)
+            self.backend.in_background(lambda: self._removal(key))
+
+    def abandon(self, waiter: Waiter) -> None:
+        key = waiter.key or waiter.entry_id  # the id is chosen before the create
+        if key is not None:
+            self.remove(key)
+
+    def abandon_nowait(self, waiter: Waiter) -> None:
+        key = waiter.key or waiter.entry_id
+        if key is not None:
+            self.backend.in_background(lambda: self._removal(key))
+
+    async def abandon_async(self, waiter: Waiter) -> None:
+        """The entry goes first, and the waiters it held back are admitted by a script
+        of its own, sent once this acquire has ended: the other backends' successors
+        hear of a deletion after its reply on the same connection, and a successor in
+        this process must likewise find the cancelled acquire over (their admission
+        message comes on another connection, and could overtake the reply)."""
+        key = waiter.key or waiter.entry_id
+        if key is None:
+            return
+        try:
+            await self.backend.run_async(self._removal(key, sweep=False))
+        except asyncio.CancelledError:
+            self.backend.in_background(lambda: self._removal(key))
+            raise
+        except BackendUnavailable as exc:
+            log.warning("semaphore %r: removing %s failed (%s); retrying", self.name, key, exc)
+            self.backend.in_background(lambda: self._removal(key))
+            return
+        asyncio.get_running_loop().call_soon(self._sweep_soon)
+
+    def _sweep_soon(self) -> None:
+        """(On the loop, after the acquire that abandoned its entry has ended.)"""
+
+        async def sweep() -> None:
+            try:
+                await self.backend.run_async(self._sweep())
+            except SemaphoreError:  # the next script or a waiter's timed look sweeps
+                self.backend.in_background(self._sweep)
+
+        task = asyncio.get_running_loop().create_task(sweep())
+        self._sweeps.add(task)  # (a task nobody holds may be collected mid-way)
+        task.add_done_callback(self._sweeps.discard)
+
+    async def remove_async(self, key: str) -> None:
+        try:
+            await self.backend.run_async(self._removal(key))
+        except asyncio.CancelledError:
+            # the call may or may not have been applied: a removal repeats harmlessly
+            self.backend.in_background(lambda: self._removal(key))
+            raise
+        except BackendUnavailable as exc:
+            log.warning("semaphore %r: removing %s failed (%s); retrying", self.name, key, exc)
+            self.backend.in_background(lambda: self._removal(key))
+
+    # ---- reading and fencing -----------------------------------------------------------------
+    def status(self) -> Status:
+        return self.backend.run(self._status())  # type: ignore[no-any-return]
+
+    async def status_async(self) -> Status:
+        return await self.backend.run_async(self._status())  # type: ignore[no-any-return]
+
+    def _status(self) -> Generator[object, object, Status]:
+        reply = yield from self._run_script(ScriptName.STATUS)
+        if not reply:  # deleted: as etcd does, the capacity we knew
+            return split_queue(self.name, self.capacity, [])
+        self.apply_capacity(int(reply[0]), int(reply[1]))
+        rows = [
+            EntryStatus(
+                _text(reply[i]),
+                _text(reply[i + 1]),
+                int(reply[i + 2]),
+                int(reply[i + 3]),
+                bool(int(reply[i + 4])),
+                float(reply[i + 5]),
+            )
+            for i in range(2, len(reply), 6)
+        ]
+        return split_queue(self.name, int(reply[0]), rows)
+
+    def transaction(self, key: str, token: int) -> RedisFencedTransaction:
+        return RedisFencedTransaction(self, key, token)
+
+
+def decode_message(raw: bytes) -> dict[str, Any] | None:
+    """A message of the inbox (see :mod:`.scripts`), or None if unreadable."""
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None

@@ -1,0 +1,362 @@
+"""The Lua scripts: every step of the protocol is one of them, one atomic round trip.
+
+Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md section 3):
+
+``P:seq``
+    the store-wide counter (``INCR``): every entry's order and fencing token, and every
+    capacity version, so both only grow, across semaphores and their deletion.
+``P:lease:<lease>``
+    one client's lease, a key with a TTL of its session timeout that the client renews;
+    an entry whose lease key is gone is dead for every script.
+``P:inbox:<lease>``
+    the client's notification list: the scripts push one message per newly admitted
+    entry of that client (``{"x": "admitted", "n": S, "k": entry id, "c": capacity,
+    "v": version}``), one per entry removed by someone else (``"x": "deleted"``), and
+    one per capacity change of a semaphore it opened (``"x": "capacity"``).
+``P:s:S:cfg``
+    hash: ``capacity`` and its ``version``.
+``P:s:S:q``
+    sorted set: entry id -> order (FIFO by the counter, never by client clocks).
+``P:s:S:e``
+    hash: entry id -> JSON ``{"w": weight, "l": lease, "o": owner, "h": held, "s": since,
+    "t": order}``.
+``P:s:S:open``
+    set: the leases of the clients that opened the semaphore (told of capacity changes).
+``P:s:S:d:<name>``
+    the data keys of fenced transactions.
+
+Every script that changes the queue ends with ``sweep``: walking from the head, it
+removes dead entries, counts the holders, and admits each waiter whose prefix sum fits
+the capacity, marking it held and notifying its client; it stops at the first waiter
+that does not fit. Its work is the holders plus the newly admitted plus one, never the
+whole queue. Scripts build their keys from ``ARGV`` (the prefix and the name): one
+primary, not Redis Cluster (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["SCRIPTS", "ScriptName"]
+
+_COMMON = r"""
+local P, S = ARGV[1], ARGV[2]
+local QK = P .. ':s:' .. S .. ':q'
+local EK = P .. ':s:' .. S .. ':e'
+local CK = P .. ':s:' .. S .. ':cfg'
+local function lease_key(l) return P .. ':lease:' .. l end
+local function now()
+  local t = redis.call('time')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function entry(id)
+  local raw = redis.call('hget', EK, id)
+  if raw then return cjson.decode(raw) end
+  return nil
+end
+local function alive(e) return e ~= nil and redis.call('exists', lease_key(e.l)) == 1 end
+local function drop(id)
+  redis.call('zrem', QK, id)
+  redis.call('hdel', EK, id)
+end
+local function config()
+  local c = redis.call('hmget', CK, 'capacity', 'version')
+  if not c[1] then return nil, nil end
+  return tonumber(c[1]), tonumber(c[2])
+end
+local function notify(id, e, cap, ver)
+  local box = P .. ':inbox:' .. e.l
+  redis.call('rpush', box, cjson.encode({x = 'admitted', n = S, k = id, c = cap, v = ver}))
+  local ttl = redis.call('pttl', lease_key(e.l))
+  if ttl > 0 then redis.call('pexpire', box, ttl) end
+end
+-- Admit the longest prefix that fits (dead entries on the way are removed), notifying
+-- each newly admitted entry's client but `quiet` (the caller, who learns from the reply).
+local function sweep(quiet)
+  local ids = redis.call('zrange', QK, 0, 99)
+  if #ids == 0 then return end -- (an empty queue: the capacity is not read)
+  local cap, ver = config()
+  if not cap then return end
+  local total, start = 0, 0
+  while true do
+    local kept = 0
+    for _, id in ipairs(ids) do
+      local e = entry(id)
+      if not alive(e) then
+        drop(id)
+      elseif e.h then
+        total = total + e.w
+        kept = kept + 1
+      elseif total + e.w <= cap then
+        e.h = true
+        e.s = now()
+        redis.call('hset', EK, id, cjson.encode(e))
+        total = total + e.w
+        kept = kept + 1
+        if id ~= quiet then notify(id, e, cap, ver) end
+      else
+        return
+      end
+    end
+    start = start + kept
+    ids = redis.call('zrange', QK, start, start + 99)
+    if #ids == 0 then return end
+  end
+end
+-- When a waiter should look again if nothing told it anything (milliseconds): at the
+-- expiry of its predecessor's lease, or, for the head (its predecessor holds), of the
+-- earliest lease among the holders it listed. Renewed leases push it back each time.
+local function check_in(pred, holders)
+  local best = -1
+  local watched = holders
+  if pred ~= nil and not pred.h then watched = {pred} end
+  for _, e in ipairs(watched) do
+    local ttl = redis.call('pttl', lease_key(e.l))
+    if ttl >= 0 and (best < 0 or ttl < best) then best = ttl end
+  end
+  return best
+end
+-- The reply every queue step answers with:
+-- {order, held, capacity, version, later, complete, check_in, id1, order1, w1, h1, ...}
+-- A held entry lists nothing (the server counted what was ahead of it); a waiter lists
+-- its live lower entries in queue order, the nearest `limit` of them (all when < 0).
+local function view(id, e, limit)
+  local cap, ver = config()
+  local later = 0
+  if redis.call('zcount', QK, '(' .. e.t, '+inf') > 0 then later = 1 end
+  if e.h then return {e.t, 1, cap, ver, later, 1, -1} end
+  local ids
+  if limit < 0 then
+    ids = redis.call('zrevrangebyscore', QK, '(' .. e.t, '-inf')
+  else
+    ids = redis.call('zrevrangebyscore', QK, '(' .. e.t, '-inf', 'LIMIT', 0, limit + 1)
+  end
+  local complete = 1
+  local n = #ids
+  if limit >= 0 and n > limit then
+    complete = 0
+    n = limit
+  end
+  local out = {e.t, 0, cap, ver, later, complete, -1}
+  local pred = nil
+  local holders = {}
+  for i = n, 1, -1 do
+    local x = entry(ids[i])
+    if alive(x) then
+      local h = 0
+      if x.h then
+        h = 1
+        holders[#holders + 1] = x
+      end
+      out[#out + 1] = ids[i]
+      out[#out + 1] = x.t
+      out[#out + 1] = x.w
+      out[#out + 1] = h
+      pred = x
+    end
+  end
+  out[7] = check_in(pred, holders)
+  return out
+end
+"""
+
+
+class ScriptName(enum.Enum):
+    """One script of :data:`SCRIPTS` (what a program asks the runner to evaluate)."""
+
+    OPEN = "open"
+    ENQUEUE = "enqueue"
+    RELIST = "relist"
+    CHECK = "check"
+    REMOVE = "remove"
+    SET_CAPACITY = "set_capacity"
+    STATUS = "status"
+    FENCE = "fence"
+    RENEW = "renew"
+    NEW_LEASE = "new_lease"
+    END_LEASE = "end_lease"
+    DELETE_SEMAPHORE = "delete_semaphore"
+
+
+_BODIES = {
+    # ARGV: P, S, capacity ('' to only open), lease. The lease joins the semaphore's
+    # openers: a capacity change is told to each. -> {capacity, version} or {} when missing
+    ScriptName.OPEN: r"""
+local cap, ver = config()
+if not cap then
+  if ARGV[3] == '' then return {} end
+  cap = tonumber(ARGV[3])
+  ver = redis.call('incr', P .. ':seq')
+  redis.call('hset', CK, 'capacity', ARGV[3], 'version', ver)
+end
+redis.call('sadd', P .. ':s:' .. S .. ':open', ARGV[4])
+return {cap, ver}
+""",
+    # ARGV: P, S, id, lease, weight, owner, limit, capacity to re-create with.
+    # The id is the client's: a retried enqueue whose first reply was lost finds its
+    # entry instead of creating a second one. -> view, or {'lost'} (the lease is gone)
+    ScriptName.ENQUEUE: r"""
+local id, lease = ARGV[3], ARGV[4]
+if redis.call('exists', lease_key(lease)) == 0 then return {'lost'} end
+local cap, ver = config()
+if not cap then
+  cap, ver = tonumber(ARGV[8]), redis.call('incr', P .. ':seq')
+  redis.call('hset', CK, 'capacity', ARGV[8], 'version', ver)
+end
+local e = entry(id)
+if not e then
+  local order = redis.call('incr', P .. ':seq')
+  local w = tonumber(ARGV[5])
+  -- An empty queue admits a weight that fits at once: no sweep or view to run (the
+  -- same decision, as the uncontended acquire is the common case). The newest entry
+  -- has nothing after it (orders come from the one counter).
+  -- (ZRANGE, not ZCARD: the documented ACL user's commands stay the same)
+  local first = w <= cap and #redis.call('zrange', QK, 0, 0) == 0
+  e = {w = w, l = lease, o = ARGV[6], h = first, s = now(), t = order}
+  redis.call('zadd', QK, order, id)
+  redis.call('hset', EK, id, cjson.encode(e))
+  if first then return {order, 1, cap, ver, 0, 1, -1} end
+end
+sweep(id)
+return view(id, entry(id), tonumber(ARGV[7]))
+""",
+    # ARGV: P, S, id. -> view with every lower entry, or {'lost'}
+    ScriptName.RELIST: r"""
+local e = entry(ARGV[3])
+if not alive(e) then return {'lost'} end
+sweep(ARGV[3])
+return view(ARGV[3], entry(ARGV[3]), -1)
+""",
+    # ARGV: P, S, id. A waiter's look when nothing told it anything: admits what fits
+    # (notifying everyone, the caller too), removes a dead predecessor.
+    # -> {'gone'}, {'held'} or {'wait', check_in}
+    ScriptName.CHECK: r"""
+local id = ARGV[3]
+local e = entry(id)
+if not alive(e) then return {'gone'} end
+sweep(nil)
+e = entry(id)
+if e.h then return {'held'} end
+for _ = 1, 100 do
+  local ids = redis.call('zrevrangebyscore', QK, '(' .. e.t, '-inf', 'LIMIT', 0, 1)
+  if #ids == 0 then break end
+  local pred = entry(ids[1])
+  if alive(pred) then
+    if pred.h then
+      local holders = {}
+      for _, hid in ipairs(redis.call('zrange', QK, 0, 199)) do
+        local x = entry(hid)
+        if not x or not x.h then break end
+        holders[#holders + 1] = x
+      end
+      return {'wait', check_in(pred, holders)}
+    end
+    return {'wait', check_in(pred, {})}
+  end
+  drop(ids[1])
+end
+return {'wait', -1}
+""",
+    # ARGV: P, S, id ('' to sweep only), the caller's lease ('' for an operator), and
+    # 'later' to leave the sweep to a script of its own (a cancelled acquire's: see
+    # RedisQueue.abandon_async). An entry removed by anyone but its own client is
+    # reported to that client. -> 1 if the entry was there
+    ScriptName.REMOVE: r"""
+local found = 0
+local e = nil
+if ARGV[3] ~= '' then e = entry(ARGV[3]) end
+if e then
+  drop(ARGV[3])
+  found = 1
+  if e.l ~= ARGV[4] then
+    redis.call('rpush', P .. ':inbox:' .. e.l, cjson.encode({x = 'deleted', n = S, k = ARGV[3]}))
+  end
+end
+if ARGV[5] ~= 'later' then sweep(nil) end
+return found
+""",
+    # ARGV: P, S, capacity. Every live client that opened the semaphore is told (a
+    # rare administrative event: the openers, not the waiters). -> the new version
+    ScriptName.SET_CAPACITY: r"""
+local ver = redis.call('incr', P .. ':seq')
+redis.call('hset', CK, 'capacity', ARGV[3], 'version', ver)
+sweep(nil)
+local OK = P .. ':s:' .. S .. ':open'
+local told = cjson.encode({x = 'capacity', n = S, c = tonumber(ARGV[3]), v = ver})
+for _, lease in ipairs(redis.call('smembers', OK)) do
+  local ttl = redis.call('pttl', lease_key(lease))
+  if ttl > 0 then
+    local box = P .. ':inbox:' .. lease
+    redis.call('rpush', box, told)
+    redis.call('pexpire', box, ttl)
+  else
+    redis.call('srem', OK, lease)
+  end
+end
+return ver
+""",
+    # ARGV: P, S. -> {} when missing, else {capacity, version, id1, owner1, w1, t1, h1, s1, ...}
+    # (live entries in queue order; reads only)
+    ScriptName.STATUS: r"""
+local cap, ver = config()
+if not cap then return {} end
+local out = {cap, ver}
+for _, id in ipairs(redis.call('zrange', QK, 0, -1)) do
+  local e = entry(id)
+  if alive(e) then
+    local h = 0
+    if e.h then h = 1 end
+    out[#out + 1] = id
+    out[#out + 1] = e.o
+    out[#out + 1] = e.w
+    out[#out + 1] = e.t
+    out[#out + 1] = h
+    out[#out + 1] = tostring(e.s)
+  end
+end
+return out
+""",
+    # ARGV: P, S, id, token, then (kind, key, value) per write.
+    # -> {'ok'}, {'lost'} or {'conflict', key}; all writes or none
+    ScriptName.FENCE: r"""
+local e = entry(ARGV[3])
+if not alive(e) or not e.h or e.t ~= tonumber(ARGV[4]) then return {'lost'} end
+for i = 5, #ARGV, 3 do
+  local exists = redis.call('exists', ARGV[i + 1]) == 1
+  if (ARGV[i] == 'create') == exists then return {'conflict', ARGV[i + 1]} end
+end
+for i = 5, #ARGV, 3 do
+  if ARGV[i] == 'delete' then
+    redis.call('del', ARGV[i + 1])
+  else
+    redis.call('set', ARGV[i + 1], ARGV[i + 2])
+  end
+end
+return {'ok'}
+""",
+    # ARGV: P, '', lease, ttl ms. Never re-creates an expired lease (its entries are
+    # dead). -> 1 renewed, 0 gone
+    ScriptName.RENEW: r"""
+if redis.call('pexpire', lease_key(ARGV[3]), ARGV[4]) == 0 then return 0 end
+redis.call('pexpire', P .. ':inbox:' .. ARGV[3], ARGV[4])
+return 1
+""",
+    # ARGV: P, S. Deletes the capacity and the queue; the data keys go from the client
+    # (SCAN). -> 1
+    # ARGV: P, '', lease, ttl ms, owner (the lease's value). -> 1 made, 0 taken
+    ScriptName.NEW_LEASE: r"""
+return redis.call('set', lease_key(ARGV[3]), ARGV[5], 'NX', 'PX', ARGV[4]) and 1 or 0
+""",
+    # ARGV: P, '', lease. -> 1
+    ScriptName.END_LEASE: r"""
+redis.call('del', lease_key(ARGV[3]), P .. ':inbox:' .. ARGV[3])
+return 1
+""",
+    ScriptName.DELETE_SEMAPHORE: r"""
+redis.call('del', CK, QK, EK, P .. ':s:' .. S .. ':open')
+return 1
+""",
+}
+
+#: The source of each script (the common functions first).
+SCRIPTS: dict[ScriptName, str] = {name: _COMMON + body for name, body in _BODIES.items()}

@@ -1,0 +1,58 @@
+"""Fenced transactions on Redis: one script checks the entry and its lease, then writes."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING
+
+from ..backend import FencedTransaction
+from ..errors import PermitLost, WriteConflict
+from .calls import Arg
+from .scripts import ScriptName
+
+if TYPE_CHECKING:
+    from .queue import RedisQueue
+
+
+class RedisFencedTransaction(FencedTransaction):
+    """Writes applied all or none by one script, only while the permit's entry is
+    there with its token, held, and its lease alive.
+
+    Keys are plain Redis keys (``backend.data_key`` gives one kept with the semaphore).
+    A commit whose reply is lost is not sent again (it may have been applied):
+    BackendUnavailable, read back before committing again.
+    """
+
+    def __init__(self, queue: RedisQueue, entry_key: str, token: int) -> None:
+        super().__init__()
+        self._queue = queue
+        self.entry_key = entry_key
+        self.token = token
+
+    def commit(self) -> None:
+        """Apply the writes: PermitLost when the fence fails, WriteConflict when a
+        write's condition fails (nothing is written), BackendUnavailable when no reply
+        came within the request timeout."""
+        self._queue.backend.run(self._commit())
+
+    async def commit_async(self) -> None:
+        await self._queue.backend.run_async(self._commit())
+
+    def _commit(self) -> Generator[object, object, None]:
+        args: list[Arg] = [self.entry_key, self.token]
+        for write in self.writes:
+            args += [write.kind.value, write.key, write.value]
+        reply = yield from self._queue._run_script(ScriptName.FENCE, *args, retry=False)
+        outcome = reply[0]
+        if outcome == b"lost":
+            raise PermitLost(
+                f"semaphore {self._queue.name!r}: the permit's entry {self.entry_key} "
+                "is gone or its lease expired; nothing was written"
+            )
+        if outcome == b"conflict":
+            key = reply[1].decode()
+            raise WriteConflict(
+                key,
+                "its condition failed (create of a key that exists, or "
+                "set/delete of one that does not); nothing was written",
+            )

@@ -1,0 +1,69 @@
+"""Several semaphores at once, under load (issue 16): 20 processes take random subsets
+of 3 semaphores with random weights for short holds, while some of them are killed
+(their sessions end with them) and replaced. It finishes (no deadlock), and the holds
+the processes record under a file lock never exceed any capacity.
+
+``SR_MULTI_STRESS_SECONDS`` sets how long the processes cycle (15 by default; longer
+for a soak)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from semaphore_recipes.testing.harness import Harness
+
+from ..conftest import Workers, wait_until
+from ..worker import checked_holds
+
+SECONDS = float(os.environ.get("SR_MULTI_STRESS_SECONDS", "15"))
+PROCESSES = 20
+CAPACITIES = {"st-a": 1, "st-b": 2, "st-c": 3}
+SESSION = 2  # seconds: a killed process's entries go within about that
+
+
+@pytest.mark.parametrize("service", ["zookeeper", "etcd"], indirect=True)
+def test_twenty_processes_with_kills_finish_within_every_capacity(
+    service: Harness, workers: Workers, tmp_path: Path
+) -> None:
+    checker = tmp_path / "checker.json"
+    checker.write_text("")
+    url = service.url_with(session_timeout=SESSION)
+    names = ",".join(CAPACITIES)
+    capacities = ",".join(str(c) for c in CAPACITIES.values())
+
+    def start(seconds: float) -> subprocess.Popen[str]:
+        args = [names, "0", "multi", "--weights", capacities, "--seconds", f"{seconds:g}"]
+        return workers.start(url, *args, "--checker", str(checker))
+
+    rng = random.Random(16)
+    running = [start(SECONDS) for _ in range(PROCESSES)]
+    end = time.monotonic() + SECONDS
+    kills = 0
+    while time.monotonic() < end - 3:
+        time.sleep(rng.uniform(1.0, 3.0))
+        victim = rng.choice([p for p in running if p.poll() is None])
+        victim.kill()  # waiting or holding: its session ends with it
+        victim.wait()
+        checked_holds(str(checker), victim.pid, None)  # it no longer uses anything
+        kills += 1
+        running.remove(victim)
+        running.append(start(max(1.0, end - time.monotonic())))
+    outputs = []
+    for proc in running:
+        out, err = proc.communicate(timeout=SECONDS + 90)  # a deadlock ends here
+        assert proc.returncode == 0, err[-2000:]
+        outputs.append(out)
+    state = json.loads(checker.read_text())
+    assert kills >= 3
+    assert state["grants"] > PROCESSES * 5, state["grants"]
+    assert all(state["max"][n] <= c for n, c in CAPACITIES.items()), state["max"]
+    assert all(out.startswith("CYCLES") for out in outputs), outputs
+    # the killed processes' entries go with their sessions; nothing else is left
+    wait_until(lambda: service.entries() == [], timeout=SESSION * 5)

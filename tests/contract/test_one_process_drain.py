@@ -1,0 +1,72 @@
+"""Many waiters of one process drain without listing the queue again, on every store.
+
+Thousands of tasks of one event loop on one semaphore, each holding for no time: a
+waiter's predecessor is admitted and gone before the waiter has read its held mark, at
+nearly every grant. The view that predecessor was admitted with is known to their shared
+driver (``QueueDriver.admitted_view``), so the waiter learns from it what the mark
+would have told, and needs no fresh listing: on ZooKeeper a listing is the whole queue,
+which made a drain of W waiters cost O(W²) (docs/design.md sections 2 and 9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import semaphore_recipes as sr
+from semaphore_recipes.testing.harness import Harness
+
+WAITERS = 200  # more than a view keeps (MAX_MARK_KEYS): views far back are truncated
+CAPACITY = 2
+
+
+@pytest.fixture(params=["zookeeper", "etcd", "memory"])
+def store(request: pytest.FixtureRequest) -> Harness:
+    harness: Harness = request.getfixturevalue(f"{request.param}_harness")
+    return harness
+
+
+def test_a_drain_of_one_process_lists_the_queue_once_per_waiter(store: Harness) -> None:
+    steps = {"enqueue": 0, "relist": 0}
+
+    async def main() -> list[int]:
+        async with sr.aio.connect(store.url) as backend:
+            sem = backend.semaphore("drain", capacity=CAPACITY)
+            await sem.open()
+            queue: Any = sem._store
+            enqueue, relist = queue.enqueue_async, queue.relist_async
+
+            async def counted_enqueue(*args: Any) -> Any:
+                steps["enqueue"] += 1
+                return await enqueue(*args)
+
+            async def counted_relist(*args: Any) -> Any:
+                steps["relist"] += 1
+                return await relist(*args)
+
+            queue.enqueue_async, queue.relist_async = counted_enqueue, counted_relist
+            gate = asyncio.Event()
+            tokens: list[int] = []
+
+            async def one() -> None:
+                permit = await sem.acquire(timeout=120)
+                tokens.append(permit.token)
+                if len(tokens) <= CAPACITY:
+                    await gate.wait()  # the first holders stay until all are queued
+                await permit.release()
+
+            tasks = [asyncio.ensure_future(one()) for _ in range(WAITERS)]
+            while len((await sem.status()).waiters) < WAITERS - CAPACITY:
+                await asyncio.sleep(0.02)
+            gate.set()
+            await asyncio.gather(*tasks)
+            return tokens
+
+    tokens = asyncio.run(main())
+    assert len(tokens) == WAITERS == len(set(tokens))
+    assert steps["enqueue"] == WAITERS
+    # every grant learnt its predecessor's view from the driver: no listing again
+    assert steps["relist"] == 0, steps
+    assert store.entries("drain") == []

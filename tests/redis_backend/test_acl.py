@@ -1,0 +1,62 @@
+"""The ACL user docs/operations.md gives works, and one missing a command is refused."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+import semaphore_recipes as sr
+
+#: the commands of docs/operations.md's ACL line (after ``-@all``)
+DOCUMENTED = (
+    "+evalsha +eval +script|load +blpop +get +set +del +scan +ping +wait"
+    " +exists +pexpire +pttl +time +incr +rpush"
+    " +hget +hmget +hset +hdel +zadd +zrem +zrange +zrevrangebyscore +zcount"
+    " +sadd +srem +smembers"
+)
+
+
+def _user(admin: Any, prefix: str, commands: str) -> tuple[str, str]:
+    name, password = f"worker-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    admin.execute_command(
+        "ACL", "SETUSER", name, "on", f">{password}", f"~{prefix}:*", "resetchannels",
+        "-@all", *commands.split(),
+    )  # fmt: skip
+    return name, password
+
+
+def test_the_documented_acl_user_can_do_everything(
+    redis_server: Any, redis_admin: Any, redis_prefix: str
+) -> None:
+    name, password = _user(redis_admin, redis_prefix, DOCUMENTED)
+    url = f"redis://{name}:{password}@{redis_server.host_port}/0?prefix={redis_prefix}"
+    try:
+        with sr.connect(url) as backend:
+            sem = backend.semaphore("acl", capacity=1)
+            with sem.acquire(timeout=5) as permit:
+                tx = permit.transaction()
+                tx.create(backend.data_key("acl", "row"), b"1")
+                tx.commit()
+            assert backend.read(backend.data_key("acl", "row")) == b"1"
+            assert sem.status().holders == ()
+            backend.delete_semaphore("acl")
+    finally:
+        redis_admin.execute_command("ACL", "DELUSER", name)
+
+
+def test_a_wrong_password_and_a_missing_command_are_refused_at_connect(
+    redis_server: Any, redis_admin: Any, redis_prefix: str
+) -> None:
+    where = f"{redis_server.host_port}/0?prefix={redis_prefix}&connect_timeout=2"
+    name, _ = _user(redis_admin, redis_prefix, DOCUMENTED)
+    lacking, password = _user(redis_admin, redis_prefix, DOCUMENTED.replace("+evalsha ", ""))
+    try:
+        with pytest.raises(sr.AuthenticationFailed):
+            sr.connect(f"redis://{name}:wrong@{where}")
+        with pytest.raises(sr.PermissionDenied) as refused:
+            sr.connect(f"redis://{lacking}:{password}@{where}")
+        assert not isinstance(refused.value, sr.AuthenticationFailed)
+    finally:
+        redis_admin.execute_command("ACL", "DELUSER", name, lacking)

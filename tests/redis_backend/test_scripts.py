@@ -1,0 +1,249 @@
+"""The Lua scripts alone, on the real server: their edge cases, one call at a time.
+
+Each test drives the scripts as a backend would (``ScriptName`` with the same
+arguments) on a prefix of its own, with leases made and deleted by hand, and reads the
+store with a plain client: what each script admits, removes, lists and tells whom.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from semaphore_recipes._url import parse_url
+from semaphore_recipes.backend import Deadline
+from semaphore_recipes.redis.calls import SyncRunner, call
+from semaphore_recipes.redis.params import RedisParams
+from semaphore_recipes.redis.scripts import ScriptName
+
+TTL_MS = 60_000
+
+
+class Scripts:
+    """The scripts of one semaphore ``s`` under the test's prefix."""
+
+    def __init__(self, runner: SyncRunner, admin: Any, prefix: str) -> None:
+        self.runner = runner
+        self.admin = admin
+        self.prefix = prefix
+
+    def run(self, name: ScriptName, *args: object, semaphore: str = "s") -> Any:
+        bound = Deadline(5.0, time.monotonic)
+        full = (self.prefix, semaphore, *args)
+        return self.runner.run(call(name, full, where="test", bound=bound))  # type: ignore[arg-type]
+
+    def lease(self, lease: str) -> None:
+        assert self.run(ScriptName.NEW_LEASE, lease, TTL_MS, "owner", semaphore="") == 1
+
+    def kill(self, lease: str) -> None:
+        self.admin.delete(f"{self.prefix}:lease:{lease}")
+
+    def enqueue(self, entry_id: str, lease: str, weight: int = 1, capacity: int = 2) -> list[Any]:
+        reply: list[Any] = self.run(
+            ScriptName.ENQUEUE, entry_id, lease, weight, "owner", 64, capacity
+        )
+        return reply
+
+    def held(self, entry_id: str) -> bool:
+        raw = self.admin.hget(f"{self.prefix}:s:s:e", entry_id)
+        return raw is not None and bool(json.loads(raw)["h"])
+
+    def queue(self) -> list[str]:
+        return [m.decode() for m in self.admin.zrange(f"{self.prefix}:s:s:q", 0, -1)]
+
+    def inbox(self, lease: str) -> list[dict[str, Any]]:
+        raw = self.admin.lrange(f"{self.prefix}:inbox:{lease}", 0, -1)
+        return [json.loads(m) for m in raw]
+
+
+@pytest.fixture
+def scripts(redis_url: str, redis_admin: Any, redis_prefix: str) -> Iterator[Scripts]:
+    runner = SyncRunner(RedisParams.from_url(parse_url(redis_url)))
+    yield Scripts(runner, redis_admin, redis_prefix)
+    runner.close()
+
+
+def test_an_enqueue_that_fits_is_admitted_in_its_own_reply_without_a_message(
+    scripts: Scripts,
+) -> None:
+    scripts.lease("a")
+    reply = scripts.enqueue("a.1", "a", weight=2, capacity=2)
+    assert reply[1] == 1  # held
+    assert reply[2:4] == [2, 1]  # capacity 2, as of version 1 (the counter's first value)
+    assert len(reply) == 7  # a held entry lists nothing
+    assert scripts.inbox("a") == []  # the caller learns from the reply, not a message
+
+
+def _calls(admin: Any, commands: tuple[str, ...]) -> dict[str, int]:
+    stats = admin.info("commandstats")
+    return {c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in commands}
+
+
+def test_an_enqueue_into_an_empty_queue_decides_without_a_sweep_or_a_view(
+    scripts: Scripts, redis_admin: Any
+) -> None:
+    # The uncontended acquire's script: the queue's walk (a second ZRANGE), the
+    # later-entries count (ZCOUNT) and the entry's re-reads (HGET, HMGET) are work the
+    # answer does not need when the queue was empty (one ZRANGE tells it is); the
+    # second enqueue, behind a holder, still does them.
+    scripts.lease("a")
+    reads = ("zrange", "zcount", "hget", "hmget")
+    before = _calls(redis_admin, reads)
+    reply = scripts.enqueue("a.1", "a", weight=2, capacity=2)
+    after = _calls(redis_admin, reads)
+    assert reply[1] == 1 and len(reply) == 7  # admitted, in its own reply
+    assert {c: after[c] - before[c] for c in reads} == {
+        "zrange": 1, "zcount": 0, "hget": 1, "hmget": 1,
+    }  # fmt: skip
+    assert scripts.held("a.1")
+    waiting = scripts.enqueue("a.2", "a", weight=1, capacity=2)
+    assert waiting[1] == 0 and waiting[7] == b"a.1"  # behind the holder, listed
+    assert not scripts.held("a.2")
+
+
+def test_a_retried_enqueue_finds_its_own_entry(scripts: Scripts) -> None:
+    scripts.lease("a")
+    first = scripts.enqueue("a.1", "a")
+    again = scripts.enqueue("a.1", "a")
+    assert again[0] == first[0]  # the same order: no second entry
+    assert scripts.queue() == ["a.1"]
+
+
+def test_an_enqueue_with_an_expired_lease_creates_nothing(scripts: Scripts) -> None:
+    scripts.lease("a")
+    scripts.kill("a")
+    assert scripts.enqueue("a.1", "a") == [b"lost"]
+    assert scripts.queue() == []
+
+
+def test_a_waiter_lists_the_live_entries_before_it_and_times_its_predecessor(
+    scripts: Scripts,
+) -> None:
+    for lease in "abc":
+        scripts.lease(lease)
+    scripts.enqueue("a.1", "a", capacity=1)
+    scripts.enqueue("b.1", "b", capacity=1)
+    reply = scripts.enqueue("c.1", "c", capacity=1)
+    assert reply[1] == 0
+    # lower entries in queue order: (id, order, weight, held)
+    assert reply[7:] == [b"a.1", 2, 1, 1, b"b.1", 3, 1, 0]
+    assert 0 < reply[6] <= TTL_MS  # its predecessor's lease TTL (ms)
+
+
+def test_release_admits_exactly_the_waiters_that_now_fit_and_tells_only_them(
+    scripts: Scripts,
+) -> None:
+    for lease in "hwxyz":
+        scripts.lease(lease)
+    scripts.enqueue("h.1", "h", weight=3, capacity=3)
+    scripts.enqueue("w.1", "w", weight=1, capacity=3)
+    scripts.enqueue("x.1", "x", weight=2, capacity=3)
+    scripts.enqueue("y.1", "y", weight=2, capacity=3)
+    scripts.enqueue("z.1", "z", weight=1, capacity=3)
+    assert scripts.run(ScriptName.REMOVE, "h.1", "h") == 1
+    # w (1) and x (2) fit in 3; y (2) does not, and z behind it waits (FIFO, no barging)
+    assert [scripts.held(e) for e in ("w.1", "x.1", "y.1", "z.1")] == [True, True, False, False]
+    assert [m["k"] for m in scripts.inbox("w")] == ["w.1"]
+    assert [m["k"] for m in scripts.inbox("x")] == ["x.1"]
+    assert scripts.inbox("y") == [] and scripts.inbox("z") == []
+    assert scripts.inbox("h") == []  # its own removal is no news to it
+
+
+def test_a_dead_holder_is_removed_by_the_next_script_and_its_permits_granted(
+    scripts: Scripts,
+) -> None:
+    for lease in "hw":
+        scripts.lease(lease)
+    scripts.enqueue("h.1", "h", capacity=1)
+    scripts.enqueue("w.1", "w", capacity=1)
+    scripts.kill("h")
+    assert scripts.run(ScriptName.CHECK, "w.1") == [b"held"]
+    assert scripts.queue() == ["w.1"]
+    assert [m["x"] for m in scripts.inbox("w")] == ["admitted"]
+
+
+def test_a_check_removes_a_dead_predecessor_further_back(scripts: Scripts) -> None:
+    for lease in "hdw":
+        scripts.lease(lease)
+    scripts.enqueue("h.1", "h", capacity=1)
+    scripts.enqueue("d.1", "d", capacity=1)
+    scripts.enqueue("w.1", "w", capacity=1)
+    scripts.kill("d")
+    reply = scripts.run(ScriptName.CHECK, "w.1")
+    assert reply[0] == b"wait" and 0 < reply[1] <= TTL_MS  # now timing the holder
+    assert scripts.queue() == ["h.1", "w.1"]
+
+
+def test_a_capacity_decrease_keeps_the_holders_and_admits_nobody(scripts: Scripts) -> None:
+    for lease in "abc":
+        scripts.lease(lease)
+    scripts.enqueue("a.1", "a", capacity=2)
+    scripts.enqueue("b.1", "b", capacity=2)
+    scripts.enqueue("c.1", "c", capacity=2)
+    scripts.run(ScriptName.SET_CAPACITY, 1)
+    scripts.run(ScriptName.REMOVE, "a.1", "a")
+    assert scripts.held("b.1") and not scripts.held("c.1")  # b alone fills capacity 1
+    version = scripts.run(ScriptName.SET_CAPACITY, 2)
+    assert scripts.held("c.1")
+    assert scripts.inbox("c") == [{"x": "admitted", "n": "s", "k": "c.1", "c": 2, "v": version}]
+
+
+def test_the_fence_checks_entry_token_admission_and_lease_before_writing(
+    scripts: Scripts,
+) -> None:
+    for lease in "hw":
+        scripts.lease(lease)
+    token = scripts.enqueue("h.1", "h", capacity=1)[0]
+    scripts.enqueue("w.1", "w", capacity=1)
+    key = f"{scripts.prefix}:data"
+    assert scripts.run(ScriptName.FENCE, "w.1", token + 1, "create", key, "x") == [b"lost"]
+    assert scripts.run(ScriptName.FENCE, "h.1", token + 1, "create", key, "x") == [b"lost"]
+    assert scripts.run(ScriptName.FENCE, "h.1", token, "set", key, "x") == [
+        b"conflict",
+        key.encode(),
+    ]
+    assert scripts.admin.get(key) is None
+    assert scripts.run(ScriptName.FENCE, "h.1", token, "create", key, "x") == [b"ok"]
+    assert scripts.admin.get(key) == b"x"
+    scripts.kill("h")
+    assert scripts.run(ScriptName.FENCE, "h.1", token, "delete", key, "") == [b"lost"]
+    assert scripts.admin.get(key) == b"x"
+
+
+def test_renewal_never_brings_back_an_expired_lease(scripts: Scripts) -> None:
+    scripts.lease("a")
+    assert scripts.run(ScriptName.RENEW, "a", TTL_MS, semaphore="") == 1
+    scripts.kill("a")
+    assert scripts.run(ScriptName.RENEW, "a", TTL_MS, semaphore="") == 0
+    assert not scripts.admin.exists(f"{scripts.prefix}:lease:a")
+
+
+def test_an_operator_removal_tells_the_entry_s_client(scripts: Scripts) -> None:
+    scripts.lease("a")
+    scripts.enqueue("a.1", "a", capacity=1)
+    assert scripts.run(ScriptName.REMOVE, "a.1", "") == 1
+    assert scripts.inbox("a") == [{"x": "deleted", "n": "s", "k": "a.1"}]
+    assert scripts.run(ScriptName.REMOVE, "a.1", "") == 0  # a second removal: nothing
+
+
+def test_tokens_grow_across_semaphores_and_their_deletion(scripts: Scripts) -> None:
+    scripts.lease("a")
+    first = scripts.enqueue("a.1", "a")[0]
+    scripts.run(ScriptName.DELETE_SEMAPHORE)
+    assert scripts.queue() == []
+    second = scripts.enqueue("a.2", "a")[0]
+    other = scripts.run(ScriptName.ENQUEUE, "a.3", "a", 1, "o", 64, 1, semaphore="t")[0]
+    assert first < second < other
+
+
+def test_scripts_the_server_forgot_are_loaded_again(scripts: Scripts, redis_admin: Any) -> None:
+    # A restarted server (or SCRIPT FLUSH) has no cached scripts: EVALSHA answers
+    # NOSCRIPT, and the runner loads the script and runs it in the same call.
+    scripts.lease("a")
+    redis_admin.script_flush()
+    assert scripts.enqueue("a.1", "a")[1] == 1
+    assert scripts.held("a.1")
