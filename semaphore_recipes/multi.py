@@ -30,8 +30,8 @@ from ._core.names import validate_name, validate_permits
 from ._core.protocol import Arm, AwaitEvent, BackendFailed, Event, MarkHeld, Relist, SessionLost
 from ._core.queue import Entry
 from ._permit import PermitBase, PermitState
-from .backend import FencedTransaction, QueueDriver, Waiter, session_lost
-from .errors import AcquireTimeout, BackendUnavailable
+from .backend import MULTI, FencedTransaction, QueueDriver, Waiter, session_lost
+from .errors import AcquireTimeout, BackendUnavailable, NotSupported
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -133,10 +133,13 @@ def acquire_all(
     existing semaphore (SemaphoreNotFound otherwise). Bad names, weights or timeouts
     raise before any I/O (a weight above a capacity once the semaphore is opened).
     ``timeout``, ``blocking``, the first try's bound and the errors are those of
-    ``Semaphore.acquire``; the request is granted once every queue admitted it (a
+    ``Semaphore.acquire``; NotSupported before any I/O on a backend without the
+    hooks (``Backend.supports_acquire_all``). The request is granted once every queue admitted it (a
     queue that admits it first counts it as a holder while it waits in the others).
     """
     validate_timeout(timeout)
+    if not backend.supports_acquire_all:
+        raise NotSupported(backend.scheme, MULTI)
     requested = _Requested(backend, weights)
     names = sorted(requested.weights)
     deadline = Deadline(timeout if blocking else 0.0, time.monotonic)

@@ -29,7 +29,7 @@ from .._core.deadline import Deadline
 from .._core.names import new_entry_id, zk_entry_prefix
 from .._core.program import run_program
 from .._core.protocol import Enqueued
-from ..backend import QueueDriver, Waiter
+from ..backend import QueueDriver, Waiter, queues_of
 from ._listing import sorted_entries
 from ._waits import Await, ZkProgram
 from .queue import ZooKeeperFencedTransaction, ZooKeeperQueue, _DeletePending
@@ -42,14 +42,6 @@ log = logging.getLogger("semaphore_recipes.zookeeper")
 Pairs = Sequence[tuple[QueueDriver, Waiter]]
 
 
-def _queues(pairs: Pairs) -> list[tuple[ZooKeeperQueue, Waiter]]:
-    out = []
-    for driver, waiter in pairs:
-        assert isinstance(driver, ZooKeeperQueue)
-        out.append((driver, waiter))
-    return out
-
-
 def _connected(backend: ZooKeeperBackend) -> ZkProgram[None]:
     """Wait until the client is connected (at once when it is)."""
     if not backend.connected:
@@ -57,7 +49,7 @@ def _connected(backend: ZooKeeperBackend) -> ZkProgram[None]:
 
 
 def enqueue_all(backend: ZooKeeperBackend, pairs: Pairs, deadline: Deadline) -> dict[str, Enqueued]:
-    queues = _queues(pairs)
+    queues = queues_of(ZooKeeperQueue, pairs)
     first = queues[0][0]
     return run_program(_enqueuing_all(backend, queues), first._step_waits(deadline).wait)
 
@@ -154,7 +146,7 @@ def delete_all(backend: ZooKeeperBackend, pairs: Pairs) -> None:
     timeout (then in the background). Entries whose create reply is not in hand, or a
     multi that fails because one entry is gone already (its session ended, deleted by
     hand), fall back to each queue's own delete."""
-    queues = _queues(pairs)
+    queues = queues_of(ZooKeeperQueue, pairs)
     if backend.failure is not None or not queues:
         return  # the server removes the entries with the session
     if any(waiter.key is None for _, waiter in queues):
@@ -201,11 +193,8 @@ def _one_by_one(queues: list[tuple[ZooKeeperQueue, Waiter]], paths: list[str]) -
 def transaction_all(
     entries: Sequence[tuple[QueueDriver, str]], token: int
 ) -> ZooKeeperFencedTransaction:
-    paths = []
-    for driver, key in entries:
-        assert isinstance(driver, ZooKeeperQueue)
-        paths.append(f"{driver.path}/{key}")
-    first = entries[0][0]
-    assert isinstance(first, ZooKeeperQueue)
+    queues = queues_of(ZooKeeperQueue, entries)
+    paths = [f"{queue.path}/{key}" for queue, key in queues]
+    first = queues[0][0]
     # An entry's name is never reused: the existence of every entry is the fence.
     return ZooKeeperFencedTransaction(first, paths[0], paths[1:])

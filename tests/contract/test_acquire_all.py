@@ -11,12 +11,19 @@ import uuid
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes import registry
+from semaphore_recipes._url import parse_url
+from semaphore_recipes.backend import Backend
+from semaphore_recipes.cli import main as cli_main
+from semaphore_recipes.cli._common import ExitCode
+from semaphore_recipes.memory.backend import MemoryBackend
+from semaphore_recipes.registry import BackendSpec
 from semaphore_recipes.testing.harness import Cut, Harness, Verb
 
 from ..conftest import needs, wait_until
 from .test_semaphore import _delete_from_outside
 
-ATOMIC_STORES = ["memory", "zookeeper", "etcd"]
+ATOMIC_STORES = ["memory", "zookeeper", "etcd", "redis"]
 
 
 @pytest.fixture(params=ATOMIC_STORES)
@@ -281,3 +288,40 @@ def _acquire_or_timeout(sem: sr.Semaphore, permits: int, timeout: float) -> str:
     except sr.AcquireTimeout:
         return "timeout"
     return "granted"
+
+
+class _NoMulti(MemoryBackend):
+    """A third-party backend as it may be written: without acquire_all's hooks."""
+
+    scheme = "nomulti"
+    enqueue_all = Backend.enqueue_all
+    delete_all = Backend.delete_all
+    transaction_all = Backend.transaction_all  # type: ignore[assignment]
+
+
+def test_a_backend_without_the_hooks_says_so_before_any_io() -> None:
+    with _NoMulti.from_url(parse_url(f"memory://nm{uuid.uuid4().hex[:8]}")) as backend:
+        sem = backend.semaphore("nm-a", capacity=1)
+        assert not backend.supports_acquire_all
+        with pytest.raises(sr.NotSupported, match="nomulti backend cannot acquire several"):
+            wanted: dict[str | sr.Semaphore, int] = {sem: 1, "nm-b": 1}
+            backend.acquire_all(wanted)  # nm-b is missing: not even looked up
+        assert sem.status().holders == sem.status().waiters == ()
+        assert backend._opened_by_name == {}
+    assert isinstance(sr.NotSupported("x", "y"), NotImplementedError)  # as it was
+    with sr.connect(f"memory://nm{uuid.uuid4().hex[:8]}") as memory:
+        assert memory.supports_acquire_all
+
+
+def test_run_also_on_such_a_backend_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(registry, "_specs", dict(registry._specs))
+    registry.register(BackendSpec("nomulti", f"{__name__}:_NoMulti"))
+    url = f"nomulti://nm{uuid.uuid4().hex[:8]}"
+    args = ["run", "job", "-c", "1", "--also", "gpu:1", "--url", url, "--", "true"]
+    assert cli_main(args) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "cannot acquire several semaphores" in err and "internal error" not in err
+    with _NoMulti.from_url(parse_url(url)) as backend, pytest.raises(sr.SemaphoreNotFound):
+        backend.semaphore("job", create=False)  # refused before NAME was created

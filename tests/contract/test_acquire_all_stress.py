@@ -28,7 +28,7 @@ CAPACITIES = {"st-a": 1, "st-b": 2, "st-c": 3}
 SESSION = 2  # seconds: a killed process's entries go within about that
 
 
-@pytest.mark.parametrize("service", ["zookeeper", "etcd"], indirect=True)
+@pytest.mark.parametrize("service", ["zookeeper", "etcd", "redis"], indirect=True)
 def test_twenty_processes_with_kills_finish_within_every_capacity(
     service: Harness, workers: Workers, tmp_path: Path
 ) -> None:
