@@ -726,9 +726,18 @@ class Backend(ABC):
     # overrides the three hooks below.
     @property
     def supports_acquire_all(self) -> bool:
-        """Does this backend override the three hooks below? (``acquire_all`` raises
-        NotSupported before any I/O when it does not.)"""
-        hooks = ("enqueue_all", "delete_all", "transaction_all")
+        """Does this backend override the hooks below? ``acquire_all`` raises
+        NotSupported before any I/O when it does not."""
+        return self._overrides("enqueue_all", "delete_all", "transaction_all")
+
+    @property
+    def supports_acquire_all_async(self) -> bool:
+        """The same for the asyncio face (the ``*_async`` hooks too)."""
+        return self.has_async_face and self._overrides(
+            "enqueue_all", "delete_all", "transaction_all", "enqueue_all_async", "delete_all_async"
+        )
+
+    def _overrides(self, *hooks: str) -> bool:
         return all(getattr(type(self), h) is not getattr(Backend, h) for h in hooks)
 
     def acquire_all(
@@ -776,6 +785,17 @@ class Backend(ABC):
     ) -> FencedTransaction:
         """A transaction fenced on every ``(driver, entry key)``, all created with
         ``token`` (one atomic create gives them one)."""
+        raise NotSupported(self.scheme, MULTI)
+
+    async def enqueue_all_async(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        """:meth:`enqueue_all`, awaited (the asyncio face)."""
+        raise NotSupported(self.scheme, MULTI)
+
+    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        """:meth:`delete_all`, awaited: the reply within the request timeout, then the
+        background; never raises but the task's cancellation (the delete goes on)."""
         raise NotSupported(self.scheme, MULTI)
 
     # -- bookkeeping the faces use --

@@ -128,9 +128,10 @@ def requested(
     return named
 
 
-def check_supported(backend: Backend) -> None:
-    if not backend.supports_acquire_all:
-        raise NotSupported(backend.scheme, MULTI)
+def check_supported(backend: Backend, *, aio: bool = False) -> None:
+    """NotSupported unless ``backend`` has ``acquire_all``'s hooks (of the face)."""
+    if not (backend.supports_acquire_all_async if aio else backend.supports_acquire_all):
+        raise NotSupported(backend.scheme, MULTI + (" on the asyncio face" if aio else ""))
 
 
 # ---- the program both faces run --------------------------------------------------------

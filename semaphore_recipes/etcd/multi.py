@@ -111,17 +111,23 @@ def enqueuing_all(
         return answers
 
 
+def one_by_one(pairs: Pairs) -> bool:
+    """Are the entries to be deleted by each queue's own delete (a create reply not in
+    hand, or tokens that differ)?"""
+    tokens = {waiter.token for _, waiter in pairs}
+    return any(waiter.key is None for _, waiter in pairs) or len(tokens) != 1
+
+
 def deleting_all(backend: EtcdBackend, pairs: Pairs) -> Program[None]:
     """Every waiter's entry in one txn guarded by their token; an entry whose create
     reply is not in hand, or a guard that fails (an entry gone already), falls back to
     each queue's own delete."""
     queues = queues_of(EtcdQueue, pairs)
-    tokens = {waiter.token for _, waiter in queues}
-    if any(waiter.key is None for _, waiter in queues) or len(tokens) != 1:
+    if one_by_one(pairs):
         for queue, waiter in queues:
             queue.abandon(waiter)
         return
-    (token,) = tokens
+    (token,) = {waiter.token for _, waiter in queues}
     assert token is not None
     uids = []
     for queue, waiter in queues:

@@ -22,6 +22,7 @@ close it (Redis replication is not consensus).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import itertools
@@ -57,6 +58,7 @@ from .lease import LeaseKeeper, new_lease_id
 from .notifier import Notifier
 from .params import DEFAULT_PORT, RedisParams
 from .queue import RedisQueue
+from .queue import _cancels as cancels_pending
 from .scripts import ScriptName
 
 log = logging.getLogger("semaphore_recipes.redis")
@@ -285,6 +287,18 @@ class RedisBackend(Backend):
 
     def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
         multi.delete_all(self, queues)
+
+    async def enqueue_all_async(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        cancels = cancels_pending()
+        enqueued = await self.run_async(multi.enqueuing_all(self, queues, deadline))
+        if cancels_pending() > cancels:  # (as in RedisQueue.enqueue_async)
+            raise asyncio.CancelledError
+        return enqueued  # type: ignore[no-any-return]
+
+    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        await multi.delete_all_async(self, queues)
 
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int

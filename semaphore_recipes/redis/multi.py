@@ -13,6 +13,7 @@ entry, its token and its lease before writing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -114,8 +115,29 @@ def delete_all(backend: RedisBackend, pairs: Pairs) -> None:
     try:
         backend.run(removing_all(backend, entries))
     except BackendUnavailable as exc:
-        log.warning("removing %s failed (%s); retrying", [k for _, k in entries], exc)
+        _retry(backend, entries, exc)
+
+
+async def delete_all_async(backend: RedisBackend, pairs: Pairs) -> None:
+    """:func:`delete_all`, awaited; cancelled, the removal goes on in the background
+    (it may or may not have been applied: a removal repeats harmlessly)."""
+    entries = our_entries(pairs)
+    if not entries:
+        return
+    try:
+        await backend.run_async(removing_all(backend, entries))
+    except asyncio.CancelledError:
         backend.in_background(lambda: removing_all(backend, entries))
+        raise
+    except BackendUnavailable as exc:
+        _retry(backend, entries, exc)
+
+
+def _retry(
+    backend: RedisBackend, entries: list[tuple[RedisQueue, str]], exc: BackendUnavailable
+) -> None:
+    log.warning("removing %s failed (%s); retrying", [k for _, k in entries], exc)
+    backend.in_background(lambda: removing_all(backend, entries))
 
 
 def transaction_all(

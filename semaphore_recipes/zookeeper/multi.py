@@ -27,7 +27,7 @@ from kazoo.exceptions import (
 from .._core.codec import EntryData
 from .._core.deadline import Deadline
 from .._core.names import new_entry_id, zk_entry_prefix
-from .._core.program import run_program
+from .._core.program import run_program, run_program_async
 from .._core.protocol import Enqueued
 from ..backend import QueueDriver, Waiter, queues_of
 from ._listing import sorted_entries
@@ -52,6 +52,14 @@ def enqueue_all(backend: ZooKeeperBackend, pairs: Pairs, deadline: Deadline) -> 
     queues = queues_of(ZooKeeperQueue, pairs)
     first = queues[0][0]
     return run_program(_enqueuing_all(backend, queues), first._step_waits(deadline).wait)
+
+
+async def enqueue_all_async(
+    backend: ZooKeeperBackend, pairs: Pairs, deadline: Deadline
+) -> dict[str, Enqueued]:
+    queues = queues_of(ZooKeeperQueue, pairs)
+    waits = queues[0][0]._step_waits(deadline)
+    return await run_program_async(_enqueuing_all(backend, queues), waits.wait_async)
 
 
 def _enqueuing_all(
@@ -147,18 +155,37 @@ def delete_all(backend: ZooKeeperBackend, pairs: Pairs) -> None:
     multi that fails because one entry is gone already (its session ended, deleted by
     hand), fall back to each queue's own delete."""
     queues = queues_of(ZooKeeperQueue, pairs)
-    if backend.failure is not None or not queues:
-        return  # the server removes the entries with the session
-    if any(waiter.key is None for _, waiter in queues):
+    if _leaving(backend, queues):
+        run_program(_deleting_all(backend, queues), queues[0][0]._delete_waits().wait)
+    elif backend.failure is None:
         for queue, waiter in queues:
             queue.abandon(waiter)  # found by its id, one by one
-        return
+
+
+async def delete_all_async(backend: ZooKeeperBackend, pairs: Pairs) -> None:
+    """:func:`delete_all`, awaited."""
+    queues = queues_of(ZooKeeperQueue, pairs)
+    if _leaving(backend, queues):
+        waits = queues[0][0]._delete_waits()
+        await run_program_async(_deleting_all(backend, queues), waits.wait_async)
+    elif backend.failure is None:
+        for queue, waiter in queues:
+            await queue.abandon_async(waiter)
+
+
+def _leaving(backend: ZooKeeperBackend, queues: list[tuple[ZooKeeperQueue, Waiter]]) -> bool:
+    """Are the entries to be deleted in one multi (forgotten by their queues now)?
+    Not when the backend failed (the server removes them with the session), nor when a
+    create reply is not in hand (each queue finds its entry by its id)."""
+    if backend.failure is not None or not queues:
+        return False
+    if any(waiter.key is None for _, waiter in queues):
+        return False
     for queue, waiter in queues:
         assert waiter.key is not None
         queue._forget_entry(waiter.key)
         queue.forget_mark(waiter.key)
-    first = queues[0][0]
-    run_program(_deleting_all(backend, queues), first._delete_waits().wait)
+    return True
 
 
 def _deleting_all(
