@@ -51,6 +51,7 @@ from ._core.queue import Entry, EntryState, nearest_needed
 from ._core.status import EntryStatus, Status, split_queue
 from ._interrupts import call_with_sigint_held
 from ._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
+from .errors import NotSupported
 from .instrumentation import NO_INSTRUMENTATION, Instrumentation
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ __all__ = [
     "call_with_sigint_held",
     "default_owner",
     "nearest_needed",
+    "queues_of",
     "run_program",
     "run_program_async",
     "session_lost",
@@ -529,11 +531,28 @@ class QueueDriver(ABC):
         raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
 
 
+Q = TypeVar("Q", bound=QueueDriver)
+T = TypeVar("T")
+
+
+def queues_of(kind: type[Q], pairs: Sequence[tuple[QueueDriver, T]]) -> list[tuple[Q, T]]:
+    """``acquire_all``'s ``(driver, waiter or key)`` pairs as the backend's own queues
+    (its hooks are only ever given those)."""
+    out = []
+    for driver, other in pairs:
+        assert isinstance(driver, kind), driver
+        out.append((driver, other))
+    return out
+
+
 def _ignore(why: str) -> None:
     """A deferred mark's holder learns of its entry's loss from its session."""
 
 
 # ---- the backend ---------------------------------------------------------------------------
+
+#: what NotSupported names when a backend lacks ``acquire_all``'s hooks
+MULTI = "acquire several semaphores at once (acquire_all)"
 
 
 class Backend(ABC):
@@ -705,6 +724,22 @@ class Backend(ABC):
     # -- several semaphores at once (``acquire_all``, docs/design.md section 2): a
     # backend that can create entries in several queues in one atomic request
     # overrides the three hooks below.
+    @property
+    def supports_acquire_all(self) -> bool:
+        """Does this backend override the hooks below? ``acquire_all`` raises
+        NotSupported before any I/O when it does not."""
+        return self._overrides("enqueue_all", "delete_all", "transaction_all")
+
+    @property
+    def supports_acquire_all_async(self) -> bool:
+        """The same for the asyncio face (the ``*_async`` hooks too)."""
+        return self.has_async_face and self._overrides(
+            "enqueue_all", "delete_all", "transaction_all", "enqueue_all_async", "delete_all_async"
+        )
+
+    def _overrides(self, *hooks: str) -> bool:
+        return all(getattr(type(self), h) is not getattr(Backend, h) for h in hooks)
+
     def acquire_all(
         self,
         weights: Wanted,
@@ -737,26 +772,31 @@ class Backend(ABC):
         requests alike), then list each queue's lower entries; answers by semaphore
         name. Waiter bookkeeping (``new_generation``, ``creating``, ``created``) as
         :meth:`QueueDriver.enqueue` does it; AcquireTimeout when ``deadline`` passes."""
-        raise NotImplementedError(
-            f"the {self.scheme} backend cannot acquire several semaphores at once"
-        )
+        raise NotSupported(self.scheme, MULTI)
 
     def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
         """Delete each waiter's entry (its key, or found by its entry id after a lost
         create reply) in one atomic request; never raises (background retry, as
         :meth:`QueueDriver.remove` does)."""
-        raise NotImplementedError(
-            f"the {self.scheme} backend cannot acquire several semaphores at once"
-        )
+        raise NotSupported(self.scheme, MULTI)
 
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int
     ) -> FencedTransaction:
         """A transaction fenced on every ``(driver, entry key)``, all created with
         ``token`` (one atomic create gives them one)."""
-        raise NotImplementedError(
-            f"the {self.scheme} backend cannot acquire several semaphores at once"
-        )
+        raise NotSupported(self.scheme, MULTI)
+
+    async def enqueue_all_async(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        """:meth:`enqueue_all`, awaited (the asyncio face)."""
+        raise NotSupported(self.scheme, MULTI)
+
+    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        """:meth:`delete_all`, awaited: the reply within the request timeout, then the
+        background; never raises but the task's cancellation (the delete goes on)."""
+        raise NotSupported(self.scheme, MULTI)
 
     # -- bookkeeping the faces use --
     def register_waiter(self, waiter: Waiter) -> None:

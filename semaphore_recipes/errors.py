@@ -15,6 +15,7 @@ __all__ = [
     "CapacityMismatch",
     "CorruptState",
     "InvalidName",
+    "NotSupported",
     "PermissionDenied",
     "PermitLost",
     "SemaphoreError",
@@ -127,3 +128,13 @@ class BackendNotInstalled(SemaphoreError, ImportError):
         self.scheme = scheme
         self.extra = extra
         self.missing = missing
+
+
+class NotSupported(SemaphoreError, NotImplementedError):
+    """The backend cannot do what was asked (a third-party backend without
+    ``acquire_all``'s hooks): raised before any I/O. ``what`` names the operation."""
+
+    def __init__(self, scheme: str, what: str) -> None:
+        super().__init__(f"the {scheme} backend cannot {what}")
+        self.scheme = scheme
+        self.what = what

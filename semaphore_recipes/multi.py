@@ -20,18 +20,20 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._core.deadline import Deadline, validate_timeout
 from ._core.multi import EnqueueAll, EnqueuedAll, InQueue, QueueEvent, multi_acquire_protocol
 from ._core.names import validate_name, validate_permits
+from ._core.program import run_program
 from ._core.protocol import Arm, AwaitEvent, BackendFailed, Event, MarkHeld, Relist, SessionLost
 from ._core.queue import Entry
 from ._permit import PermitBase, PermitState
-from .backend import FencedTransaction, QueueDriver, Waiter, session_lost
-from .errors import AcquireTimeout, BackendUnavailable
+from .backend import MULTI, FencedTransaction, QueueDriver, Waiter, session_lost
+from .errors import AcquireTimeout, BackendUnavailable, NotSupported
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -46,21 +48,30 @@ __all__ = ["MultiPermit", "PermitState", "acquire_all"]
 
 
 class _Inbox:
-    """The events of every queue of one multi-acquire, in the order they came."""
+    """The events of every queue of one multi-acquire, in the order they came.
+    ``ring``: called after each post (the asyncio face wakes its parked task with it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ring: Callable[[], None] | None = None) -> None:
         self._events: queue.SimpleQueue[tuple[QueueWaiter, int, Event]] = queue.SimpleQueue()
+        self._ring = ring
 
     def put(self, waiter: QueueWaiter, generation: int, event: Event) -> None:
         self._events.put((waiter, generation, event))
+        if self._ring is not None:
+            self._ring()
 
     def next_event(self, timeout: float | None) -> Event | QueueEvent | None:
         """The next event of a queue's current generation, tagged with the queue (the
         end of the session and the backend's failure concern them all), or None when
-        ``timeout`` passes."""
+        ``timeout`` passes (0: what is there now)."""
+        end = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
-                waiter, generation, event = self._events.get(timeout=timeout)
+                left = None if end is None else max(0.0, end - time.monotonic())
+                if left == 0.0:
+                    waiter, generation, event = self._events.get_nowait()
+                else:
+                    waiter, generation, event = self._events.get(timeout=left)
                 if generation != waiter.generation:
                     continue  # armed for an entry that died with an earlier session
                 if isinstance(event, (SessionLost, BackendFailed)):
@@ -93,30 +104,159 @@ class QueueWaiter(Waiter):
         self._shared.put(self, generation, event)
 
 
-class _Requested:
-    """The semaphore a name stands for: the object given, or the existing one."""
+Pairs = list[tuple[QueueDriver, QueueWaiter]]
 
-    def __init__(self, backend: Backend, weights: Wanted) -> None:
-        from .semaphore import Semaphore
 
-        if not isinstance(weights, Mapping) or not weights:
-            raise ValueError("acquire_all takes a non-empty mapping {semaphore: permits}")
-        named: dict[str, tuple[str | Semaphore, int]] = {}
-        for what, permits in weights.items():
-            name = what.name if isinstance(what, Semaphore) else validate_name(what)
-            if name in named:
-                raise ValueError(f"semaphore {name!r} is asked twice")
-            if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
-                raise ValueError(f"permits of {name!r} must be an int >= 1, not {permits!r}")
-            named[name] = (what, permits)
-        self.weights = {name: permits for name, (_, permits) in named.items()}
-        self.drivers: dict[str, QueueDriver] = {}
-        for name, (what, permits) in named.items():
-            semaphore = what if isinstance(what, Semaphore) else None
-            if semaphore is None:
-                semaphore = backend.existing_semaphore(name)
-            validate_permits(permits, semaphore.capacity)
-            self.drivers[name] = semaphore._store
+def requested(
+    weights: Mapping[Any, int], name_of: Callable[[object], str | None]
+) -> dict[str, tuple[object, int]]:
+    """``acquire_all``'s mapping checked before any I/O, for either face: {name: (what
+    was given, permits)}. ``name_of``: the name of a semaphore object of the face, None
+    for anything else (then it must be a valid name)."""
+    if not isinstance(weights, Mapping) or not weights:
+        raise ValueError("acquire_all takes a non-empty mapping {semaphore: permits}")
+    named: dict[str, tuple[object, int]] = {}
+    for what, permits in weights.items():
+        name = name_of(what)
+        if name is None:
+            name = validate_name(what)
+        if name in named:
+            raise ValueError(f"semaphore {name!r} is asked twice")
+        if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
+            raise ValueError(f"permits of {name!r} must be an int >= 1, not {permits!r}")
+        named[name] = (what, permits)
+    return named
+
+
+def check_supported(backend: Backend, *, aio: bool = False) -> None:
+    """NotSupported unless ``backend`` has ``acquire_all``'s hooks (of the face)."""
+    if not (backend.supports_acquire_all_async if aio else backend.supports_acquire_all):
+        raise NotSupported(backend.scheme, MULTI + (" on the asyncio face" if aio else ""))
+
+
+# ---- the program both faces run --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnqueueAllRequest:
+    """Answer with ``EnqueuedAll(backend.enqueue_all(pairs, deadline))``; ``first_try``:
+    its AcquireTimeout is :func:`first_try_failed`'s BackendUnavailable."""
+
+    pairs: Pairs
+    deadline: Deadline
+    first_try: bool
+
+
+@dataclass(frozen=True)
+class QueueRequest:
+    """Answer ``step`` (Arm or Relist) of ``waiter`` in ``driver``'s queue."""
+
+    driver: QueueDriver
+    waiter: QueueWaiter
+    step: Arm | Relist
+    deadline: Deadline
+
+
+@dataclass(frozen=True)
+class DeleteAll:
+    """Remove every entry of ``pairs`` in one request (``backend.delete_all``); None."""
+
+    pairs: Pairs
+
+
+P = TypeVar("P", bound=PermitBase)
+
+
+def multi_acquisition(
+    backend: Backend,
+    drivers: Mapping[str, QueueDriver],
+    weights: Mapping[str, int],
+    inbox: _Inbox,
+    deadline: Deadline,
+    *,
+    blocking: bool,
+    new_permit: Callable[[Pairs, Mapping[str, Entry]], P],
+    abandon: Callable[[Pairs], None],
+    clock: Callable[[], float],
+) -> Generator[EnqueueAllRequest | QueueRequest | AwaitEvent | DeleteAll, object, P]:
+    """One ``acquire_all`` as a program (``_core.program``): yields the store requests
+    a face answers (an AwaitEvent with ``inbox``'s next event), blocking or awaited;
+    returns the permit. On any way out without a permit every entry is removed, in one
+    request (``abandon``, not awaited, when the program is closed)."""
+    names = sorted(weights)
+    waiters = {n: QueueWaiter(weights[n], backend.owner, n, inbox) for n in names}
+    pairs: Pairs = [(drivers[n], waiters[n]) for n in names]
+    marks_lost: list[str] = []
+    for driver, waiter in pairs:
+        driver.register(waiter)
+    protocol = multi_acquire_protocol(weights, deadline, blocking=blocking)
+    try:
+        step = next(protocol)
+        while True:
+            answer: object = None
+            if isinstance(step, EnqueueAll):
+                if any(w.key is not None or w.entry_id is not None for w in waiters.values()):
+                    log.warning("session lost while waiting for %s: entering again", names)
+                    yield DeleteAll(pairs)
+                answer = yield _enqueue_all_request(backend, pairs, deadline, step.first, clock)
+            elif isinstance(step, InQueue):
+                driver, waiter = drivers[step.name], waiters[step.name]
+                inner = step.step
+                if isinstance(inner, MarkHeld):
+                    driver.mark_held(waiter, inner.me, inner.now, inner.lower, marks_lost.append)
+                else:
+                    answer = yield QueueRequest(driver, waiter, inner, deadline)
+            else:
+                answer = yield step
+            try:
+                step = protocol.send(answer)
+            except StopIteration as stop:
+                entries: dict[str, Entry] = stop.value
+                break
+    except BaseException as exc:
+        if isinstance(exc, GeneratorExit):
+            abandon(pairs)  # the program is being closed: nothing can be awaited now
+        else:
+            yield DeleteAll(pairs)  # every entry, in one request
+        raise
+    finally:
+        for driver, waiter in pairs:
+            driver.unregister(waiter)
+    permit = new_permit(pairs, entries)
+    if inbox.session_ended():
+        permit._session_changed(session_lost("the session ended as the permits were granted"))
+    elif marks_lost:
+        permit._entry_lost(marks_lost[0])
+    log.debug("acquired %s (token %d)", dict(weights), permit.token)
+    return permit
+
+
+def _enqueue_all_request(
+    backend: Backend, pairs: Pairs, deadline: Deadline, first: bool, clock: Callable[[], float]
+) -> EnqueueAllRequest:
+    """The first try is given at least the request timeout, as for one acquire."""
+    left = deadline.remaining()
+    if not first or left is None or left >= backend.request_timeout:
+        return EnqueueAllRequest(pairs, deadline, first_try=False)
+    return EnqueueAllRequest(pairs, Deadline(backend.request_timeout, clock), first_try=True)
+
+
+def first_try_failed(backend: Backend, pairs: Pairs, exc: AcquireTimeout) -> BackendUnavailable:
+    error = BackendUnavailable(
+        f"semaphores {sorted(w.semaphore for _, w in pairs)}: no answer within the "
+        f"request timeout ({backend.request_timeout:g} s)"
+    )
+    error.__cause__ = exc
+    return error
+
+
+# ---- the sync face ---------------------------------------------------------------------
+
+
+def _semaphore_name(what: object) -> str | None:
+    from .semaphore import Semaphore
+
+    return what.name if isinstance(what, Semaphore) else None
 
 
 def acquire_all(
@@ -133,81 +273,54 @@ def acquire_all(
     existing semaphore (SemaphoreNotFound otherwise). Bad names, weights or timeouts
     raise before any I/O (a weight above a capacity once the semaphore is opened).
     ``timeout``, ``blocking``, the first try's bound and the errors are those of
-    ``Semaphore.acquire``; the request is granted once every queue admitted it (a
-    queue that admits it first counts it as a holder while it waits in the others).
+    ``Semaphore.acquire``; NotSupported before any I/O on a backend without the
+    hooks (``Backend.supports_acquire_all``). The request is granted once every queue
+    admitted it (a queue that admits it first counts it as a holder while it waits
+    in the others).
     """
+    from .semaphore import Semaphore
+
     validate_timeout(timeout)
-    requested = _Requested(backend, weights)
-    names = sorted(requested.weights)
-    deadline = Deadline(timeout if blocking else 0.0, time.monotonic)
+    named = requested(weights, _semaphore_name)
+    check_supported(backend)
+    drivers: dict[str, QueueDriver] = {}
+    for name, (what, permits) in named.items():
+        semaphore = what if isinstance(what, Semaphore) else backend.existing_semaphore(name)
+        validate_permits(permits, semaphore.capacity)
+        drivers[name] = semaphore._store
     inbox = _Inbox()
-    waiters = {n: QueueWaiter(requested.weights[n], backend.owner, n, inbox) for n in names}
-    pairs = [(requested.drivers[n], waiters[n]) for n in names]
-    marks_lost: list[str] = []
-    for driver, waiter in pairs:
-        driver.register(waiter)
-    protocol = multi_acquire_protocol(requested.weights, deadline, blocking=blocking)
-    try:
-        step = next(protocol)
-        while True:
-            answer: object = None
-            if isinstance(step, EnqueueAll):
-                if any(w.key is not None or w.entry_id is not None for w in waiters.values()):
-                    log.warning("session lost while waiting for %s: entering again", names)
-                    backend.delete_all(pairs)
-                answer = _enqueue_all(backend, pairs, deadline, first=step.first)
-            elif isinstance(step, InQueue):
-                driver, waiter = requested.drivers[step.name], waiters[step.name]
-                inner = step.step
-                if isinstance(inner, Arm):
-                    answer = driver.arm(waiter, inner.keys, deadline)
-                elif isinstance(inner, Relist):
-                    answer = driver.relist(waiter, deadline)
-                else:
-                    assert isinstance(inner, MarkHeld)
-                    driver.mark_held(waiter, inner.me, inner.now, inner.lower, marks_lost.append)
-            else:
-                assert isinstance(step, AwaitEvent)
-                answer = inbox.next_event(step.timeout)
-            try:
-                step = protocol.send(answer)
-            except StopIteration as stop:
-                entries: dict[str, Entry] = stop.value
-                break
-    except BaseException:
-        backend.delete_all(pairs)  # every entry, in one request
-        raise
-    finally:
-        for driver, waiter in pairs:
-            driver.unregister(waiter)
-    permit = MultiPermit(backend, pairs, entries)
-    if inbox.session_ended():
-        permit._session_changed(session_lost("the session ended as the permits were granted"))
-    elif marks_lost:
-        permit._entry_lost(marks_lost[0])
-    log.debug("acquired %s (token %d)", requested.weights, permit.token)
-    return permit
+    program = multi_acquisition(
+        backend,
+        drivers,
+        {name: permits for name, (_, permits) in named.items()},
+        inbox,
+        Deadline(timeout if blocking else 0.0, time.monotonic),
+        blocking=blocking,
+        new_permit=lambda pairs, entries: MultiPermit(backend, pairs, entries),
+        abandon=backend.delete_all,
+        clock=time.monotonic,
+    )
 
+    def answer(request: object) -> object:
+        if isinstance(request, QueueRequest):
+            driver, waiter, step = request.driver, request.waiter, request.step
+            if isinstance(step, Arm):
+                return driver.arm(waiter, step.keys, request.deadline)
+            return driver.relist(waiter, request.deadline)
+        if isinstance(request, AwaitEvent):
+            return inbox.next_event(request.timeout)
+        if isinstance(request, DeleteAll):
+            backend.delete_all(request.pairs)
+            return None
+        assert isinstance(request, EnqueueAllRequest)
+        try:
+            return EnqueuedAll(backend.enqueue_all(request.pairs, request.deadline))
+        except AcquireTimeout as exc:
+            if request.first_try:
+                raise first_try_failed(backend, request.pairs, exc) from exc
+            raise
 
-def _enqueue_all(
-    backend: Backend,
-    pairs: list[tuple[QueueDriver, QueueWaiter]],
-    deadline: Deadline,
-    *,
-    first: bool,
-) -> EnqueuedAll:
-    """The first try is given at least the request timeout, as for one acquire."""
-    left = deadline.remaining()
-    if not first or left is None or left >= backend.request_timeout:
-        return EnqueuedAll(backend.enqueue_all(pairs, deadline))
-    try:
-        first_try = Deadline(backend.request_timeout, time.monotonic)
-        return EnqueuedAll(backend.enqueue_all(pairs, first_try))
-    except AcquireTimeout as exc:
-        raise BackendUnavailable(
-            f"semaphores {sorted(w.semaphore for _, w in pairs)}: no answer within the "
-            f"request timeout ({backend.request_timeout:g} s)"
-        ) from exc
+    return run_program(program, answer)
 
 
 class _Names:
@@ -215,21 +328,11 @@ class _Names:
         self.name = name
 
 
-class MultiPermit(PermitBase):
-    """Permits held in several semaphores at once. Release with :meth:`release` or a
-    ``with`` block: every entry goes in one request.
+class MultiPermitBase(PermitBase):
+    """What both faces' multi-permits are: ``weights``, ``keys`` and ``tokens`` by
+    semaphore, ``token`` (one atomic create gives every entry the same one)."""
 
-    ``tokens``: each semaphore's fencing token (its entry's creation revision; one
-    atomic create gives them all the same one, ``token``). ``lost`` is set when the
-    session ends or an entry is deleted: one entry lost is the whole permit lost.
-    """
-
-    def __init__(
-        self,
-        backend: Backend,
-        pairs: list[tuple[QueueDriver, QueueWaiter]],
-        entries: Mapping[str, Entry],
-    ) -> None:
+    def __init__(self, backend: Backend, pairs: Pairs, entries: Mapping[str, Entry]) -> None:
         tokens = {w.semaphore: w.token for _, w in pairs}
         assert all(t is not None for t in tokens.values())
         token = max(t for t in tokens.values() if t is not None)
@@ -241,8 +344,30 @@ class MultiPermit(PermitBase):
         super().__init__(_Names(described), summary, token, backend.owner)
         self._backend = backend
         self._pairs = pairs
+
+    def _fenced(self) -> FencedTransaction:
+        """The backend's transaction fenced on every entry (``transaction()``)."""
+        entries = [(driver, self.keys[waiter.semaphore]) for driver, waiter in self._pairs]
+        return self._backend.transaction_all(entries, self.token)
+
+    def _listen(self) -> None:
+        """Follow the session (called once ``lost`` exists)."""
+        self._unlisten = self._backend.add_permit_listener(self._session_changed)
+
+
+class MultiPermit(MultiPermitBase):
+    """Permits held in several semaphores at once. Release with :meth:`release` or a
+    ``with`` block: every entry goes in one request.
+
+    ``tokens``: each semaphore's fencing token (its entry's creation revision; one
+    atomic create gives them all the same one, ``token``). ``lost`` is set when the
+    session ends or an entry is deleted: one entry lost is the whole permit lost.
+    """
+
+    def __init__(self, backend: Backend, pairs: Pairs, entries: Mapping[str, Entry]) -> None:
+        super().__init__(backend, pairs, entries)
         self.lost = threading.Event()  #: set when the permit is gone (never cleared)
-        self._unlisten = backend.add_permit_listener(self._session_changed)
+        self._listen()
 
     def _signal_lost(self) -> None:
         self.lost.set()
@@ -250,8 +375,7 @@ class MultiPermit(PermitBase):
     def transaction(self) -> FencedTransaction:
         """A transaction that commits only while *every* entry of this permit is held
         (same writes and errors as ``Permit.transaction``)."""
-        entries = [(driver, self.keys[waiter.semaphore]) for driver, waiter in self._pairs]
-        return self._backend.transaction_all(entries, self.token)
+        return self._fenced()
 
     def release(self) -> None:
         """Give every permit back, in one request. Idempotent; never raises; returns

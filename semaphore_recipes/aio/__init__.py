@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from .._permit import PermitState
 from .backend import AsyncBackend, connect
+from .multi import AsyncMultiPermit
 from .permit import AsyncPermit, AsyncTransaction
 from .semaphore import Acquiring, AsyncSemaphore
 
 __all__ = [
     "Acquiring",
     "AsyncBackend",
+    "AsyncMultiPermit",
     "AsyncPermit",
     "AsyncSemaphore",
     "AsyncTransaction",

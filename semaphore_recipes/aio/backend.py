@@ -9,15 +9,18 @@ face (``semaphore_recipes.semaphore``); ``backend.session_state`` says where it 
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from types import TracebackType
 from typing import Any
 
+from .._core.deadline import validate_timeout
 from .._core.names import validate_name, validate_open_capacity
 from .._core.status import Status
 from ..backend import Backend, SessionState
 from ..instrumentation import Instrumentation
-from .semaphore import AsyncSemaphore
+from ..multi import check_supported, requested
+from .multi import AsyncMultiPermit, acquiring_all
+from .semaphore import Acquiring, AsyncSemaphore
 
 __all__ = ["AsyncBackend", "connect"]
 
@@ -33,6 +36,8 @@ class AsyncBackend:
         self.backend = backend
         self.owner = backend.owner
         self.request_timeout = backend.request_timeout
+        #: semaphores ``acquire_all`` opened by name, kept (each holds a watch)
+        self._opened_by_name: dict[str, AsyncSemaphore] = {}
 
     def semaphore(
         self,
@@ -49,6 +54,32 @@ class AsyncBackend:
         validate_name(name)
         checked = validate_open_capacity(capacity, create)
         return AsyncSemaphore(self, name, checked, adopt_capacity=adopt_capacity, create=create)
+
+    def acquire_all(
+        self,
+        weights: Mapping[str, int] | Mapping[AsyncSemaphore, int] | Mapping[Any, int],
+        timeout: float | None = None,
+        blocking: bool = True,
+    ) -> Acquiring[AsyncMultiPermit]:
+        """Take ``weights[s]`` permits of each semaphore ``s`` at once, or none:
+        ``permit = await backend.acquire_all({...})`` or ``async with
+        backend.acquire_all({...}) as permit:``. ``s`` is an :class:`AsyncSemaphore`
+        or the name of an existing semaphore. The sync face's contract
+        (:func:`semaphore_recipes.multi.acquire_all`): bad arguments raise here, before
+        any I/O (NotSupported too); cancelling the awaiting task leaves no entry in any
+        queue (``semaphore_recipes.aio.multi``)."""
+        validate_timeout(timeout)
+        named = requested(weights, _async_name)
+        check_supported(self.backend, aio=True)
+        return Acquiring(acquiring_all(self, named, timeout, blocking))
+
+    def existing_semaphore(self, name: str) -> AsyncSemaphore:
+        """The existing semaphore ``name`` as ``acquire_all`` names it, made once per
+        backend (opened on first use: SemaphoreNotFound then if there is none)."""
+        found = self._opened_by_name.get(name)
+        if found is None:
+            found = self._opened_by_name[name] = self.semaphore(name, create=False)
+        return found
 
     def instrument(self, instrumentation: Instrumentation) -> None:
         """See :meth:`semaphore_recipes.Backend.instrument` (the same hook, both faces)."""
@@ -146,3 +177,7 @@ def connect(target: str, *, owner: str | None = None, **options: str) -> Connect
         raise TypeError(f"connect() takes a URL, not {type(target).__name__}")
     params = {key: str(value) for key, value in options.items() if value is not None}
     return Connecting(target, owner, params)
+
+
+def _async_name(what: object) -> str | None:
+    return what.name if isinstance(what, AsyncSemaphore) else None

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .._core.queue import Entry
 from .._permit import PermitBase
@@ -29,7 +29,43 @@ log = logging.getLogger("semaphore_recipes")
 __all__ = ["AsyncPermit", "AsyncTransaction"]
 
 
-class AsyncPermit(PermitBase):
+class LostOnLoop:
+    """What both asyncio permits share: ``lost``, an :class:`asyncio.Event` of the loop
+    the permit was made on, set from whichever thread learns of the loss; ``async
+    with`` releases at the block's end."""
+
+    def _lost_on_loop(self) -> asyncio.Event:
+        self.lost = asyncio.Event()  #: set when the permit is gone (never cleared)
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        return self.lost
+
+    def _signal_lost(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self.lost.set()
+            return
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it any more
+            self._loop.call_soon_threadsafe(self.lost.set)
+
+    async def release(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self: L) -> L:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+
+L = TypeVar("L", bound=LostOnLoop)
+
+
+class AsyncPermit(LostOnLoop, PermitBase):
     """Permits held in one semaphore: ``async with`` it, or ``await permit.release()``."""
 
     def __init__(
@@ -37,10 +73,8 @@ class AsyncPermit(PermitBase):
     ) -> None:
         super().__init__(semaphore, entry, token, owner)
         self.semaphore = semaphore
-        self.lost = asyncio.Event()  #: set when the permit is gone (never cleared)
+        self._lost_on_loop()
         self._store = store
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
 
     def transaction(self) -> AsyncTransaction:
         """Writes that commit only while this permit is held: ``create``, ``set``,
@@ -58,24 +92,6 @@ class AsyncPermit(PermitBase):
         if self._begin_release():
             await self._store.remove_async(self.key)
             log.debug("released %s of %r (token %d)", self.permits, self._name, self.token)
-
-    def _signal_lost(self) -> None:
-        if threading.get_ident() == self._loop_thread:
-            self.lost.set()
-            return
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it any more
-            self._loop.call_soon_threadsafe(self.lost.set)
-
-    async def __aenter__(self) -> AsyncPermit:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.release()
 
 
 class AsyncTransaction:

@@ -22,7 +22,7 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._acquire import Abandon, StoreRequest, acquisition, first_try_failed
 from .._core.deadline import Deadline, validate_timeout
@@ -113,7 +113,7 @@ class AsyncSemaphore:
         blocking: bool = True,
         *,
         watch_entry: bool = False,
-    ) -> Acquiring:
+    ) -> Acquiring[AsyncPermit]:
         """Wait in FIFO order for ``permits`` permits: ``permit = await sem.acquire()``
         or ``async with sem.acquire() as permit:``. The sync face's contract
         (:meth:`semaphore_recipes.Semaphore.acquire`): AcquireTimeout, WouldBlock,
@@ -191,18 +191,26 @@ class AsyncSemaphore:
         await (await self._opened()).set_capacity_async(capacity)
 
 
-class Acquiring(Coroutine[Any, Any, AsyncPermit]):
+class _Releasable(Protocol):
+    async def release(self) -> None: ...
+
+
+P = TypeVar("P", bound=_Releasable)
+
+
+class Acquiring(Coroutine[Any, Any, P]):
     """An acquire in progress: a coroutine (``await`` it, or ``asyncio.create_task``
     it) that returns the permit, and an async context manager that holds the permit for
-    the block (released at its end, whatever the way out)."""
+    the block (released at its end, whatever the way out). (``acquire_all`` returns
+    one too, of a multi-permit.)"""
 
     __slots__ = ("_coro", "_permit")
 
-    def __init__(self, coro: Coroutine[Any, Any, AsyncPermit]) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, P]) -> None:
         self._coro = coro
-        self._permit: AsyncPermit | None = None
+        self._permit: P | None = None
 
-    def __await__(self) -> Generator[Any, None, AsyncPermit]:
+    def __await__(self) -> Generator[Any, None, P]:
         return self._coro.__await__()
 
     def send(self, value: Any) -> Any:
@@ -216,7 +224,7 @@ class Acquiring(Coroutine[Any, Any, AsyncPermit]):
     def close(self) -> None:
         self._coro.close()
 
-    async def __aenter__(self) -> AsyncPermit:
+    async def __aenter__(self) -> P:
         self._permit = await self._coro
         return self._permit
 

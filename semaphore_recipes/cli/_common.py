@@ -27,6 +27,7 @@ from ..errors import (
     CapacityMismatch,
     CorruptState,
     InvalidName,
+    NotSupported,
     PermissionDenied,
     PermitLost,
     SemaphoreNotFound,
@@ -100,7 +101,7 @@ def error_for(exc: BaseException) -> CliError | None:
         return CliError(ExitCode.UNAVAILABLE, detail)
     if isinstance(exc, BackendNotInstalled):
         return CliError(ExitCode.UNAVAILABLE, str(exc))
-    if isinstance(exc, (InvalidName, ValueError)):
+    if isinstance(exc, (InvalidName, ValueError, NotSupported)):
         return CliError(ExitCode.USAGE, str(exc))
     if isinstance(exc, ConnectionError):
         return CliError(ExitCode.UNAVAILABLE, str(exc) or type(exc).__name__)

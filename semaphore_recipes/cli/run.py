@@ -37,7 +37,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from ..errors import AcquireTimeout, WouldBlock
+from ..backend import MULTI
+from ..errors import AcquireTimeout, NotSupported, WouldBlock
 from ..semaphore import PermitState
 from ._common import ENV_URL, CliError, ExitCode, check_name, connect, resolve_url, say
 
@@ -236,6 +237,8 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     try:
         try:
             backend = connect(url)
+            if also and not backend.supports_acquire_all:  # before NAME is created
+                raise NotSupported(backend.scheme, MULTI)
             sem = backend.semaphore(name, args.capacity, adopt_capacity=args.adopt_capacity)
             started = time.monotonic()
             if also:

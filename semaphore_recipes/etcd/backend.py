@@ -370,6 +370,22 @@ class EtcdBackend(Backend):
 
         self.run(multi.deleting_all(self, queues))
 
+    async def enqueue_all_async(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        from . import multi
+
+        return await self.run_async(multi.enqueuing_all(self, queues, deadline))
+
+    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        from . import multi
+
+        if multi.one_by_one(queues):
+            for queue, waiter in queues:
+                await queue.abandon_async(waiter)
+            return
+        await self.run_async(multi.deleting_all(self, queues))
+
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int
     ) -> FencedTransaction:

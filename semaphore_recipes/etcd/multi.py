@@ -20,7 +20,7 @@ from .._core.codec import EntryData, decode_capacity
 from .._core.deadline import Deadline
 from .._core.program import Program
 from .._core.protocol import Enqueued
-from ..backend import QueueDriver, Waiter, nearest_needed
+from ..backend import QueueDriver, Waiter, nearest_needed, queues_of
 from ..errors import PermissionDenied
 from .errors import EtcdError, EtcdLeaseNotFound, EtcdUnavailable
 from .ops import Compare, Op
@@ -35,18 +35,10 @@ log = logging.getLogger("semaphore_recipes.etcd")
 Pairs = Sequence[tuple[QueueDriver, Waiter]]
 
 
-def _queues(pairs: Pairs) -> list[tuple[EtcdQueue, Waiter]]:
-    out = []
-    for driver, waiter in pairs:
-        assert isinstance(driver, EtcdQueue)
-        out.append((driver, waiter))
-    return out
-
-
 def enqueuing_all(
     backend: EtcdBackend, pairs: Pairs, deadline: Deadline
 ) -> Program[dict[str, Enqueued]]:
-    queues = _queues(pairs)
+    queues = queues_of(EtcdQueue, pairs)
     first = queues[0][0]
     for queue, waiter in queues:
         queue._drop_watchers(waiter)
@@ -119,17 +111,23 @@ def enqueuing_all(
         return answers
 
 
+def one_by_one(pairs: Pairs) -> bool:
+    """Are the entries to be deleted by each queue's own delete (a create reply not in
+    hand, or tokens that differ)?"""
+    tokens = {waiter.token for _, waiter in pairs}
+    return any(waiter.key is None for _, waiter in pairs) or len(tokens) != 1
+
+
 def deleting_all(backend: EtcdBackend, pairs: Pairs) -> Program[None]:
     """Every waiter's entry in one txn guarded by their token; an entry whose create
     reply is not in hand, or a guard that fails (an entry gone already), falls back to
     each queue's own delete."""
-    queues = _queues(pairs)
-    tokens = {waiter.token for _, waiter in queues}
-    if any(waiter.key is None for _, waiter in queues) or len(tokens) != 1:
+    queues = queues_of(EtcdQueue, pairs)
+    if one_by_one(pairs):
         for queue, waiter in queues:
             queue.abandon(waiter)
         return
-    (token,) = tokens
+    (token,) = {waiter.token for _, waiter in queues}
     assert token is not None
     uids = []
     for queue, waiter in queues:
@@ -159,10 +157,7 @@ def _deleting(queues: list[tuple[EtcdQueue, Waiter]], uids: list[str], token: in
 def transaction_all(
     entries: Sequence[tuple[QueueDriver, str]], token: int
 ) -> EtcdFencedTransaction:
-    keys = []
-    for driver, uid in entries:
-        assert isinstance(driver, EtcdQueue)
-        keys.append(driver._key(uid))
-    first = entries[0][0]
-    assert isinstance(first, EtcdQueue)
+    queues = queues_of(EtcdQueue, entries)
+    keys = [queue._key(uid) for queue, uid in queues]
+    first = queues[0][0]
     return EtcdFencedTransaction(first, keys[0], token, keys[1:])

@@ -247,6 +247,14 @@ class MemoryBackend(Backend):
     def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
         multi.delete_all(self, queues)
 
+    async def enqueue_all_async(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        return await self.run_async(multi.enqueue_all(self, queues, deadline))
+
+    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        multi.delete_all(self, queues)  # it never waits: sent now or on reconnect
+
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int
     ) -> MemoryFencedTransaction:

@@ -15,6 +15,7 @@ from ..backend import (
     QueueDriver,
     Waiter,
     call_with_sigint_held,
+    queues_of,
 )
 from .queue import Connected, MemoryQueue, _entry
 from .store import SessionEnded
@@ -23,20 +24,12 @@ if TYPE_CHECKING:
     from .backend import MemoryBackend
 
 
-def _queues(pairs: Sequence[tuple[QueueDriver, Waiter]]) -> list[tuple[MemoryQueue, Waiter]]:
-    out = []
-    for driver, waiter in pairs:
-        assert isinstance(driver, MemoryQueue)
-        out.append((driver, waiter))
-    return out
-
-
 def enqueue_all(
     backend: MemoryBackend, pairs: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
 ) -> Generator[object, object, dict[str, Enqueued]]:
     """The EnqueueAll step (a program): every entry in one store operation, so they
     share one revision (their token and order), and each queue's lower entries."""
-    queues = _queues(pairs)
+    queues = queues_of(MemoryQueue, pairs)
     for queue, waiter in queues:
         queue._drop_watches(waiter)
     while True:
@@ -77,7 +70,7 @@ def delete_all(backend: MemoryBackend, pairs: Sequence[tuple[QueueDriver, Waiter
     """Every waiter's entry (the entry id is the key, chosen before the create), in one
     store operation: now, or on reconnect."""
     entries = []
-    for queue, waiter in _queues(pairs):
+    for queue, waiter in queues_of(MemoryQueue, pairs):
         queue._drop_watches(waiter)
         key = waiter.key or waiter.entry_id
         if key is not None:

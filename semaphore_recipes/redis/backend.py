@@ -22,6 +22,7 @@ close it (Redis replication is not consensus).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import itertools
@@ -30,7 +31,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, cast
 
 import redis
@@ -40,18 +41,24 @@ from ..backend import (
     SUSPENDED,
     Backend,
     Deadline,
+    Enqueued,
+    FencedTransaction,
+    QueueDriver,
     ServiceURL,
     SessionState,
+    Waiter,
     default_owner,
     session_lost,
     validate_name,
 )
 from ..errors import BackendUnavailable, SemaphoreError
-from .calls import TRANSIENT, AsyncRunner, Pause, SyncRunner, call, translate
+from . import multi
+from .calls import TRANSIENT, Arg, AsyncRunner, Pause, SyncRunner, call, translate
 from .lease import LeaseKeeper, new_lease_id
 from .notifier import Notifier
 from .params import DEFAULT_PORT, RedisParams
 from .queue import RedisQueue
+from .queue import _cancels as cancels_pending
 from .scripts import ScriptName
 
 log = logging.getLogger("semaphore_recipes.redis")
@@ -135,6 +142,35 @@ class RedisBackend(Backend):
         self._check_open()
         assert self.aio is not None, "the asyncio face's calls need from_url_async"
         return await self.aio.run(program)
+
+    def new_id(self) -> int:
+        """A number for an entry id, never given twice by this backend."""
+        return next(self._ids)
+
+    def script(
+        self,
+        name: ScriptName,
+        args: tuple[Arg, ...],
+        where: str,
+        *,
+        deadline: Deadline | None = None,
+        retry: bool = True,
+        replicas: int = 0,
+    ) -> Generator[object, object, Any]:
+        """A program running script ``name`` (:func:`.calls.call`): bounded by a waiting
+        acquire's ``deadline`` (AcquireTimeout), else by the request timeout."""
+        bound = deadline or Deadline(self.request_timeout, time.monotonic)
+        return call(
+            name,
+            args,
+            where=where,
+            bound=bound,
+            waiting=deadline is not None,
+            retry=retry,
+            user=self.params.username,
+            replicas=replicas,
+            max_wait=self.request_timeout,
+        )
 
     def in_background(self, program: Callable[[], Generator[object, object, Any]]) -> None:
         """Run ``program()`` on the background thread, tried again until it works or the
@@ -242,6 +278,32 @@ class RedisBackend(Backend):
         return await self.run_async(  # type: ignore[no-any-return]
             queue.open(capacity, adopt_capacity=adopt_capacity, create=create)
         )
+
+    # ---- several semaphores at once: one script creates, one removes (multi.py) ----------
+    def enqueue_all(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        return self.run(multi.enqueuing_all(self, queues, deadline))  # type: ignore[no-any-return]
+
+    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        multi.delete_all(self, queues)
+
+    async def enqueue_all_async(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        cancels = cancels_pending()
+        enqueued = await self.run_async(multi.enqueuing_all(self, queues, deadline))
+        if cancels_pending() > cancels:  # (as in RedisQueue.enqueue_async)
+            raise asyncio.CancelledError
+        return enqueued  # type: ignore[no-any-return]
+
+    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        await multi.delete_all_async(self, queues)
+
+    def transaction_all(
+        self, entries: Sequence[tuple[QueueDriver, str]], token: int
+    ) -> FencedTransaction:
+        return multi.transaction_all(entries, token)
 
     def describe(self) -> str:
         tls = " (TLS)" if self.params.tls else ""

@@ -21,10 +21,8 @@ The held mark is the script's (``write_mark`` writes nothing).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
-import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,7 +45,7 @@ from ..backend import (
     validate_capacity,
 )
 from ..errors import BackendUnavailable, CapacityMismatch, SemaphoreError, SemaphoreNotFound
-from .calls import Arg, call
+from .calls import Arg
 from .scripts import ScriptName
 from .transaction import RedisFencedTransaction
 
@@ -132,7 +130,6 @@ class RedisQueue(QueueDriver):
         self._where = f"semaphore {name!r} on {backend.describe()}"
         self._routes: dict[str, _Route] = {}
         self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
-        self._counter = itertools.count(1)
         self._sweeps: set[asyncio.Task[None]] = set()
 
     def _args(self, *rest: Arg) -> tuple[Arg, ...]:
@@ -146,17 +143,8 @@ class RedisQueue(QueueDriver):
         retry: bool = True,
         replicas: int = 0,
     ) -> Generator[object, object, Any]:
-        bound = deadline or Deadline(self.request_timeout, time.monotonic)
-        return call(
-            name,
-            self._args(*rest),
-            where=self._where,
-            bound=bound,
-            waiting=deadline is not None,
-            retry=retry,
-            user=self.backend.params.username,
-            replicas=replicas,
-            max_wait=self.request_timeout,
+        return self.backend.script(
+            name, self._args(*rest), self._where, deadline=deadline, retry=retry, replicas=replicas
         )
 
     def entries_key(self) -> str:
@@ -205,14 +193,10 @@ class RedisQueue(QueueDriver):
     def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
         self._drop_route(waiter.entry_id)
         while True:
-            # A generation per attempt: a lease this attempt gave up on is reported to
-            # the attempt that made an entry with it, not to this one.
-            generation = waiter.new_generation()
             lease = self.backend.lease
-            entry_id = f"{lease}.{self.name}.{next(self._counter)}"
-            with self._lock:
-                self._routes[entry_id] = _Route(waiter, generation)
-            waiter.creating(entry_id)  # before the create: an interrupted acquire finds it
+            # (the backend's counter: two semaphore objects of one name share the queue)
+            entry_id = f"{lease}.{self.name}.{self.backend.new_id()}"
+            self.creating(waiter, entry_id)
             capacity, _ = self.capacity_answer()
             replicas = self.backend.params.wait_replicas
             reply = yield from self._run_script(
@@ -237,20 +221,34 @@ class RedisQueue(QueueDriver):
             waiter.created(entry_id, view.order)
             if view.held and acknowledged < replicas:  # the face's cleanup removes it
                 raise self.unreplicated(acknowledged)
-            lower, admitted = self._told(entry_id, view)
-            self.apply_capacity(view.capacity, view.version)
-            if admitted:
-                capacity, version = view.capacity, view.version
-            else:
-                capacity, version = self.capacity_answer()
-            return Enqueued(
-                me=Entry(key=entry_id, order=view.order, weight=waiter.weight),
-                lower=lower,
-                capacity=capacity,
-                later_entries=view.later,
-                capacity_version=version,
-                lower_complete=view.complete or admitted,
-            )
+            return self.enqueued(waiter, entry_id, view)
+
+    def creating(self, waiter: Waiter, entry_id: str) -> None:
+        """An enqueue attempt of ``waiter`` is about to create ``entry_id``: its
+        admission message, which may overtake the reply, is routed to it from now on."""
+        # A generation per attempt: a lease this attempt gave up on is reported to the
+        # attempt that made an entry with it, not to this one.
+        generation = waiter.new_generation()
+        with self._lock:
+            self._routes[entry_id] = _Route(waiter, generation)
+        waiter.creating(entry_id)  # before the create: an interrupted acquire finds it
+
+    def enqueued(self, waiter: Waiter, entry_id: str, view: _View) -> Enqueued:
+        """The Enqueue step's answer for our entry ``entry_id`` created as ``view`` says."""
+        lower, admitted = self._told(entry_id, view)
+        self.apply_capacity(view.capacity, view.version)
+        if admitted:
+            capacity, version = view.capacity, view.version
+        else:
+            capacity, version = self.capacity_answer()
+        return Enqueued(
+            me=Entry(key=entry_id, order=view.order, weight=waiter.weight),
+            lower=lower,
+            capacity=capacity,
+            later_entries=view.later,
+            capacity_version=version,
+            lower_complete=view.complete or admitted,
+        )
 
     def _told(self, entry_id: str, view: _View) -> tuple[tuple[Entry, ...], bool]:
         """What the core is told stands before ``entry_id`` (nothing once admitted: by
@@ -392,6 +390,13 @@ class RedisQueue(QueueDriver):
         super().unregister(waiter)
         self._drop_route(waiter.entry_id)
 
+    def leaving(self, key: str) -> None:
+        """Our entry ``key`` is about to be removed: nothing of ours waits for it."""
+        self.forget_mark(key)
+        with self._lock:
+            self._holder_watches.pop(key, None)
+            self._routes.pop(key, None)
+
     def _drop_route(self, entry_id: str | None) -> None:
         if entry_id is not None:
             with self._lock:
@@ -402,10 +407,7 @@ class RedisQueue(QueueDriver):
             self._holder_watches[key] = (token, on_lost)
 
     def _removal(self, key: str, sweep: bool = True) -> Generator[object, object, None]:
-        self.forget_mark(key)
-        with self._lock:
-            self._holder_watches.pop(key, None)
-            self._routes.pop(key, None)
+        self.leaving(key)
         yield from self._run_script(
             ScriptName.REMOVE, key, self.backend.lease, "" if sweep else "later"
         )

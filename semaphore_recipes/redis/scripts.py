@@ -29,8 +29,9 @@ Every script that changes the queue ends with ``sweep``: walking from the head, 
 removes dead entries, counts the holders, and admits each waiter whose prefix sum fits
 the capacity, marking it held and notifying its client; it stops at the first waiter
 that does not fit. Its work is the holders plus the newly admitted plus one, never the
-whole queue. Scripts build their keys from ``ARGV`` (the prefix and the name): one
-primary, not Redis Cluster (docs/operations.md).
+whole queue. Scripts build their keys from ``ARGV`` (the prefix and the name; the
+scripts of ``acquire_all``, ``*_ALL``, take several names and ``use`` each in turn):
+one primary, not Redis Cluster (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -41,9 +42,16 @@ __all__ = ["SCRIPTS", "ScriptName"]
 
 _COMMON = r"""
 local P, S = ARGV[1], ARGV[2]
-local QK = P .. ':s:' .. S .. ':q'
-local EK = P .. ':s:' .. S .. ':e'
-local CK = P .. ':s:' .. S .. ':cfg'
+local QK, EK, CK
+-- Point the functions below at semaphore `s` (the scripts over several queues move
+-- from one to the next; the functions read these as upvalues).
+local function use(s)
+  S = s
+  QK = P .. ':s:' .. s .. ':q'
+  EK = P .. ':s:' .. s .. ':e'
+  CK = P .. ':s:' .. s .. ':cfg'
+end
+use(S)
 local function lease_key(l) return P .. ':lease:' .. l end
 local function now()
   local t = redis.call('time')
@@ -158,6 +166,38 @@ local function view(id, e, limit)
   out[7] = check_in(pred, holders)
   return out
 end
+-- Remove entry `id` (if there) for the client of `lease`; an entry of another client
+-- is reported to its client. -> 1 if it was there
+local function remove_entry(id, lease)
+  local e = entry(id)
+  if not e then return 0 end
+  drop(id)
+  if e.l ~= lease then
+    redis.call('rpush', P .. ':inbox:' .. e.l, cjson.encode({x = 'deleted', n = S, k = id}))
+  end
+  return 1
+end
+-- Is `id` a live, admitted entry created with `token`? (a fenced transaction's fence)
+local function fenced(id, token)
+  local e = entry(id)
+  return alive(e) and e.h and e.t == token
+end
+-- A fenced transaction's writes, (kind, key, value) from ARGV[first] on: all or none.
+-- -> {'ok'} or {'conflict', key}
+local function write_all(first)
+  for i = first, #ARGV, 3 do
+    local exists = redis.call('exists', ARGV[i + 1]) == 1
+    if (ARGV[i] == 'create') == exists then return {'conflict', ARGV[i + 1]} end
+  end
+  for i = first, #ARGV, 3 do
+    if ARGV[i] == 'delete' then
+      redis.call('del', ARGV[i + 1])
+    else
+      redis.call('set', ARGV[i + 1], ARGV[i + 2])
+    end
+  end
+  return {'ok'}
+end
 """
 
 
@@ -166,6 +206,9 @@ class ScriptName(enum.Enum):
 
     OPEN = "open"
     ENQUEUE = "enqueue"
+    ENQUEUE_ALL = "enqueue_all"
+    REMOVE_ALL = "remove_all"
+    FENCE_ALL = "fence_all"
     RELIST = "relist"
     CHECK = "check"
     REMOVE = "remove"
@@ -220,6 +263,70 @@ end
 sweep(id)
 return view(id, entry(id), tonumber(ARGV[7]))
 """,
+    # ARGV: P, '', id, lease, owner, then per semaphore: name, weight, limit, capacity
+    # to re-create with. One entry `id` in every queue, all with one order from the
+    # counter (their token): any two requests are ordered alike in every queue, and no
+    # other script runs in between. A retry after a lost reply finds its entries (all
+    # or none were made); if some were removed since, the rest go too and the client
+    # tries again with a new id. -> {view per semaphore}, {'lost'} or {'partial'}
+    ScriptName.ENQUEUE_ALL: r"""
+local id, lease = ARGV[3], ARGV[4]
+if redis.call('exists', lease_key(lease)) == 0 then return {'lost'} end
+local found, n = 0, 0
+for i = 6, #ARGV, 4 do
+  use(ARGV[i])
+  n = n + 1
+  if entry(id) then found = found + 1 end
+end
+if found > 0 and found < n then
+  for i = 6, #ARGV, 4 do
+    use(ARGV[i])
+    drop(id)
+    sweep(nil)
+  end
+  return {'partial'}
+end
+if found == 0 then
+  for i = 6, #ARGV, 4 do
+    use(ARGV[i])
+    if not config() then
+      local ver = redis.call('incr', P .. ':seq')
+      redis.call('hset', CK, 'capacity', ARGV[i + 3], 'version', ver)
+    end
+  end
+  local order = redis.call('incr', P .. ':seq')
+  for i = 6, #ARGV, 4 do
+    use(ARGV[i])
+    local e = {w = tonumber(ARGV[i + 1]), l = lease, o = ARGV[5], h = false, s = now(), t = order}
+    redis.call('zadd', QK, order, id)
+    redis.call('hset', EK, id, cjson.encode(e))
+  end
+end
+local out = {}
+for i = 6, #ARGV, 4 do
+  use(ARGV[i])
+  sweep(id)
+  out[#out + 1] = view(id, entry(id), tonumber(ARGV[i + 2]))
+end
+return out
+""",
+    # ARGV: P, '', the caller's lease, 'later' (or ''), then (semaphore, id) pairs: each
+    # entry removed as REMOVE does (an id '' removes nothing), then every queue swept,
+    # unless 'later'. -> how many entries were there
+    ScriptName.REMOVE_ALL: r"""
+local found = 0
+for i = 5, #ARGV, 2 do
+  use(ARGV[i])
+  if ARGV[i + 1] ~= '' then found = found + remove_entry(ARGV[i + 1], ARGV[3]) end
+end
+if ARGV[4] ~= 'later' then
+  for i = 5, #ARGV, 2 do
+    use(ARGV[i])
+    sweep(nil)
+  end
+end
+return found
+""",
     # ARGV: P, S, id. -> view with every lower entry, or {'lost'}
     ScriptName.RELIST: r"""
 local e = entry(ARGV[3])
@@ -263,15 +370,7 @@ return {'wait', -1}
     # reported to that client. -> 1 if the entry was there
     ScriptName.REMOVE: r"""
 local found = 0
-local e = nil
-if ARGV[3] ~= '' then e = entry(ARGV[3]) end
-if e then
-  drop(ARGV[3])
-  found = 1
-  if e.l ~= ARGV[4] then
-    redis.call('rpush', P .. ':inbox:' .. e.l, cjson.encode({x = 'deleted', n = S, k = ARGV[3]}))
-  end
-end
+if ARGV[3] ~= '' then found = remove_entry(ARGV[3], ARGV[4]) end
 if ARGV[5] ~= 'later' then sweep(nil) end
 return found
 """,
@@ -319,20 +418,19 @@ return out
     # ARGV: P, S, id, token, then (kind, key, value) per write.
     # -> {'ok'}, {'lost'} or {'conflict', key}; all writes or none
     ScriptName.FENCE: r"""
-local e = entry(ARGV[3])
-if not alive(e) or not e.h or e.t ~= tonumber(ARGV[4]) then return {'lost'} end
-for i = 5, #ARGV, 3 do
-  local exists = redis.call('exists', ARGV[i + 1]) == 1
-  if (ARGV[i] == 'create') == exists then return {'conflict', ARGV[i + 1]} end
+if not fenced(ARGV[3], tonumber(ARGV[4])) then return {'lost'} end
+return write_all(5)
+""",
+    # ARGV: P, '', token, n, then n (semaphore, id) pairs, then (kind, key, value) per
+    # write: FENCE over every entry of a multi-permit (they share one token).
+    # -> {'ok'}, {'lost'} or {'conflict', key}; all writes or none
+    ScriptName.FENCE_ALL: r"""
+local token, n = tonumber(ARGV[3]), tonumber(ARGV[4])
+for i = 5, 4 + 2 * n, 2 do
+  use(ARGV[i])
+  if not fenced(ARGV[i + 1], token) then return {'lost'} end
 end
-for i = 5, #ARGV, 3 do
-  if ARGV[i] == 'delete' then
-    redis.call('del', ARGV[i + 1])
-  else
-    redis.call('set', ARGV[i + 1], ARGV[i + 2])
-  end
-end
-return {'ok'}
+return write_all(5 + 2 * n)
 """,
     # ARGV: P, '', lease, ttl ms. Never re-creates an expired lease (its entries are
     # dead). -> 1 renewed, 0 gone

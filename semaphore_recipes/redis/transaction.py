@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING
 
 from ..backend import FencedTransaction
@@ -23,11 +23,19 @@ class RedisFencedTransaction(FencedTransaction):
     BackendUnavailable, read back before committing again.
     """
 
-    def __init__(self, queue: RedisQueue, entry_key: str, token: int) -> None:
+    def __init__(
+        self,
+        queue: RedisQueue,
+        entry_key: str,
+        token: int,
+        others: Sequence[tuple[str, str]] = (),
+    ) -> None:
         super().__init__()
         self._queue = queue
         self.entry_key = entry_key
         self.token = token
+        #: (semaphore, entry id) of a multi-permit's other entries, fenced as well
+        self.others = tuple(others)
 
     def commit(self) -> None:
         """Apply the writes: PermitLost when the fence fails, WriteConflict when a
@@ -39,14 +47,25 @@ class RedisFencedTransaction(FencedTransaction):
         await self._queue.backend.run_async(self._commit())
 
     def _commit(self) -> Generator[object, object, None]:
-        args: list[Arg] = [self.entry_key, self.token]
+        writes: list[Arg] = []
         for write in self.writes:
-            args += [write.kind.value, write.key, write.value]
-        reply = yield from self._queue._run_script(ScriptName.FENCE, *args, retry=False)
+            writes += [write.kind.value, write.key, write.value]
+        queue = self._queue
+        if not self.others:
+            args: tuple[Arg, ...] = (self.entry_key, self.token, *writes)
+            reply = yield from queue._run_script(ScriptName.FENCE, *args, retry=False)
+        else:
+            entries: list[Arg] = [queue.name, self.entry_key]
+            for name, key in self.others:
+                entries += [name, key]
+            args = (queue.prefix, "", self.token, len(entries) // 2, *entries, *writes)
+            where = f"semaphores {queue.name!r} and others on {queue.backend.describe()}"
+            reply = yield from queue.backend.script(ScriptName.FENCE_ALL, args, where, retry=False)
         outcome = reply[0]
         if outcome == b"lost":
             raise PermitLost(
                 f"semaphore {self._queue.name!r}: the permit's entry {self.entry_key} "
+                f"{'(or another of its entries) ' if self.others else ''}"
                 "is gone or its lease expired; nothing was written"
             )
         if outcome == b"conflict":

@@ -26,7 +26,7 @@ from ..instrumentation import Instrumentation
 if TYPE_CHECKING:
     from .._core.status import Status
     from .._permit import PermitState
-    from ..aio import AsyncBackend, AsyncPermit, AsyncSemaphore, AsyncTransaction
+    from ..aio import AsyncBackend, AsyncMultiPermit, AsyncPermit, AsyncSemaphore, AsyncTransaction
     from ..backend import Backend, SessionState, Write
 
 T = TypeVar("T")
@@ -160,6 +160,26 @@ class BlockingAsyncBackend:
     def status(self, name: str) -> Status:
         return self._loop.run(self.aio.status(name))
 
+    def acquire_all(
+        self, weights: Any, timeout: float | None = None, blocking: bool = True
+    ) -> BlockingMultiPermit:
+        if isinstance(weights, dict):  # the views given stand for their semaphores
+            weights = {getattr(w, "aio", w): k for w, k in weights.items()}
+
+        async def acquired() -> BlockingMultiPermit:  # the view is made before it returns
+            return BlockingMultiPermit(
+                await self.aio.acquire_all(weights, timeout, blocking), self._loop
+            )
+
+        return self._loop.run(acquired(), undo=lambda permit: permit.aio.release())
+
+    def existing_semaphore(self, name: str) -> AsyncSemaphore:
+        return self.aio.existing_semaphore(name)
+
+    @property
+    def supports_acquire_all(self) -> bool:
+        return self.store_backend.supports_acquire_all_async
+
     def instrument(self, instrumentation: Instrumentation) -> None:
         self.aio.instrument(instrumentation)
 
@@ -259,15 +279,15 @@ class _LostView:
         return self._loop.run(wait())
 
 
-class BlockingPermit:
-    """The sync face's ``Permit`` calls, made on an :class:`AsyncPermit`."""
+class _BlockingHeld:
+    """What both blocking permit views share (``aio``: the asyncio permit)."""
 
-    def __init__(self, semaphore: BlockingSemaphore, permit: AsyncPermit, loop: LoopThread) -> None:
-        self.semaphore = semaphore
+    aio: AsyncPermit | AsyncMultiPermit
+
+    def __init__(self, permit: AsyncPermit | AsyncMultiPermit, loop: LoopThread) -> None:
         self.aio = permit
         self._loop = loop
         self.key = permit.key
-        self.permits = permit.permits
         self.token = permit.token
         self.owner = permit.owner
         self.lost = _LostView(permit.lost, loop)
@@ -285,7 +305,7 @@ class BlockingPermit:
     def transaction(self) -> BlockingTransaction:
         return BlockingTransaction(self.aio.transaction(), self._loop)
 
-    def __enter__(self) -> BlockingPermit:
+    def __enter__(self: H) -> H:
         return self
 
     def __exit__(
@@ -298,6 +318,26 @@ class BlockingPermit:
 
     def __repr__(self) -> str:
         return f"<Blocking{self.aio!r}>"
+
+
+H = TypeVar("H", bound=_BlockingHeld)
+
+
+class BlockingPermit(_BlockingHeld):
+    """The sync face's ``Permit`` calls, made on an :class:`AsyncPermit`."""
+
+    def __init__(self, semaphore: BlockingSemaphore, permit: AsyncPermit, loop: LoopThread) -> None:
+        super().__init__(permit, loop)
+        self.semaphore = semaphore
+        self.permits = permit.permits
+
+
+class BlockingMultiPermit(_BlockingHeld):
+    """The sync face's ``MultiPermit`` calls, made on an :class:`AsyncMultiPermit`."""
+
+    def __init__(self, permit: AsyncMultiPermit, loop: LoopThread) -> None:
+        super().__init__(permit, loop)
+        self.weights, self.keys, self.tokens = permit.weights, permit.keys, permit.tokens
 
 
 class BlockingTransaction:

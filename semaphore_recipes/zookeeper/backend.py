@@ -201,6 +201,18 @@ class ZooKeeperBackend(Backend):
 
         multi.delete_all(self, queues)
 
+    async def enqueue_all_async(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        from . import multi
+
+        return await multi.enqueue_all_async(self, queues, deadline)
+
+    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        from . import multi
+
+        await multi.delete_all_async(self, queues)
+
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int
     ) -> FencedTransaction:

@@ -27,9 +27,9 @@ from kazoo.exceptions import (
 from .._core.codec import EntryData
 from .._core.deadline import Deadline
 from .._core.names import new_entry_id, zk_entry_prefix
-from .._core.program import run_program
+from .._core.program import run_program, run_program_async
 from .._core.protocol import Enqueued
-from ..backend import QueueDriver, Waiter
+from ..backend import QueueDriver, Waiter, queues_of
 from ._listing import sorted_entries
 from ._waits import Await, ZkProgram
 from .queue import ZooKeeperFencedTransaction, ZooKeeperQueue, _DeletePending
@@ -42,14 +42,6 @@ log = logging.getLogger("semaphore_recipes.zookeeper")
 Pairs = Sequence[tuple[QueueDriver, Waiter]]
 
 
-def _queues(pairs: Pairs) -> list[tuple[ZooKeeperQueue, Waiter]]:
-    out = []
-    for driver, waiter in pairs:
-        assert isinstance(driver, ZooKeeperQueue)
-        out.append((driver, waiter))
-    return out
-
-
 def _connected(backend: ZooKeeperBackend) -> ZkProgram[None]:
     """Wait until the client is connected (at once when it is)."""
     if not backend.connected:
@@ -57,9 +49,17 @@ def _connected(backend: ZooKeeperBackend) -> ZkProgram[None]:
 
 
 def enqueue_all(backend: ZooKeeperBackend, pairs: Pairs, deadline: Deadline) -> dict[str, Enqueued]:
-    queues = _queues(pairs)
+    queues = queues_of(ZooKeeperQueue, pairs)
     first = queues[0][0]
     return run_program(_enqueuing_all(backend, queues), first._step_waits(deadline).wait)
+
+
+async def enqueue_all_async(
+    backend: ZooKeeperBackend, pairs: Pairs, deadline: Deadline
+) -> dict[str, Enqueued]:
+    queues = queues_of(ZooKeeperQueue, pairs)
+    waits = queues[0][0]._step_waits(deadline)
+    return await run_program_async(_enqueuing_all(backend, queues), waits.wait_async)
 
 
 def _enqueuing_all(
@@ -154,19 +154,38 @@ def delete_all(backend: ZooKeeperBackend, pairs: Pairs) -> None:
     timeout (then in the background). Entries whose create reply is not in hand, or a
     multi that fails because one entry is gone already (its session ended, deleted by
     hand), fall back to each queue's own delete."""
-    queues = _queues(pairs)
-    if backend.failure is not None or not queues:
-        return  # the server removes the entries with the session
-    if any(waiter.key is None for _, waiter in queues):
+    queues = queues_of(ZooKeeperQueue, pairs)
+    if _leaving(backend, queues):
+        run_program(_deleting_all(backend, queues), queues[0][0]._delete_waits().wait)
+    elif backend.failure is None:
         for queue, waiter in queues:
             queue.abandon(waiter)  # found by its id, one by one
-        return
+
+
+async def delete_all_async(backend: ZooKeeperBackend, pairs: Pairs) -> None:
+    """:func:`delete_all`, awaited."""
+    queues = queues_of(ZooKeeperQueue, pairs)
+    if _leaving(backend, queues):
+        waits = queues[0][0]._delete_waits()
+        await run_program_async(_deleting_all(backend, queues), waits.wait_async)
+    elif backend.failure is None:
+        for queue, waiter in queues:
+            await queue.abandon_async(waiter)
+
+
+def _leaving(backend: ZooKeeperBackend, queues: list[tuple[ZooKeeperQueue, Waiter]]) -> bool:
+    """Are the entries to be deleted in one multi (forgotten by their queues now)?
+    Not when the backend failed (the server removes them with the session), nor when a
+    create reply is not in hand (each queue finds its entry by its id)."""
+    if backend.failure is not None or not queues:
+        return False
+    if any(waiter.key is None for _, waiter in queues):
+        return False
     for queue, waiter in queues:
         assert waiter.key is not None
         queue._forget_entry(waiter.key)
         queue.forget_mark(waiter.key)
-    first = queues[0][0]
-    run_program(_deleting_all(backend, queues), first._delete_waits().wait)
+    return True
 
 
 def _deleting_all(
@@ -201,11 +220,8 @@ def _one_by_one(queues: list[tuple[ZooKeeperQueue, Waiter]], paths: list[str]) -
 def transaction_all(
     entries: Sequence[tuple[QueueDriver, str]], token: int
 ) -> ZooKeeperFencedTransaction:
-    paths = []
-    for driver, key in entries:
-        assert isinstance(driver, ZooKeeperQueue)
-        paths.append(f"{driver.path}/{key}")
-    first = entries[0][0]
-    assert isinstance(first, ZooKeeperQueue)
+    queues = queues_of(ZooKeeperQueue, entries)
+    paths = [f"{queue.path}/{key}" for queue, key in queues]
+    first = queues[0][0]
     # An entry's name is never reused: the existence of every entry is the fence.
     return ZooKeeperFencedTransaction(first, paths[0], paths[1:])

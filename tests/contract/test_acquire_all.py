@@ -4,25 +4,38 @@ have it (one atomic create, one atomic delete)."""
 from __future__ import annotations
 
 import random
+import signal
 import threading
 import time
 import uuid
+from typing import Any
 
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes import registry
+from semaphore_recipes._url import parse_url
+from semaphore_recipes.aio import AsyncBackend
+from semaphore_recipes.backend import Backend
+from semaphore_recipes.cli import main as cli_main
+from semaphore_recipes.cli._common import ExitCode
+from semaphore_recipes.memory.backend import MemoryBackend
+from semaphore_recipes.registry import BackendSpec
 from semaphore_recipes.testing.harness import Cut, Harness, Verb
 
-from ..conftest import needs, wait_until
+from ..conftest import _face_id, _faced, needs, wait_until
 from .test_semaphore import _delete_from_outside
 
-ATOMIC_STORES = ["memory", "zookeeper", "etcd"]
+ATOMIC_STORES = ["memory", "zookeeper", "etcd", "redis"]
 
 
-@pytest.fixture(params=ATOMIC_STORES)
+@pytest.fixture(params=_faced(ATOMIC_STORES), ids=_face_id)
 def store(request: pytest.FixtureRequest) -> Harness:
-    harness: Harness = request.getfixturevalue(f"{request.param}_harness")
-    return harness
+    """Each store, through the sync face and the asyncio face (``-aio``: a blocking view
+    whose interrupts are the awaiting task's cancellations)."""
+    kind, face = request.param
+    harness: Harness = request.getfixturevalue(f"{kind}_harness")
+    return harness.with_face(face)
 
 
 def test_acquire_all_holds_an_entry_in_each_queue_and_releases_them_together(
@@ -131,7 +144,7 @@ def test_a_session_lost_while_waiting_enters_every_queue_again(store: Harness) -
     holder.semaphore("sl-a", capacity=1)
     b = holder.semaphore("sl-b", capacity=1)
     held = b.acquire()
-    result: list[object] = []
+    result: list[Any] = []
 
     def wait() -> None:
         try:
@@ -148,7 +161,7 @@ def test_a_session_lost_while_waiting_enters_every_queue_again(store: Harness) -
     held.release()
     thread.join(30)
     (permit,) = result
-    assert isinstance(permit, sr.MultiPermit), permit
+    assert permit.state is sr.PermitState.HELD, permit  # (either face's multi-permit)
     assert len(store.entries()) == 2
     permit.release()
     assert store.entries() == []
@@ -194,7 +207,7 @@ def test_a_multi_create_lost_on_the_way_leaves_exactly_one_entry_per_queue(
         store.lose_next_reply(backend)
     else:
         store.cut(backend, Cut.SILENT)
-    out: list[object] = []
+    out: list[Any] = []
 
     def take() -> None:
         try:
@@ -212,7 +225,7 @@ def test_a_multi_create_lost_on_the_way_leaves_exactly_one_entry_per_queue(
     store.restore(backend)
     thread.join(30)
     (permit,) = out
-    assert isinstance(permit, sr.MultiPermit), permit
+    assert permit.state is sr.PermitState.HELD, permit  # (either face's multi-permit)
     entries = store.entries()
     assert sorted(e.rsplit("/", 1)[1] for e in entries) == sorted(permit.keys.values())
     permit.release()
@@ -229,7 +242,7 @@ def test_a_request_admitted_in_one_queue_counts_there_while_it_waits_in_another(
     a = backend.semaphore("fifo-a", capacity=1)
     b = backend.semaphore("fifo-b", capacity=1)
     held_b = store.connect().semaphore("fifo-b", capacity=1).acquire()
-    out: list[object] = []
+    out: list[Any] = []
 
     def take() -> None:
         out.append(backend.acquire_all({"fifo-a": 1, "fifo-b": 1}, timeout=30))
@@ -243,7 +256,7 @@ def test_a_request_admitted_in_one_queue_counts_there_while_it_waits_in_another(
     held_b.release()
     thread.join(30)
     (permit,) = out
-    assert isinstance(permit, sr.MultiPermit)
+    assert permit.state is sr.PermitState.HELD, permit
     with pytest.raises(sr.WouldBlock):
         a.acquire(blocking=False)
     permit.release()
@@ -281,3 +294,105 @@ def _acquire_or_timeout(sem: sr.Semaphore, permits: int, timeout: float) -> str:
     except sr.AcquireTimeout:
         return "timeout"
     return "granted"
+
+
+class _NoMulti(MemoryBackend):
+    """A third-party backend as it may be written: without acquire_all's hooks."""
+
+    scheme = "nomulti"
+    enqueue_all = Backend.enqueue_all
+    delete_all = Backend.delete_all
+    transaction_all = Backend.transaction_all  # type: ignore[assignment]
+
+
+class _SyncOnly(MemoryBackend):
+    """A third-party backend with an asyncio face but only the sync hooks."""
+
+    enqueue_all_async = Backend.enqueue_all_async
+    delete_all_async = Backend.delete_all_async
+
+
+def test_a_backend_without_the_hooks_says_so_before_any_io() -> None:
+    with _NoMulti.from_url(parse_url(f"memory://nm{uuid.uuid4().hex[:8]}")) as backend:
+        sem = backend.semaphore("nm-a", capacity=1)
+        assert not backend.supports_acquire_all
+        with pytest.raises(sr.NotSupported, match="nomulti backend cannot acquire several"):
+            wanted: dict[str | sr.Semaphore, int] = {sem: 1, "nm-b": 1}
+            backend.acquire_all(wanted)  # nm-b is missing: not even looked up
+        assert sem.status().holders == sem.status().waiters == ()
+        assert backend._opened_by_name == {}
+    assert isinstance(sr.NotSupported("x", "y"), NotImplementedError)  # as it was
+    # sync hooks only: the sync face works, the asyncio face says so before any I/O
+    with _SyncOnly.from_url(parse_url(f"memory://nm{uuid.uuid4().hex[:8]}")) as sync_only:
+        sync_only.semaphore("nm-a", capacity=1)
+        assert sync_only.supports_acquire_all and not sync_only.supports_acquire_all_async
+        sync_only.acquire_all({"nm-a": 1}).release()
+        with pytest.raises(sr.NotSupported, match="on the asyncio face"):
+            AsyncBackend(sync_only).acquire_all({"nm-a": 1})
+    with sr.connect(f"memory://nm{uuid.uuid4().hex[:8]}") as memory:
+        assert memory.supports_acquire_all
+
+
+def test_run_also_on_such_a_backend_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(registry, "_specs", dict(registry._specs))
+    registry.register(BackendSpec("nomulti", f"{__name__}:_NoMulti"))
+    url = f"nomulti://nm{uuid.uuid4().hex[:8]}"
+    args = ["run", "job", "-c", "1", "--also", "gpu:1", "--url", url, "--", "true"]
+    assert cli_main(args) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "cannot acquire several semaphores" in err and "internal error" not in err
+    with _NoMulti.from_url(parse_url(url)) as backend, pytest.raises(sr.SemaphoreNotFound):
+        backend.semaphore("job", create=False)  # refused before NAME was created
+
+
+def test_an_interrupt_or_cancellation_at_any_point_leaves_no_entry_in_any_queue(
+    store: Harness,
+) -> None:
+    """Ctrl-C on the sync face, the task's cancellation on the asyncio face (the ``-aio``
+    view turns the one into the other): while it waits (certain to land there), then
+    at random points of acquires that may be granted at once. Every interrupted
+    acquire removes all its entries; only the holder's is left."""
+    main = threading.main_thread().ident
+    assert main is not None and threading.get_ident() == main
+
+    backend = store.connect()
+    backend.semaphore("cx-a", capacity=2)
+    b = backend.semaphore("cx-b", capacity=1)
+    held = store.connect().semaphore("cx-b", capacity=1).acquire()
+
+    def interrupted_after(delay: float, weights: dict[str | sr.Semaphore, int]) -> bool:
+        fired = threading.Event()
+
+        def fire() -> None:
+            # a real SIGINT to the main thread (interrupt_main() would not wake a wait)
+            signal.pthread_kill(main, signal.SIGINT)
+            fired.set()
+
+        timer = threading.Timer(delay, fire)
+        landed = False
+        permit = None
+        try:
+            timer.start()
+            permit = backend.acquire_all(weights, timeout=5)
+        except KeyboardInterrupt:
+            landed = True
+        while True:  # an interrupt that missed the acquire lands here
+            try:
+                fired.wait()
+                time.sleep(0.005)
+                break
+            except KeyboardInterrupt:
+                continue
+        if permit is not None:
+            permit.release()
+        return landed
+
+    assert interrupted_after(0.3, {"cx-a": 1, b: 1})  # waiting in cx-b
+    wait_until(lambda: store.entries() == [e for e in store.entries() if held.key in e])
+    held.release()
+    rng = random.Random(16)
+    for _ in range(15):
+        interrupted_after(rng.uniform(0, 0.004), {"cx-a": rng.randint(1, 2), b: 1})
+    wait_until(lambda: store.entries() == [])

@@ -41,6 +41,14 @@ def test_the_documented_acl_user_can_do_everything(
                 tx.commit()
             assert backend.read(backend.data_key("acl", "row")) == b"1"
             assert sem.status().holders == ()
+            backend.semaphore("acl-b", capacity=1)
+            wanted: dict[str | sr.Semaphore, int] = {sem: 1, "acl-b": 1}
+            with backend.acquire_all(wanted, timeout=5) as multi:
+                tx = multi.transaction()
+                tx.delete(backend.data_key("acl", "row"))
+                tx.commit()
+            assert sem.status().holders == ()
+            backend.delete_semaphore("acl-b")
             backend.delete_semaphore("acl")
     finally:
         redis_admin.execute_command("ACL", "DELUSER", name)

@@ -48,12 +48,25 @@ class Scripts:
         )
         return reply
 
-    def held(self, entry_id: str) -> bool:
-        raw = self.admin.hget(f"{self.prefix}:s:s:e", entry_id)
+    def enqueue_all(self, entry_id: str, lease: str, **weights: tuple[int, int]) -> list[Any]:
+        """ENQUEUE_ALL of ``entry_id`` in each semaphore named: (weight, capacity)."""
+        args: list[object] = [entry_id, lease, "owner"]
+        for name, (weight, capacity) in weights.items():
+            args += [name, weight, 64, capacity]
+        reply: list[Any] = self.run(ScriptName.ENQUEUE_ALL, *args, semaphore="")
+        return reply
+
+    def remove_all(self, lease: str, *pairs: tuple[str, str]) -> int:
+        flat = [part for pair in pairs for part in pair]
+        return int(self.run(ScriptName.REMOVE_ALL, lease, "", *flat, semaphore=""))
+
+    def held(self, entry_id: str, semaphore: str = "s") -> bool:
+        raw = self.admin.hget(f"{self.prefix}:s:{semaphore}:e", entry_id)
         return raw is not None and bool(json.loads(raw)["h"])
 
-    def queue(self) -> list[str]:
-        return [m.decode() for m in self.admin.zrange(f"{self.prefix}:s:s:q", 0, -1)]
+    def queue(self, semaphore: str = "s") -> list[str]:
+        key = f"{self.prefix}:s:{semaphore}:q"
+        return [m.decode() for m in self.admin.zrange(key, 0, -1)]
 
     def inbox(self, lease: str) -> list[dict[str, Any]]:
         raw = self.admin.lrange(f"{self.prefix}:inbox:{lease}", 0, -1)
@@ -247,3 +260,97 @@ def test_scripts_the_server_forgot_are_loaded_again(scripts: Scripts, redis_admi
     redis_admin.script_flush()
     assert scripts.enqueue("a.1", "a")[1] == 1
     assert scripts.held("a.1")
+
+
+# ---- several semaphores at once (ENQUEUE_ALL, REMOVE_ALL, FENCE_ALL) -------------------
+
+
+def test_a_multi_enqueue_gives_every_entry_one_order_and_decides_each_queue(
+    scripts: Scripts,
+) -> None:
+    for lease in "hm":
+        scripts.lease(lease)
+    scripts.run(ScriptName.ENQUEUE, "h.1", "h", 1, "o", 64, 1, semaphore="b")  # b is full
+    views = scripts.enqueue_all("m.1", "m", a=(2, 2), b=(1, 1))
+    a, b = views
+    assert a[0] == b[0]  # one order (and token) for both entries
+    assert a[1] == 1 and len(a) == 7  # admitted in a, in the reply
+    assert b[1] == 0 and b[7::4] == [b"h.1"]  # waiting in b, behind the holder
+    assert scripts.held("m.1", "a") and not scripts.held("m.1", "b")
+    assert scripts.inbox("m") == []  # the caller learns from the reply
+    assert scripts.enqueue_all("m.1", "m", a=(2, 2), b=(1, 1))[0][0] == a[0]  # a retry
+    assert scripts.queue("a") == ["m.1"] and scripts.queue("b") == ["h.1", "m.1"]
+
+
+def test_two_multi_requests_are_ordered_alike_in_every_queue(scripts: Scripts) -> None:
+    for lease in "xy":
+        scripts.lease(lease)
+    scripts.enqueue_all("x.1", "x", a=(1, 1), b=(1, 1))
+    scripts.enqueue_all("y.1", "y", b=(1, 1), a=(1, 1))  # named the other way round
+    assert scripts.queue("a") == scripts.queue("b") == ["x.1", "y.1"]
+    assert not scripts.held("y.1", "a") and not scripts.held("y.1", "b")
+
+
+def test_a_multi_enqueue_with_an_expired_lease_creates_nothing(scripts: Scripts) -> None:
+    scripts.lease("m")
+    scripts.kill("m")
+    assert scripts.enqueue_all("m.1", "m", a=(1, 1), b=(1, 1)) == [b"lost"]
+    assert scripts.queue("a") == scripts.queue("b") == []
+
+
+def test_a_retry_that_finds_only_some_of_its_entries_removes_the_rest(
+    scripts: Scripts,
+) -> None:
+    """An entry removed by hand between a lost reply and its retry: the retry does not
+    adopt half a request; the rest goes (waking who it held back) and the client
+    tries again with a new id."""
+    for lease in "mw":
+        scripts.lease(lease)
+    scripts.enqueue_all("m.1", "m", a=(1, 1), b=(1, 1))
+    scripts.run(ScriptName.ENQUEUE, "w.1", "w", 1, "o", 64, 1, semaphore="a")
+    assert scripts.run(ScriptName.REMOVE, "m.1", "", semaphore="b") == 1
+    assert scripts.enqueue_all("m.1", "m", a=(1, 1), b=(1, 1)) == [b"partial"]
+    assert scripts.queue("a") == ["w.1"] and scripts.queue("b") == []
+    assert scripts.held("w.1", "a")
+    assert [m["x"] for m in scripts.inbox("w")] == ["admitted"]
+
+
+def test_a_multi_removal_admits_in_every_queue_and_tells_only_the_admitted(
+    scripts: Scripts,
+) -> None:
+    for lease in "mxyz":
+        scripts.lease(lease)
+    scripts.enqueue_all("m.1", "m", a=(2, 2), b=(1, 1))
+    scripts.run(ScriptName.ENQUEUE, "x.1", "x", 2, "o", 64, 2, semaphore="a")
+    scripts.run(ScriptName.ENQUEUE, "y.1", "y", 1, "o", 64, 2, semaphore="a")
+    scripts.run(ScriptName.ENQUEUE, "z.1", "z", 1, "o", 64, 1, semaphore="b")
+    assert scripts.remove_all("m", ("a", "m.1"), ("b", "m.1")) == 2
+    assert scripts.held("x.1", "a") and not scripts.held("y.1", "a")  # FIFO: y waits
+    assert scripts.held("z.1", "b")
+    assert [(m["n"], m["k"]) for m in scripts.inbox("x")] == [("a", "x.1")]
+    assert [(m["n"], m["k"]) for m in scripts.inbox("z")] == [("b", "z.1")]
+    assert scripts.inbox("y") == [] and scripts.inbox("m") == []
+    assert scripts.remove_all("m", ("a", "m.1"), ("b", "m.1"), ("c", "")) == 0  # again
+
+
+def test_the_multi_fence_checks_every_entry_before_writing(scripts: Scripts) -> None:
+    for lease in "mw":
+        scripts.lease(lease)
+    token = scripts.enqueue_all("m.1", "m", a=(1, 1), b=(1, 1))[0][0]
+    key = f"{scripts.prefix}:data"
+
+    def fence(*entries: str, token: int = token, kind: str = "create") -> list[Any]:
+        pairs = [part for entry in entries for part in entry.split("/")]
+        return list(
+            scripts.run(ScriptName.FENCE_ALL, token, len(entries), *pairs, kind, key, "x",
+                        semaphore="")
+        )  # fmt: skip
+
+    assert fence("a/m.1", "b/m.1", token=token + 1) == [b"lost"]
+    assert fence("a/m.1", "b/m.1", kind="set") == [b"conflict", key.encode()]
+    assert fence("a/m.1", "b/m.1") == [b"ok"] and scripts.admin.get(key) == b"x"
+    scripts.run(ScriptName.REMOVE, "m.1", "", semaphore="b")
+    assert fence("a/m.1", "b/m.1", kind="delete") == [b"lost"]  # one entry gone
+    waiting = scripts.enqueue_all("w.1", "w", a=(1, 1), c=(1, 1))[0][0]  # held in c only
+    assert fence("c/w.1", "a/w.1", token=waiting, kind="delete") == [b"lost"]
+    assert scripts.admin.get(key) == b"x"

@@ -1,0 +1,134 @@
+"""Several semaphores at once on the asyncio face: ``await abackend.acquire_all({...})``
+and its :class:`AsyncMultiPermit`.
+
+The same program as the sync face's (``semaphore_recipes.multi``: one atomic create,
+one atomic delete, the per-queue protocol of ``_core.multi``), its store requests
+awaited. Cancellation is an exit like a timeout, as for one acquire
+(``semaphore_recipes.aio.semaphore``): a task cancelled at any await of an
+``acquire_all`` removes every entry, in one request, and waits for the store to
+confirm it (at most the request timeout; cancelled again, it leaves at once and the
+delete goes on in the background).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._core.deadline import Deadline
+from .._core.multi import EnqueuedAll
+from .._core.names import validate_permits
+from .._core.program import run_program_async
+from .._core.protocol import Arm, AwaitEvent
+from .._core.queue import Entry
+from ..backend import Backend, QueueDriver
+from ..errors import AcquireTimeout
+from ..multi import (
+    DeleteAll,
+    EnqueueAllRequest,
+    MultiPermitBase,
+    Pairs,
+    QueueRequest,
+    _Inbox,
+    first_try_failed,
+    multi_acquisition,
+)
+from ._waiter import Doorbell
+from .permit import AsyncTransaction, LostOnLoop
+from .semaphore import AsyncSemaphore
+
+if TYPE_CHECKING:
+    from .backend import AsyncBackend
+
+log = logging.getLogger("semaphore_recipes")
+
+__all__ = ["AsyncMultiPermit"]
+
+
+class AsyncMultiPermit(LostOnLoop, MultiPermitBase):
+    """Permits held in several semaphores at once, for asyncio: ``async with`` it, or
+    ``await permit.release()`` (every entry in one request). ``tokens``, ``token``,
+    ``weights``, ``keys``, ``state`` and ``check()`` as the sync
+    :class:`~semaphore_recipes.MultiPermit`; ``lost`` is an :class:`asyncio.Event`."""
+
+    def __init__(self, backend: Backend, pairs: Pairs, entries: Mapping[str, Entry]) -> None:
+        super().__init__(backend, pairs, entries)
+        self._lost_on_loop()
+        self._listen()
+
+    def transaction(self) -> AsyncTransaction:
+        """Writes that commit only while *every* entry of this permit is held: ``await
+        tx.commit()``, or ``async with permit.transaction() as tx:`` (the sync face's
+        writes and errors)."""
+        return AsyncTransaction(self._fenced())
+
+    async def release(self) -> None:
+        """Give every permit back, in one request. Idempotent; never raises; returns
+        within the request timeout (the delete goes on in the background); cancelling
+        the awaiting task does not stop the delete."""
+        if self._begin_release():
+            await asyncio.shield(self._backend.delete_all_async(self._pairs))
+            log.debug("released %s (token %d)", self.weights, self.token)
+
+
+async def acquiring_all(
+    abackend: AsyncBackend,
+    named: Mapping[str, tuple[object, int]],
+    timeout: float | None,
+    blocking: bool,
+) -> AsyncMultiPermit:
+    """The awaited part of ``AsyncBackend.acquire_all`` (its arguments checked)."""
+    # the deadline starts before the openings: they are part of the wait
+    deadline = Deadline(timeout if blocking else 0.0, time.monotonic)
+    backend = abackend.backend
+    drivers: dict[str, QueueDriver] = {}
+    for name, (what, permits) in named.items():
+        sem = what if isinstance(what, AsyncSemaphore) else abackend.existing_semaphore(name)
+        drivers[name] = driver = await sem._opened()
+        validate_permits(permits, driver.capacity)
+    loop = asyncio.get_running_loop()
+    bell = Doorbell(loop)
+    inbox = _Inbox(bell.ring)
+    cleanups: set[asyncio.Task[None]] = set()
+
+    def abandon(pairs: Pairs) -> None:  # the program is being closed: not awaited
+        task = loop.create_task(backend.delete_all_async(pairs))
+        cleanups.add(task)  # (a task nobody holds may be collected mid-way)
+        task.add_done_callback(cleanups.discard)
+
+    program = multi_acquisition(
+        backend,
+        drivers,
+        {name: permits for name, (_, permits) in named.items()},
+        inbox,
+        deadline,
+        blocking=blocking,
+        new_permit=lambda pairs, entries: AsyncMultiPermit(backend, pairs, entries),
+        abandon=abandon,
+        clock=time.monotonic,
+    )
+
+    async def answer(request: object) -> Any:
+        if isinstance(request, QueueRequest):
+            driver, waiter, step = request.driver, request.waiter, request.step
+            if isinstance(step, Arm):
+                return await driver.arm_async(waiter, step.keys, request.deadline)
+            return await driver.relist_async(waiter, request.deadline)
+        if isinstance(request, AwaitEvent):
+            return await bell.wait_for(lambda: inbox.next_event(0), request.timeout)
+        if isinstance(request, DeleteAll):
+            # shielded: cancelled again, the task leaves at once and the delete goes on
+            await asyncio.shield(backend.delete_all_async(request.pairs))
+            return None
+        assert isinstance(request, EnqueueAllRequest)
+        try:
+            return EnqueuedAll(await backend.enqueue_all_async(request.pairs, request.deadline))
+        except AcquireTimeout as exc:
+            if request.first_try:
+                raise first_try_failed(backend, request.pairs, exc) from exc
+            raise
+
+    return await run_program_async(program, answer)

@@ -1,0 +1,148 @@
+"""Several semaphores at once on Redis: one script creates a request's entries, one
+script removes them.
+
+A script runs alone on the primary, so ``ENQUEUE_ALL`` takes one number from the
+store-wide counter for every entry of the request: it is each entry's order (its score
+in each queue) and the permit's one fencing token. Two requests are therefore ordered
+alike in every queue, by that number. The entries share one client-generated id: a
+retry after a lost reply finds them (all or none were made). Admission is each queue's
+sweep, as for one entry; ``REMOVE_ALL`` deletes them all and sweeps every queue (the
+newly admitted waiters are told, as one release tells them); ``FENCE_ALL`` checks every
+entry, its token and its lease before writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._core.protocol import Enqueued
+from ..backend import Deadline, QueueDriver, Waiter, nearest_needed, queues_of
+from ..errors import BackendUnavailable
+from .calls import Arg
+from .queue import RedisQueue, _lost, _View
+from .scripts import ScriptName
+from .transaction import RedisFencedTransaction
+
+if TYPE_CHECKING:
+    from .backend import RedisBackend
+
+log = logging.getLogger("semaphore_recipes.redis")
+
+Pairs = Sequence[tuple[QueueDriver, Waiter]]
+
+
+def _where(backend: RedisBackend, queues: list[tuple[RedisQueue, Waiter]]) -> str:
+    return f"semaphores {sorted(q.name for q, _ in queues)} on {backend.describe()}"
+
+
+def enqueuing_all(
+    backend: RedisBackend, pairs: Pairs, deadline: Deadline
+) -> Generator[object, object, dict[str, Enqueued]]:
+    """The EnqueueAll step (a program, run by either face)."""
+    queues = queues_of(RedisQueue, pairs)
+    for queue, waiter in queues:
+        queue._drop_route(waiter.entry_id)
+    replicas = backend.params.wait_replicas
+    while True:
+        lease = backend.lease
+        entry_id = f"{lease}.m{backend.new_id()}"  # (lease first: a lost lease names it)
+        args: list[Arg] = [backend.params.prefix, "", entry_id, lease, queues[0][1].owner]
+        for queue, waiter in queues:
+            queue.creating(waiter, entry_id)
+            capacity, _ = queue.capacity_answer()
+            args += [queue.name, waiter.weight, nearest_needed(capacity), capacity]
+        reply = yield from backend.script(
+            ScriptName.ENQUEUE_ALL,
+            tuple(args),
+            _where(backend, queues),
+            deadline=deadline,
+            replicas=replicas,
+        )
+        acknowledged = replicas
+        if replicas:
+            reply, acknowledged = reply
+        if _lost(reply) or reply == [b"partial"]:
+            for queue, _ in queues:
+                queue._drop_route(entry_id)
+            if _lost(reply):  # our lease expired: the keeper makes a new one
+                yield from backend.await_new_lease(lease, deadline)
+            else:
+                log.warning("entries %s were removed after a lost reply; again", entry_id)
+            continue
+        views = [_View.parse(raw) for raw in reply]
+        for (_, waiter), view in zip(queues, views, strict=True):
+            waiter.created(entry_id, view.order)
+        if acknowledged < replicas and any(view.held for view in views):
+            raise queues[0][0].unreplicated(acknowledged)  # the face's cleanup removes them
+        return {
+            queue.name: queue.enqueued(waiter, entry_id, view)
+            for (queue, waiter), view in zip(queues, views, strict=True)
+        }
+
+
+def removing_all(
+    backend: RedisBackend, entries: Sequence[tuple[RedisQueue, str]], *, sweep: bool = True
+) -> Generator[object, object, Any]:
+    """Remove our ``(queue, entry id)`` entries in one script; each queue swept (its
+    newly admitted waiters told) unless ``sweep`` is False (a sweep of its own follows,
+    see RedisQueue.abandon_async)."""
+    args: list[Arg] = [backend.params.prefix, "", backend.lease, "" if sweep else "later"]
+    for queue, key in entries:
+        queue.leaving(key)
+        args += [queue.name, key]
+    where = f"semaphores {sorted(q.name for q, _ in entries)} on {backend.describe()}"
+    return (yield from backend.script(ScriptName.REMOVE_ALL, tuple(args), where))
+
+
+def our_entries(pairs: Pairs) -> list[tuple[RedisQueue, str]]:
+    """Each waiter's entry: its key, or the id chosen before the create."""
+    out = []
+    for queue, waiter in queues_of(RedisQueue, pairs):
+        key = waiter.key or waiter.entry_id
+        if key is not None:
+            out.append((queue, key))
+    return out
+
+
+def delete_all(backend: RedisBackend, pairs: Pairs) -> None:
+    """One script, waited for at most the request timeout; then in the background."""
+    entries = our_entries(pairs)
+    if not entries:
+        return
+    try:
+        backend.run(removing_all(backend, entries))
+    except BackendUnavailable as exc:
+        _retry(backend, entries, exc)
+
+
+async def delete_all_async(backend: RedisBackend, pairs: Pairs) -> None:
+    """:func:`delete_all`, awaited; cancelled, the removal goes on in the background
+    (it may or may not have been applied: a removal repeats harmlessly)."""
+    entries = our_entries(pairs)
+    if not entries:
+        return
+    try:
+        await backend.run_async(removing_all(backend, entries))
+    except asyncio.CancelledError:
+        backend.in_background(lambda: removing_all(backend, entries))
+        raise
+    except BackendUnavailable as exc:
+        _retry(backend, entries, exc)
+
+
+def _retry(
+    backend: RedisBackend, entries: list[tuple[RedisQueue, str]], exc: BackendUnavailable
+) -> None:
+    log.warning("removing %s failed (%s); retrying", [k for _, k in entries], exc)
+    backend.in_background(lambda: removing_all(backend, entries))
+
+
+def transaction_all(
+    entries: Sequence[tuple[QueueDriver, str]], token: int
+) -> RedisFencedTransaction:
+    queues = queues_of(RedisQueue, entries)
+    (first, key), others = queues[0], queues[1:]
+    return RedisFencedTransaction(first, key, token, [(q.name, k) for q, k in others])
