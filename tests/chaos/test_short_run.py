@@ -12,7 +12,7 @@ import pytest
 
 from chaos.runner import RunConfig, run_once
 
-SECONDS = float(os.environ.get("SEMAPHORE_RECIPES_CHAOS_SECONDS", "45"))
+SECONDS = float(os.environ.get("SEMAPHORE_RECIPES_CHAOS_SECONDS", "30"))
 
 
 @pytest.mark.slow
