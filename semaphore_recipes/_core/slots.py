@@ -55,8 +55,9 @@ class TakeSlot:
     """Step: create the record of slot ``index`` for our entry ``me``, if no record of
     that index exists, bound to the session, and only while our entry exists (a retry
     after a lost reply adopts a record that names our entry). Answer: the record's token
-    (int); None when another entry holds the index; or SessionLost when our entry is
-    gone (the session ended, or it was deleted): the acquire enters the queue again."""
+    (int); when another entry holds the index, a fresh listing (as ListSlots answers);
+    or SessionLost when our entry is gone (the session ended, or it was deleted): the
+    acquire enters the queue again."""
 
     me: Entry
     index: int
@@ -77,23 +78,25 @@ def lowest_free(taken: Collection[int], count: int, start: int = 0) -> list[int]
 
 
 def take_slots(me: Entry, count: int) -> Generator[SlotStep, object, tuple[Slot, ...] | None]:
-    """Take ``count`` distinct slots for the admitted entry ``me``, lowest free first;
-    a lost race for an index moves on to the next free one. Returns the slots, or None
-    when the answer was SessionLost (our entry, and any record made for it, is gone)."""
+    """Take ``count`` distinct slots for the admitted entry ``me``, lowest free first.
+    A lost race for an index comes with a fresh listing, and the lowest free index of
+    that one is tried next: a listing is what proves enough indices free below the
+    capacity (records freed since an older listing would be skipped, and the indices
+    taken pushed past it). Returns the slots, or None when the answer was SessionLost
+    (our entry, and any record made for it, is gone)."""
     listing = yield ListSlots()
-    if not isinstance(listing, Mapping):
-        return None
-    taken = {index for index, holder in listing.items() if holder != me.key}
     got: list[Slot] = []
-    next_index = 0
-    while len(got) < count:
-        (index,) = lowest_free(taken, 1, next_index)
-        answer = yield TakeSlot(me, index)
-        if answer is None:
-            taken.add(index)  # another holder won it: the next free one
-            continue
-        if not isinstance(answer, int) or isinstance(answer, bool):
-            return None
-        got.append(Slot(index, answer))
-        next_index = index + 1
-    return tuple(got)
+    while isinstance(listing, Mapping):
+        # every index with a record is taken (ours included: they are in ``got``)
+        taken = set(listing) | {slot.index for slot in got}
+        for index in lowest_free(taken, count - len(got)):
+            answer = yield TakeSlot(me, index)
+            if isinstance(answer, Mapping):
+                listing = answer  # another holder won it: here is who holds what now
+                break
+            if not isinstance(answer, int) or isinstance(answer, bool):
+                return None
+            got.append(Slot(index, answer))
+        else:
+            return tuple(got)
+    return None

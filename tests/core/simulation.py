@@ -141,13 +141,16 @@ class Simulation:
         timeouts: bool = True,
         slots: bool = False,
         slot_records_die_later: bool = False,
+        stale_slot_listing: bool = False,
     ) -> None:
         """``queues`` > 1: several semaphores ``q0``, ``q1``... of ``capacity`` each,
         each client asking random weights of a random non-empty subset of them (or the
         given ``weights``). ``atomic_create=False`` is the mutation that creates a
         request's entries one by one, each with its own order. ``slots``: single
         acquires take job slots; ``slot_records_die_later`` is the mutation whose slot
-        records outlive their entry for a while (deleted by a request of their own)."""
+        records outlive their entry for a while (deleted by a request of their own);
+        ``stale_slot_listing`` the one whose lost race for an index answers with the
+        first listing and that index, not a fresh listing."""
         self.rng = rng
         self.store: dict[str, StoredEntry] = {}
         self.watches: dict[str, set[int]] = {}
@@ -187,6 +190,8 @@ class Simulation:
         self.slot_records: dict[str, dict[int, tuple[str, int]]] = {n: {} for n in self.names}
         self.orphan_slots: list[tuple[str, int]] = []  # (queue, index) still to delete
         self.slots_granted = 0
+        self.stale_slot_listing = stale_slot_listing
+        self.first_slot_listing: dict[int, dict[int, str]] = {}  # cid -> its ListSlots answer
 
     def _random_weights(self, max_weight: int) -> dict[str, int]:
         if len(self.names) == 1:
@@ -536,13 +541,18 @@ class Simulation:
         elif action == "list_slots":
             if not self._slot_answer_lost(c):
                 records = self.slot_records[c.step_queue]
-                self._send(c, {index: holder for index, (holder, _) in records.items()})
+                listing = {index: holder for index, (holder, _) in records.items()}
+                self.first_slot_listing[c.cid] = listing
+                self._send(c, listing)
         elif action == "take_slot":
             assert isinstance(c.step, TakeSlot)
             if not self._slot_answer_lost(c):
                 records = self.slot_records[c.step_queue]
-                if c.step.index in records:
-                    self._send(c, None)  # another holder won it
+                if c.step.index in records:  # another holder won it: who holds what now
+                    fresh = {index: holder for index, (holder, _) in records.items()}
+                    if self.stale_slot_listing:
+                        fresh = {**self.first_slot_listing[c.cid], c.step.index: "?"}
+                    self._send(c, fresh)
                 else:
                     token = self.next_order  # the record's token: a store revision
                     self.next_order += 1

@@ -3,31 +3,26 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from semaphore_recipes._core.slots import lowest_free
 
 from .simulation import Simulation, SlotViolation
+from .test_simulation import run_one as run_sim
 
 RUNS = 1500
 
 
-def run_one(seed: int, *, slot_records_die_later: bool = False) -> Simulation:
-    rng = random.Random(seed)
-    sim = Simulation(
-        rng,
-        clients=rng.randint(2, 6),
-        capacity=rng.randint(1, 3),
-        max_weight=2,
-        capacity_changes=rng.random() < 0.5,
-        persistent_watches=rng.random() < 0.5,
+def run_one(
+    seed: int, *, slot_records_die_later: bool = False, stale_slot_listing: bool = False
+) -> Simulation:
+    return run_sim(
+        seed,
+        persistent_watches=seed % 2 == 1,
         slots=True,
         slot_records_die_later=slot_records_die_later,
+        stale_slot_listing=stale_slot_listing,
     )
-    sim.run()
-    return sim
 
 
 def test_random_runs_hold_distinct_slots_within_range() -> None:
@@ -49,6 +44,18 @@ def test_simulation_catches_slot_records_that_outlive_their_entry() -> None:
         except SlotViolation:
             return
     raise AssertionError("no run went wrong with slot records outliving their entry")
+
+
+def test_simulation_catches_a_lost_race_without_a_fresh_listing() -> None:
+    """After losing an index, choosing from the first listing skips records freed
+    since and goes past the capacity (found by the random runs before the fresh
+    listing was part of the answer)."""
+    for seed in range(RUNS):
+        try:
+            run_one(seed, stale_slot_listing=True)
+        except SlotViolation:
+            return
+    raise AssertionError("no run went past the capacity choosing from an old listing")
 
 
 def test_simulation_catches_two_holders_of_one_slot(monkeypatch: pytest.MonkeyPatch) -> None:
