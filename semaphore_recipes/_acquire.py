@@ -18,8 +18,9 @@ from typing import Protocol, TypeVar
 from ._core.deadline import Deadline
 from ._core.protocol import Enqueue, MarkHeld, Step, acquire_protocol
 from ._core.queue import Entry
-from .backend import QueueDriver, Waiter
-from .errors import AcquireTimeout, BackendUnavailable
+from ._core.slots import Slot
+from .backend import Backend, QueueDriver, Waiter
+from .errors import AcquireTimeout, BackendUnavailable, SlotsNotSupported
 from .instrumentation import AcquireOutcome, Instrumentation, outcome_of, report
 
 log = logging.getLogger("semaphore_recipes")
@@ -30,6 +31,7 @@ class HeldPermit(Protocol):
 
     key: str
     token: int
+    slots: tuple[Slot, ...]
 
     def _entry_lost(self, why: str) -> None: ...
 
@@ -43,7 +45,8 @@ P = TypeVar("P", bound=HeldPermit)
 
 @dataclass(frozen=True)
 class StoreRequest:
-    """Answer ``step`` (Enqueue, Arm, Relist or AwaitEvent) within ``deadline``.
+    """Answer ``step`` (Enqueue, Arm, Relist, AwaitEvent, ListSlots or TakeSlot) within
+    ``deadline``.
     ``first_try``: an enqueue bounded by the request timeout rather than the caller's
     deadline; its AcquireTimeout is the face's to turn into BackendUnavailable
     (:func:`first_try_failed`)."""
@@ -70,6 +73,7 @@ def acquisition(
     *,
     blocking: bool,
     watch_entry: bool,
+    slots: bool = False,
     new_permit: Callable[[Entry, Waiter], P],
     abandon: Callable[[Waiter], None],
     clock: Callable[[], float],
@@ -84,12 +88,13 @@ def acquisition(
     report(instrumentation.acquire_started, name, waiter.weight)
     store.register(waiter)
     try:
-        protocol = acquire_protocol(name, waiter.weight, deadline, blocking=blocking)
+        protocol = acquire_protocol(name, waiter.weight, deadline, blocking=blocking, slots=slots)
         step = next(protocol)
         while True:
             answer: object = None
             if isinstance(step, MarkHeld):
                 permit = new_permit(step.me, waiter)
+                permit.slots = step.slots
                 mark = step
             elif isinstance(step, Enqueue):
                 if waiter.entry_id is not None:
@@ -135,6 +140,15 @@ def _enqueue_request(
     if not step.first or left is None or left >= store.request_timeout:
         return StoreRequest(step, deadline)
     return StoreRequest(step, Deadline(store.request_timeout, clock), first_try=True)
+
+
+def validate_slot(slot: object, backend: Backend) -> None:
+    """``acquire(slot=...)``: a bool, and True only where the store keeps slots
+    (before any I/O)."""
+    if not isinstance(slot, bool):
+        raise TypeError(f"slot is a bool, not {type(slot).__name__}")
+    if slot and not backend.has_slots:
+        raise SlotsNotSupported(backend.scheme)
 
 
 def first_try_failed(store: QueueDriver, exc: AcquireTimeout) -> BackendUnavailable:

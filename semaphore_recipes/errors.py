@@ -19,6 +19,7 @@ __all__ = [
     "PermitLost",
     "SemaphoreError",
     "SemaphoreNotFound",
+    "SlotsNotSupported",
     "WouldBlock",
     "WriteConflict",
 ]
@@ -39,6 +40,15 @@ class WouldBlock(SemaphoreError):
 class PermitLost(SemaphoreError):
     """The permit is not safely held: its session or lease ended, its entry was deleted,
     or (for :meth:`Permit.check`) the connection is suspended. Stop touching the resource."""
+
+
+class SlotsNotSupported(SemaphoreError, NotImplementedError):
+    """``acquire(slot=True)`` on a backend that keeps no job slots (Redis for now);
+    raised before any I/O."""
+
+    def __init__(self, scheme: str) -> None:
+        super().__init__(f"the {scheme} backend has no job slots (acquire(slot=True))")
+        self.scheme = scheme
 
 
 class CapacityMismatch(SemaphoreError, ValueError):

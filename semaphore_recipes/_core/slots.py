@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .queue import Entry
 
-__all__ = ["ListSlots", "Slot", "SlotRecord", "TakeSlot", "lowest_free", "take_slots"]
+__all__ = ["ListSlots", "Slot", "TakeSlot", "lowest_free", "take_slots"]
 
 
 @dataclass(frozen=True)
@@ -31,16 +31,6 @@ class Slot:
     per slot, as ``permit.token`` fences them per permit."""
 
     index: int
-    token: int
-
-
-@dataclass(frozen=True)
-class SlotRecord:
-    """A slot record as stored (``status()``, the CLI): its index, the key of the
-    entry holding it, and its token."""
-
-    index: int
-    entry: str
     token: int
 
 
