@@ -511,14 +511,13 @@ class QueueDriver(ABC):
         """A transaction fenced by the entry ``key`` created with ``token``."""
 
     # -- job slots (optional: ``has_slots``) --
-    def list_slots(self, waiter: Waiter, deadline: Deadline) -> Mapping[int, str] | SessionLost:
-        """The ListSlots step: ``{index: key of the entry holding it}`` of every slot
-        record of the semaphore."""
+    def list_slots(self, waiter: Waiter, deadline: Deadline) -> frozenset[int] | SessionLost:
+        """The ListSlots step: the indices of the semaphore's slot records."""
         raise SlotsNotSupported(self.backend.scheme)
 
     def take_slot(
         self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | Mapping[int, str] | SessionLost:
+    ) -> int | frozenset[int] | SessionLost:
         """The TakeSlot step for the waiter's admitted entry: create the record of
         slot ``index`` if there is none, on the session, only while the entry exists
         (``_core.slots.TakeSlot``). Answers its token; a fresh listing when another entry
@@ -529,13 +528,13 @@ class QueueDriver(ABC):
 
     async def list_slots_async(
         self, waiter: Waiter, deadline: Deadline
-    ) -> Mapping[int, str] | SessionLost:
+    ) -> frozenset[int] | SessionLost:
         """:meth:`list_slots`, awaited."""
         raise SlotsNotSupported(self.backend.scheme)
 
     async def take_slot_async(
         self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | Mapping[int, str] | SessionLost:
+    ) -> int | frozenset[int] | SessionLost:
         """:meth:`take_slot`, awaited."""
         raise SlotsNotSupported(self.backend.scheme)
 

@@ -14,7 +14,7 @@ by others are then at most that capacity minus ``k``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Generator, Mapping
+from collections.abc import Collection, Generator
 from dataclasses import dataclass
 
 from .queue import Entry
@@ -36,8 +36,8 @@ class Slot:
 
 @dataclass(frozen=True)
 class ListSlots:
-    """Step: list the semaphore's slot records. Answer: ``{index: holder entry key}``,
-    or SessionLost."""
+    """Step: list the semaphore's slot records. Answer: the indices that have one (a
+    frozenset), or SessionLost."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ class TakeSlot:
     """Step: create the record of slot ``index`` for our entry ``me``, if no record of
     that index exists, bound to the session, and only while our entry exists (a retry
     after a lost reply adopts a record that names our entry). Answer: the record's token
-    (int); when another entry holds the index, a fresh listing (as ListSlots answers);
+    (int); when another entry holds the index, a fresh listing (as ListSlots answers:
+    a frozenset);
     or SessionLost when our entry is gone (the session ended, or it was deleted): the
     acquire enters the queue again."""
 
@@ -76,12 +77,12 @@ def take_slots(me: Entry, count: int) -> Generator[SlotStep, object, tuple[Slot,
     (our entry, and any record made for it, is gone)."""
     listing = yield ListSlots()
     got: list[Slot] = []
-    while isinstance(listing, Mapping):
+    while isinstance(listing, frozenset):
         # every index with a record is taken (ours included: they are in ``got``)
-        taken = set(listing) | {slot.index for slot in got}
+        taken = listing | {slot.index for slot in got}
         for index in lowest_free(taken, count - len(got)):
             answer = yield TakeSlot(me, index)
-            if isinstance(answer, Mapping):
+            if isinstance(answer, frozenset):
                 listing = answer  # another holder won it: here is who holds what now
                 break
             if not isinstance(answer, int) or isinstance(answer, bool):

@@ -229,30 +229,30 @@ class MemoryQueue(QueueDriver):
         self.backend.send(start)  # now, or on reconnect: never blocks (the asyncio face)
 
     # ---- job slots: records in the store, deleted with their entry -------------------------
-    def list_slots(self, waiter: Waiter, deadline: Deadline) -> Mapping[int, str] | SessionLost:
+    def list_slots(self, waiter: Waiter, deadline: Deadline) -> frozenset[int] | SessionLost:
         return self.backend.run(self._list_slots(deadline))
 
     async def list_slots_async(
         self, waiter: Waiter, deadline: Deadline
-    ) -> Mapping[int, str] | SessionLost:
+    ) -> frozenset[int] | SessionLost:
         return await self.backend.run_async(self._list_slots(deadline))
 
-    def _list_slots(self, deadline: Deadline) -> Generator[object, object, Mapping[int, str]]:
+    def _list_slots(self, deadline: Deadline) -> Generator[object, object, frozenset[int]]:
         return (yield from self.call(lambda: self.store.slots(self.path), deadline))
 
     def take_slot(
         self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | Mapping[int, str] | SessionLost:
+    ) -> int | frozenset[int] | SessionLost:
         return self.backend.run(self._take_slot(waiter, index, deadline))
 
     async def take_slot_async(
         self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | Mapping[int, str] | SessionLost:
+    ) -> int | frozenset[int] | SessionLost:
         return await self.backend.run_async(self._take_slot(waiter, index, deadline))
 
     def _take_slot(
         self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> Generator[object, object, int | Mapping[int, str] | SessionLost]:
+    ) -> Generator[object, object, int | frozenset[int] | SessionLost]:
         key, token = waiter.key, waiter.token
         assert key is not None and token is not None
         taken = yield from self.call(

@@ -186,16 +186,16 @@ class MemoryStore:
             return semaphore.capacity, list(semaphore.entries.values()), slots
 
     # ---- job slots ----------------------------------------------------------------------
-    def slots(self, path: str) -> dict[int, str]:
-        """The job slots of a semaphore: index -> key of the entry holding it."""
-        return self.queue(path)[2]
+    def slots(self, path: str) -> frozenset[int]:
+        """The indices of a semaphore's job slots."""
+        return frozenset(self.queue(path)[2])
 
     def take_slot(
         self, path: str, entry_key: str, token: int, index: int
-    ) -> int | dict[int, str] | None:
+    ) -> int | frozenset[int] | None:
         """Create the record of slot ``index`` for the entry ``entry_key`` (created with
         ``token``), if no record of that index exists: its token (a store revision); the
-        slots as they are when another entry holds it (``{index: entry key}``); None when
+        indices of the slots as they are when another entry holds it; None when
         the entry is gone. The record is deleted with its entry, in the same step."""
         with self._lock:
             semaphore = self._semaphores.get(path)
@@ -206,7 +206,7 @@ class MemoryStore:
             if held is not None:
                 if held[0] == entry_key:
                     return held[1]
-                return {i: key for i, (key, _) in semaphore.slots.items()}
+                return frozenset(semaphore.slots)
             self._revision += 1
             semaphore.slots[index] = (entry_key, self._revision)
             return self._revision
@@ -385,13 +385,17 @@ class MemoryStore:
     # ---- as an operator sees it ---------------------------------------------------------
     def entry_paths(self, prefix: str = "") -> list[str]:
         """The full path (``<semaphore path>/<entry key>``) of every queue entry under
-        ``prefix``, semaphore by semaphore, each in queue order."""
+        ``prefix``, semaphore by semaphore, each in queue order, then its job slot
+        records (``<semaphore path>/+slot+<index>``)."""
         with self._lock:
             return [
-                f"{path}/{key}"
-                for path, semaphore in sorted(self._semaphores.items())
-                if path.startswith(prefix)
-                for key in semaphore.entries
+                path
+                for name, semaphore in sorted(self._semaphores.items())
+                if name.startswith(prefix)
+                for path in [
+                    *(f"{name}/{key}" for key in semaphore.entries),
+                    *(f"{name}/+slot+{index}" for index in sorted(semaphore.slots)),
+                ]
             ]
 
     def delete(self, entry_path: str) -> bool:

@@ -191,7 +191,7 @@ class Simulation:
         self.orphan_slots: list[tuple[str, int]] = []  # (queue, index) still to delete
         self.slots_granted = 0
         self.stale_slot_listing = stale_slot_listing
-        self.first_slot_listing: dict[int, dict[int, str]] = {}  # cid -> its ListSlots answer
+        self.first_slot_listing: dict[int, frozenset[int]] = {}  # cid -> its ListSlots answer
 
     def _random_weights(self, max_weight: int) -> dict[str, int]:
         if len(self.names) == 1:
@@ -541,7 +541,7 @@ class Simulation:
         elif action == "list_slots":
             if not self._slot_answer_lost(c):
                 records = self.slot_records[c.step_queue]
-                listing = {index: holder for index, (holder, _) in records.items()}
+                listing = frozenset(records)
                 self.first_slot_listing[c.cid] = listing
                 self._send(c, listing)
         elif action == "take_slot":
@@ -549,9 +549,9 @@ class Simulation:
             if not self._slot_answer_lost(c):
                 records = self.slot_records[c.step_queue]
                 if c.step.index in records:  # another holder won it: who holds what now
-                    fresh = {index: holder for index, (holder, _) in records.items()}
+                    fresh = frozenset(records)
                     if self.stale_slot_listing:
-                        fresh = {**self.first_slot_listing[c.cid], c.step.index: "?"}
+                        fresh = self.first_slot_listing[c.cid] | {c.step.index}
                     self._send(c, fresh)
                 else:
                     token = self.next_order  # the record's token: a store revision
