@@ -755,6 +755,7 @@ class EtcdQueue(QueueDriver):
         kvs = reply.responses[1].response_range.kvs
         mine = [kv for kv in kvs if kv.key == slot_key and kv.value == ours]
         if mine:  # made by an attempt whose reply was lost
+            log.info("create reply of slot %d of %r was lost; adopted it", index, self.name)
             self.slot_answered(uid, index, int(mine[0].create_revision))
             return int(mine[0].create_revision)
         self.slot_answered(uid, index, None)

@@ -530,6 +530,7 @@ class ZooKeeperQueue(QueueDriver):
                 if found < 0:
                     self.slot_answered(key, index, None)
                     return (yield from self._listing_slots())
+                log.info("create reply of slot %d of %r was lost; adopted it", index, self.name)
                 self.slot_answered(key, index, found)
                 return found
             except SessionExpiredError:

@@ -60,8 +60,12 @@ def test_slots_are_distinct_lowest_free_first_and_reused(service: Harness) -> No
 
 
 @slot_stores
-def test_without_slot_nothing_is_taken(service: Harness) -> None:
+def test_without_slot_nothing_is_taken(service: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No slot step reaches the store without ``slot=True``."""
     sem = service.connect().semaphore("plain", capacity=2)
+    driver = sem.aio._store if hasattr(sem, "aio") else sem._store
+    for hook in ("list_slots", "take_slot", "list_slots_async", "take_slot_async"):
+        monkeypatch.setattr(driver, hook, None)  # a call would raise TypeError
     with sem.acquire() as permit:
         assert permit.slots == ()
         assert slot_records(service, "plain") == []
@@ -227,3 +231,50 @@ def test_slot_is_a_bool(memory_harness: Harness, slot: object) -> None:
     sem = memory_harness.connect().semaphore("b", capacity=1)
     with pytest.raises(TypeError):
         sem.acquire(slot=slot)  # type: ignore[arg-type]
+
+
+# (memory: nothing is lost in flight there, no reply to lose)
+@pytest.mark.parametrize(
+    "service",
+    [(kind, face) for face in Face for kind in ("zookeeper", "etcd")],
+    ids=lambda p: p[0] if p[1] is Face.SYNC else f"{p[0]}-aio",
+    indirect=True,
+)
+def test_a_lost_reply_of_a_slot_create_adopts_the_record(
+    service: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="semaphore_recipes")
+    backend = service.connect(proxied=True, session_timeout=10)
+    sem = backend.semaphore("lost-slot", capacity=2)
+    driver = sem.aio._store if hasattr(sem, "aio") else sem._store
+    assert driver is not None
+    restored = threading.Timer(1.0, service.restore, (backend,))
+
+    def lose_its_reply() -> None:
+        service.lose_next_reply(backend)
+        restored.start()
+
+    if hasattr(sem, "aio"):
+        real_async = driver.take_slot_async
+
+        async def losing(waiter: Waiter, index: int, deadline: Deadline) -> object:
+            lose_its_reply()
+            return await real_async(waiter, index, deadline)
+
+        monkeypatch.setattr(driver, "take_slot_async", losing)
+    else:
+        real = driver.take_slot
+
+        def losing_sync(waiter: Waiter, index: int, deadline: Deadline) -> object:
+            lose_its_reply()
+            return real(waiter, index, deadline)
+
+        monkeypatch.setattr(driver, "take_slot", losing_sync)
+    permit = sem.acquire(slot=True, timeout=30)
+    restored.join()
+    assert indices(permit) == [0]
+    assert "adopted it" in caplog.text  # the create landed; its reply did not
+    assert len(slot_records(service, "lost-slot")) == 1  # adopted: no second record
+    assert sem.status().holders[0].slots == (0,)
+    permit.release()
+    wait_until(lambda: service.entries() == [])
