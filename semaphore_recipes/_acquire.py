@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 from ._core.deadline import Deadline
 from ._core.protocol import Enqueue, MarkHeld, Step, acquire_protocol
 from ._core.queue import Entry
-from ._core.slots import Slot
+from ._core.slots import ListSlots, Slot, TakeSlot
 from .backend import Backend, QueueDriver, Waiter
 from .errors import AcquireTimeout, BackendUnavailable, SlotsNotSupported
 from .instrumentation import AcquireOutcome, Instrumentation, outcome_of, report
@@ -47,8 +47,9 @@ P = TypeVar("P", bound=HeldPermit)
 class StoreRequest:
     """Answer ``step`` (Enqueue, Arm, Relist, AwaitEvent, ListSlots or TakeSlot) within
     ``deadline``.
-    ``first_try``: an enqueue bounded by the request timeout rather than the caller's
-    deadline; its AcquireTimeout is the face's to turn into BackendUnavailable
+    ``first_try``: a request bounded by the request timeout rather than the caller's
+    deadline (the first enqueue, and the slot steps of an admitted entry); its
+    AcquireTimeout is the face's to turn into BackendUnavailable
     (:func:`first_try_failed`)."""
 
     step: Step
@@ -100,7 +101,10 @@ def acquisition(
                 if waiter.entry_id is not None:
                     log.warning("session lost while waiting for %r: entering the queue again", name)
                     abandon(waiter)
-                answer = yield _enqueue_request(step, store, deadline, clock)
+                answer = yield _one_reply_request(step, step.first, store, deadline, clock)
+            elif isinstance(step, (ListSlots, TakeSlot)):
+                # admitted: a deadline that passed (timeout=0) still gets the slots' replies
+                answer = yield _one_reply_request(step, True, store, deadline, clock)
             else:
                 answer = yield StoreRequest(step, deadline)
             try:
@@ -131,13 +135,14 @@ def acquisition(
     return permit
 
 
-def _enqueue_request(
-    step: Enqueue, store: QueueDriver, deadline: Deadline, clock: Callable[[], float]
+def _one_reply_request(
+    step: Step, awaited: bool, store: QueueDriver, deadline: Deadline, clock: Callable[[], float]
 ) -> StoreRequest:
-    """The first try of an acquire is given at least the request timeout, whatever the
-    caller's timeout: ``timeout=0`` needs one reply to decide."""
+    """A step whose reply is ``awaited`` (the first try of an acquire; the slot steps
+    of an admitted entry) is given at least the request timeout, whatever the caller's
+    timeout: ``timeout=0`` needs one reply to decide."""
     left = deadline.remaining()
-    if not step.first or left is None or left >= store.request_timeout:
+    if not awaited or left is None or left >= store.request_timeout:
         return StoreRequest(step, deadline)
     return StoreRequest(step, Deadline(store.request_timeout, clock), first_try=True)
 

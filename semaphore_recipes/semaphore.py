@@ -201,11 +201,11 @@ class Semaphore:
                 return store.arm(waiter, step.keys, request.deadline)
             if isinstance(step, Relist):
                 return store.relist(waiter, request.deadline)
-            if isinstance(step, ListSlots):
-                return store.list_slots(waiter, request.deadline)
-            if isinstance(step, TakeSlot):
-                return store.take_slot(waiter, step.index, request.deadline)
             try:
+                if isinstance(step, ListSlots):
+                    return store.list_slots(waiter, request.deadline)
+                if isinstance(step, TakeSlot):
+                    return store.take_slot(waiter, step.index, request.deadline)
                 return store.enqueue(waiter, request.deadline)
             except AcquireTimeout as exc:
                 if request.first_try:

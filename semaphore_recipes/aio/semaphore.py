@@ -175,11 +175,11 @@ class AsyncSemaphore:
                 return await store.arm_async(waiter, step.keys, request.deadline)
             if isinstance(step, Relist):
                 return await store.relist_async(waiter, request.deadline)
-            if isinstance(step, ListSlots):
-                return await store.list_slots_async(waiter, request.deadline)
-            if isinstance(step, TakeSlot):
-                return await store.take_slot_async(waiter, step.index, request.deadline)
             try:
+                if isinstance(step, ListSlots):
+                    return await store.list_slots_async(waiter, request.deadline)
+                if isinstance(step, TakeSlot):
+                    return await store.take_slot_async(waiter, step.index, request.deadline)
                 return await store.enqueue_async(waiter, request.deadline)
             except AcquireTimeout as exc:
                 if request.first_try:

@@ -414,9 +414,15 @@ def leftover_etcd_entries(admin: Any, namespace: str, name: str | None = None) -
     prefix (or of ``name``)."""
     from ..etcd.ops import prefix_range_end
 
-    prefix = (namespace.rstrip("/") + "/" + ("" if name is None else f"{name}/")).encode()
+    top = (namespace.rstrip("/") + "/").encode()
+    prefix = top + ("" if name is None else f"{name}/").encode()
     reply = admin.range(prefix, prefix_range_end(prefix), keys_only=True)
-    return [kv.key.decode() for kv in reply.kvs if b"/entries/" in kv.key or b"/slots/" in kv.key]
+    found = []
+    for kv in reply.kvs:
+        parts = kv.key[len(top) :].split(b"/")  # <name>/entries/<id>, <name>/slots/<index>
+        if len(parts) == 3 and parts[1] in (b"entries", b"slots"):
+            found.append(kv.key.decode())
+    return found
 
 
 def alive_etcd_leases(admin: Any) -> set[int]:

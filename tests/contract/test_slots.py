@@ -56,6 +56,10 @@ def test_slots_are_distinct_lowest_free_first_and_reused(service: Harness) -> No
     assert c.slots[0].token > max(tokens)  # a new record: a new generation to fence with
     b.release()
     c.release()
+    with sem.acquire(slot=True, timeout=0) as one_try:  # admitted: its slots' replies awaited
+        assert indices(one_try) == [0]
+    with sem.acquire(slot=True, blocking=False) as one_try:
+        assert indices(one_try) == [0]
     assert service.entries() == []
 
 
