@@ -108,6 +108,8 @@ class ZooKeeperQueue(QueueDriver):
         self._alone: dict[str, int] = {}  # our live entries known alone -> their sequence
         self._marks_pending: set[str] = set()  # held marks handed to kazoo's callback thread
         self._listings = Listings()  # one listing for the enqueues of a burst (_listing.py)
+        # our entry -> the session its slot records were made on (they die with it)
+        self._slot_sessions: dict[str, int | None] = {}
 
     # ---- how programs are waited for --------------------------------------------
     def _step_waits(self, deadline: Deadline) -> Waits:
@@ -515,6 +517,8 @@ class ZooKeeperQueue(QueueDriver):
             tx.check(entry_path, -1)  # version -1: any version, the node must exist
             tx.create(slot_path, encode_slot(key), ephemeral=True)
             self.slot_sending(key, index)
+            with self._lock:  # made on this session or not at all (the check)
+                self._slot_sessions[key] = self.backend.session_id
             multi = tx.commit_async()
             stat_reply = self.client.exists_async(slot_path)
             try:
@@ -660,12 +664,9 @@ class ZooKeeperQueue(QueueDriver):
         bounds. A record already gone (deleted by hand) fails the multi: then the
         records go first, one by one, and the entry last."""
         path = f"{self.path}/{key}"
-        records = self.slots_leaving(key)
-        if not records:
+        slot_paths = yield from self._own_slot_paths(key)
+        if not slot_paths:
             return (yield from self._deleting(path))
-        slot_paths = yield from self._own_slot_paths(key, records)
-        if self.backend.failure is not None:
-            return False  # the server removes them with the session
         tx = self.client.transaction()
         for slot_path in slot_paths:
             tx.delete(slot_path)
@@ -678,34 +679,47 @@ class ZooKeeperQueue(QueueDriver):
             # no answer in time, the connection lost, an interrupt: sent again in order,
             # records first (a multi applied meanwhile makes them no-ops)
             for slot_path in slot_paths:
-                self._delete_in_background(slot_path)
+                self._delete_slot_in_background(key, slot_path)
             self._delete_in_background(path)
             if not isinstance(exc, Exception):
                 raise
             return False
+        # our entry or a record was deleted by hand: each alone, the records first, each
+        # only while it names our entry (another's may have taken a freed index)
         for slot_path in slot_paths:
-            yield from self._deleting(slot_path)
+            if (yield from self._names(key, slot_path)):
+                yield from self._deleting(slot_path)
         return (yield from self._deleting(path))
 
-    def _own_slot_paths(self, key: str, records: Mapping[int, int | None]) -> ZkProgram[list[str]]:
-        """The paths of our slot records: those confirmed, and those whose create was
-        interrupted before its reply and that name our entry (the read goes out after the
-        create on the same session, so it sees it if it landed)."""
+    def _own_slot_paths(self, key: str) -> ZkProgram[list[str]]:
+        """The paths of our entry ``key``'s slot records, which leaves now: those
+        confirmed, and those whose create was interrupted before its reply and that name
+        our entry (the read goes out after the create on the same session, so it sees it
+        if it landed). None when their session has ended: they went with it, and an index
+        may be another entry's by now."""
+        records = self.slots_leaving(key)
+        with self._lock:
+            session = self._slot_sessions.pop(key, None)
+        if not records or session != self.backend.session_id or self.backend.failure:
+            return []
         paths = []
         for index, token in sorted(records.items()):
             slot_path = f"{self.path}/{zk_slot_name(index)}"
-            if token is None:
-                try:
-                    raw, _ = yield self.client.get_async(slot_path)
-                    if decode_slot(slot_path, raw)[0] != key:
-                        continue
-                except NoNodeError:
-                    continue
-                except Exception as exc:  # never raises: the session's end removes it
-                    log.warning("could not read slot record %s: %r", slot_path, exc)
-                    continue
-            paths.append(slot_path)
+            if token is not None or (yield from self._names(key, slot_path)):
+                paths.append(slot_path)
         return paths
+
+    def _names(self, key: str, slot_path: str) -> ZkProgram[bool]:
+        """Does the slot record ``slot_path`` exist and name our entry ``key``? (False
+        when it cannot be read: never raises; the session's end removes it.)"""
+        try:
+            raw, _ = yield self.client.get_async(slot_path)
+            return decode_slot(slot_path, raw)[0] == key
+        except NoNodeError:
+            return False
+        except Exception as exc:
+            log.warning("could not read slot record %s: %r", slot_path, exc)
+            return False
 
     def _forget_entry(self, key: str) -> int | None:
         """Our entry ``key`` leaves: drop its pending held mark and what the lone-client
@@ -794,23 +808,28 @@ class ZooKeeperQueue(QueueDriver):
         self.client.delete_async(path).rawlink(self._deleted(path))
 
     def _delete_slots_in_background(self, key: str) -> None:
-        """Send the deletes of our entry ``key``'s slot records, before its own (one
-        session answers in order): those confirmed, and those of an interrupted create
-        once a read shows they name our entry."""
-        for index, token in sorted(self.slots_leaving(key).items()):
-            slot_path = f"{self.path}/{zk_slot_name(index)}"
-            if token is not None:
-                self._delete_in_background(slot_path)
-                continue
+        """Send the reads that delete our entry ``key``'s slot records, before the
+        entry's delete (one session answers in order), when their session still lives."""
+        records = self.slots_leaving(key)
+        with self._lock:
+            session = self._slot_sessions.pop(key, None)
+        if session != self.backend.session_id:
+            return  # they went with their session
+        for index in sorted(records):
+            self._delete_slot_in_background(key, f"{self.path}/{zk_slot_name(index)}")
 
-            def read(result: Any, slot_path: str = slot_path) -> None:
-                with contextlib.suppress(Exception):  # gone, or the session's end takes it
-                    raw, _ = result.get(block=False)
-                    if decode_slot(slot_path, raw)[0] == key:
-                        self._delete_in_background(slot_path)
+    def _delete_slot_in_background(self, key: str, slot_path: str) -> None:
+        """Delete the slot record ``slot_path`` once a read shows it names our entry
+        ``key`` (an index freed meanwhile may be another entry's), on kazoo's thread."""
 
-            if self.backend.failure is None:
-                self.client.get_async(slot_path).rawlink(read)
+        def read(result: Any) -> None:
+            with contextlib.suppress(Exception):  # gone, or the session's end takes it
+                raw, _ = result.get(block=False)
+                if decode_slot(slot_path, raw)[0] == key:
+                    self._delete_in_background(slot_path)
+
+        if self.backend.failure is None:
+            self.client.get_async(slot_path).rawlink(read)
 
     def _deleted(self, path: str) -> Callable[[Any], None]:
         """The reply of a delete of ``path``, on kazoo's callback thread: sent again

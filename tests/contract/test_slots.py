@@ -15,19 +15,28 @@ import time
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.backend import Deadline, Waiter
+from semaphore_recipes.backend import Deadline, QueueDriver, Waiter
 from semaphore_recipes.testing.faces import Face
 from semaphore_recipes.testing.harness import Harness
 
-from ..conftest import wait_until
+from ..conftest import interrupt_acquires, wait_until
 
 STORES = ["memory", "zookeeper", "etcd"]  # Redis: no job slots yet (SlotsNotSupported)
-slot_stores = pytest.mark.parametrize(
-    "service",
-    [(kind, face) for face in Face for kind in STORES],
-    ids=lambda p: p[0] if p[1] is Face.SYNC else f"{p[0]}-aio",
-    indirect=True,
-)
+
+
+def _stores(*kinds: str) -> pytest.MarkDecorator:
+    """The ``service`` fixture on ``kinds``, through both faces."""
+    return pytest.mark.parametrize(
+        "service",
+        [(kind, face) for face in Face for kind in kinds],
+        ids=lambda p: p[0] if p[1] is Face.SYNC else f"{p[0]}-aio",
+        indirect=True,
+    )
+
+
+slot_stores = _stores(*STORES)
+# (memory: nothing is lost in flight, and an acquire is over before a timer lands in it)
+networked = _stores("zookeeper", "etcd")
 
 
 def indices(permit: object) -> list[int]:
@@ -129,6 +138,16 @@ def test_a_session_loss_frees_the_holders_slots(service: Harness) -> None:
     waiter.join(30)
     assert lost.lost.wait(10)
     assert [indices(p) for p in waiting] == [[0]]  # the lost holder's slot, reused
+    # on a new session (the old one's requests fail): a LOST permit's release deletes
+    # what may be left of it, and must not take the index now held by another
+    # (etcd and memory make their new session on the next request)
+    renewed = {sr.SessionState.CONNECTED}
+    if service.kind != "zookeeper":
+        renewed.add(sr.SessionState.EXPIRED)
+    wait_until(lambda: doomed.session_state in renewed)
+    lost.release()
+    assert [h.slots for h in sem.status().holders] == [(0,)]  # not the new holder's record
+    assert len(slot_records(service, "expiring")) == 1
     waiting[0].release()  # type: ignore[attr-defined]
     wait_until(lambda: slot_records(service, "expiring") == [])
 
@@ -156,22 +175,36 @@ def test_slots_after_a_capacity_decrease(service: Harness) -> None:
     assert service.entries() == []
 
 
+def _driver(sem: object) -> QueueDriver:
+    """The queue driver behind a semaphore of either face."""
+    aio = getattr(sem, "aio", None)
+    driver = aio._store if aio is not None else sem._store  # type: ignore[attr-defined]
+    assert isinstance(driver, QueueDriver)
+    return driver
+
+
+def _interrupt(sem: object) -> type[BaseException]:
+    """What an interrupt is on the semaphore's face."""
+    import asyncio
+
+    return asyncio.CancelledError if hasattr(sem, "aio") else KeyboardInterrupt
+
+
+def _interrupted_acquire_leaves_nothing(service: Harness, sem: object) -> None:
+    with pytest.raises(_interrupt(sem)):
+        sem.acquire(permits=2, slot=True, timeout=10)  # type: ignore[attr-defined]
+    wait_until(lambda: service.entries() == [])
+
+
 @slot_stores
 def test_leaving_while_taking_slots_leaves_no_record_and_no_entry(
     service: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An acquire interrupted (sync face: KeyboardInterrupt; asyncio: a CancelledError
-    out of the store call) right after its first slot record was made deletes that
-    record with its entry."""
-    backend = service.connect()
-    sem = backend.semaphore("irq", capacity=3)
-    driver = sem.aio._store if hasattr(sem, "aio") else sem._store
-    assert driver is not None
-    interrupt: type[BaseException] = KeyboardInterrupt
+    """An acquire interrupted (sync face: KeyboardInterrupt; asyncio: a CancelledError)
+    once its first slot record was made deletes that record with its entry."""
+    sem = service.connect().semaphore("irq", capacity=3)
+    driver, interrupt = _driver(sem), _interrupt(sem)
     if hasattr(sem, "aio"):
-        import asyncio
-
-        interrupt = asyncio.CancelledError
         real_async = driver.take_slot_async
 
         async def then_interrupt(waiter: Waiter, index: int, deadline: Deadline) -> object:
@@ -187,13 +220,31 @@ def test_leaving_while_taking_slots_leaves_no_record_and_no_entry(
             raise interrupt
 
         monkeypatch.setattr(driver, "take_slot", then_interrupt_sync)
-    with pytest.raises(BaseException) as raised:
-        sem.acquire(permits=2, slot=True, timeout=10)
-    assert isinstance(raised.value, interrupt)
-    wait_until(lambda: service.entries() == [])
+    _interrupted_acquire_leaves_nothing(service, sem)
     monkeypatch.undo()
     with sem.acquire(permits=2, slot=True, timeout=10) as permit:
         assert indices(permit) == [0, 1]
+
+
+# (memory: its records die with their entry in the store, with no note of a driver's)
+@networked
+def test_an_interrupt_between_a_slots_reply_and_its_note_leaves_nothing(
+    service: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted between the store's reply to a slot create and the driver noting it
+    (as when the interrupt lands while the reply is on its way), the record is found by
+    the entry it names and deleted with the entry."""
+    sem = service.connect().semaphore("irq-noted", capacity=3)
+    driver, interrupt = _driver(sem), _interrupt(sem)
+    real_noted = driver.slot_answered
+
+    def interrupted_noting(key: str, index: int, token: int | None) -> None:
+        if token is not None:
+            raise interrupt
+        real_noted(key, index, token)
+
+    monkeypatch.setattr(driver, "slot_answered", interrupted_noting)
+    _interrupted_acquire_leaves_nothing(service, sem)
 
 
 # (memory: the store lives in one process, so there is no other process to kill)
@@ -237,13 +288,7 @@ def test_slot_is_a_bool(memory_harness: Harness, slot: object) -> None:
         sem.acquire(slot=slot)  # type: ignore[arg-type]
 
 
-# (memory: nothing is lost in flight there, no reply to lose)
-@pytest.mark.parametrize(
-    "service",
-    [(kind, face) for face in Face for kind in ("zookeeper", "etcd")],
-    ids=lambda p: p[0] if p[1] is Face.SYNC else f"{p[0]}-aio",
-    indirect=True,
-)
+@networked
 def test_a_lost_reply_of_a_slot_create_adopts_the_record(
     service: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -281,4 +326,27 @@ def test_a_lost_reply_of_a_slot_create_adopts_the_record(
     assert len(slot_records(service, "lost-slot")) == 1  # adopted: no second record
     assert sem.status().holders[0].slots == (0,)
     permit.release()
+    wait_until(lambda: service.entries() == [])
+
+
+# (memory: test_leaving_while_taking_slots_leaves_no_record_and_no_entry interrupts
+# each of its steps instead)
+@networked
+def test_interrupts_at_any_point_of_a_slot_acquire_leave_nothing_behind(
+    service: Harness,
+) -> None:
+    """KeyboardInterrupt (asyncio: the task cancelled) at random moments of acquires
+    with slots: in the create, the listing, the slot listing, a slot create whose reply
+    is still on its way. Every interrupted acquire removes its entry and its records."""
+    sem = service.connect().semaphore("irq-slots", capacity=3)
+    holder = sem.acquire(slot=True)
+    interrupted, granted = interrupt_acquires(
+        lambda: sem.acquire(permits=2, timeout=5, slot=True), seed=11, wanted=20
+    )
+    assert all(indices(p) == [1, 2] for p in granted)
+    assert interrupted >= 20  # the interrupts really landed inside acquire
+    # only the holder's entry and its record
+    wait_until(lambda: len(service.entries("irq-slots")) == 2, timeout=10)
+    assert sem.status().holders[0].slots == (0,)
+    holder.release()
     wait_until(lambda: service.entries() == [])
