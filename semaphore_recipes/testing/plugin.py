@@ -419,7 +419,8 @@ def leftover_etcd_entries(admin: Any, namespace: str, name: str | None = None) -
     reply = admin.range(prefix, prefix_range_end(prefix), keys_only=True)
     found = []
     for kv in reply.kvs:
-        parts = kv.key[len(top) :].split(b"/")  # <name>/entries/<id>, <name>/slots/<index>
+        # <name>/entries/<id>, <name>/slots/<index> (and what else is planted under them)
+        parts = kv.key[len(top) :].split(b"/", 2)
         if len(parts) == 3 and parts[1] in (b"entries", b"slots"):
             found.append(kv.key.decode())
     return found
