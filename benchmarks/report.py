@@ -15,7 +15,11 @@ LATENCY_TEXT = (
     "the locks are mutexes). Every implementation runs in a worker process of its own, all "
     "connected at once; they take turns batch by batch. *requests / op* and *replies / op*: "
     "what the server received and sent per cycle (ZooKeeper packets, etcd gRPC messages; "
-    "read around every batch), i.e. the round trips."
+    "read around every batch), i.e. the round trips. *acquire_all of k semaphores*: "
+    "`backend.acquire_all` over k semaphores, its ratio against the floor run beside it "
+    "(etcd: one txn creates every entry and lists every queue, one deletes them; "
+    "ZooKeeper: one `multi` each way, the k listings sent behind the create, one read of "
+    "the token)."
 )
 HANDOFF_TEXT = (
     "Capacity 1. A holder process releases; a waiter blocked in another process returns "

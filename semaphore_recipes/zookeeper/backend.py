@@ -566,6 +566,13 @@ class _Started:
     live: threading.Event
 
 
+@dataclass(frozen=True)
+class _Reconnected:
+    """Yielded by the connecting program after a connection loss: kazoo connects again
+    by itself (to another member, under a new leader); wait for it within the connect
+    timeout."""
+
+
 class _Opening:
     """``from_url`` and ``from_url_async``: the URL read once (ValueError before any
     I/O), the connecting program both run, its waits and its errors."""
@@ -611,12 +618,47 @@ class _Opening:
         yield _Started(client.start_async())
         if self.chroot:
             # kazoo wants the chroot to exist before it is used: make it, then apply it
-            yield client.ensure_path_async(self.chroot)
+            yield from self._riding_out_connection_loss(
+                lambda: client.ensure_path_async(self.chroot)
+            )
             client.chroot = self.chroot
         elif self.user is not None:
             # The server answers the credentials before any later request: this read
             # fails with AuthFailedError when they were refused (no retries follow).
-            yield client.exists_async("/")
+            yield from self._riding_out_connection_loss(lambda: client.exists_async("/"))
+
+    def _riding_out_connection_loss(self, request: Callable[[], object]) -> ZkProgram[None]:
+        """``request()``, sent again after a connection loss (the member we reached
+        died, or a leader election dropped us) once kazoo has connected again: a
+        connect during an election succeeds within the connect timeout."""
+        while True:
+            try:
+                yield request()
+                return
+            except ConnectionLoss:
+                assert self.deadline is not None
+                left = self.deadline.remaining()
+                if left is not None and left <= 0:
+                    raise
+                yield _Reconnected()
+
+    def _wait_reconnected(self) -> None:
+        assert self.deadline is not None
+        client = self.client
+        settled = threading.Event()
+
+        def listener(state: Any) -> None:  # on kazoo's connection thread
+            if state in (KazooState.CONNECTED, KazooState.LOST):
+                settled.set()
+
+        client.add_listener(listener)
+        try:
+            if not client.connected:  # a change before the listener was added is seen here
+                settled.wait(self.deadline.remaining())
+        finally:
+            client.remove_listener(listener)
+        if not client.connected:
+            raise KazooTimeoutError("no connection")
 
     def wait(self, request: object) -> object:
         assert self.deadline is not None
@@ -625,11 +667,14 @@ class _Opening:
             if not self.client.connected:
                 raise KazooTimeoutError("no connection")
             return None
+        if isinstance(request, _Reconnected):
+            self._wait_reconnected()
+            return None
         return request.get(timeout=self.deadline.remaining())  # type: ignore[attr-defined]
 
     async def wait_async(self, request: object) -> object:
         assert self.deadline is not None
-        if isinstance(request, _Started):
+        if isinstance(request, (_Started, _Reconnected)):
             await self._started(self.deadline)
             return None
         try:

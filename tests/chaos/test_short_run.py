@@ -1,5 +1,7 @@
-"""A short chaos run of each backend (fixed seeds): every fault kind of the nemesis
-against client processes, then the store's history must show no violation."""
+"""Short chaos runs (fixed seeds): the nemesis's faults against client processes, then
+the store's history must show no violation. The suite has one run per mode and store
+family within its time budget (ZooKeeper plain, etcd storm, Redis); the other pairs are
+the soak's (`bash scripts/chaos`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ SECONDS = float(os.environ.get("SEMAPHORE_RECIPES_CHAOS_SECONDS", "45"))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("backend", "seed"), [("zookeeper", "11"), ("etcd", "12")])
+@pytest.mark.parametrize(("backend", "seed"), [("zookeeper", "11")])
 def test_short_chaos_run_finds_no_violation(backend: str, seed: str) -> None:
     report = run_once(RunConfig(backend=backend, seconds=SECONDS, seed=seed, clients=4))
     summary = report.summary()
@@ -36,7 +38,7 @@ def test_short_redis_chaos_run_finds_no_violation() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("backend", "seed"), [("zookeeper", "14"), ("etcd", "15")])
+@pytest.mark.parametrize(("backend", "seed"), [("etcd", "15")])
 def test_short_storm_run_finds_no_violation(backend: str, seed: str) -> None:
     """The storm mode (chaos/storm.py): overlapping faults on 6 client slots."""
     report = run_once(RunConfig(backend=backend, seconds=SECONDS, seed=seed, clients=6, storm=True))
@@ -54,6 +56,6 @@ def test_a_short_run_with_over_admitting_clients_is_flagged() -> None:
     """End to end: clients whose admission is off by one must be caught from the store's
     history alone (so the short runs above can fail)."""
     report = run_once(
-        RunConfig(backend="zookeeper", seconds=25, seed="13", clients=3, mutation="over_admit")
+        RunConfig(backend="zookeeper", seconds=15, seed="13", clients=3, mutation="over_admit")
     )
     assert report.result.by_kind()["over_capacity"] > 0, report.summary()

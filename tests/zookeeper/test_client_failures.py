@@ -4,16 +4,20 @@ swallowed."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 from semaphore_recipes.zookeeper import _kazoo_compat
+from semaphore_recipes.zookeeper.backend import _Opening, _Reconnected, _Started
 
 from ..conftest import wait_until
 
@@ -156,3 +160,55 @@ def test_an_interrupt_kazoo_swallowed_leaves_the_backend_working(
     assert sem.status().holders == ()
     backend.close()
     assert "did not acknowledge the close" not in caplog.text
+
+
+@pytest.mark.parametrize("face", ["sync", "aio"])
+def test_a_connection_lost_while_connecting_is_ridden_out_within_the_connect_timeout(
+    zookeeper_server: Any, sr_namespace: str, monkeypatch: pytest.MonkeyPatch, face: str
+) -> None:
+    """The member a new client reached goes away while the chroot is being made (a
+    leader election, a restart): kazoo connects again and so does the connect, within
+    its connect timeout, instead of failing at the first connection loss."""
+    proxy = FaultProxy(zookeeper_server.host_port).start()
+    seen: list[object] = []
+
+    def break_the_first_request(request: object) -> None:
+        seen.append(request)
+        if sum(not isinstance(r, _Started) for r in seen) == 1:
+            proxy.drop_replies()  # the request is sent, its reply lost: then a reset
+
+            def reset() -> None:
+                proxy.cut()
+                proxy.restore()
+
+            threading.Timer(0.3, reset).start()
+
+    sync_wait, async_wait = _Opening.wait, _Opening.wait_async
+
+    def wait(opening: _Opening, request: object) -> object:
+        break_the_first_request(request)
+        return sync_wait(opening, request)
+
+    async def wait_async(opening: _Opening, request: object) -> object:
+        break_the_first_request(request)
+        return await async_wait(opening, request)
+
+    monkeypatch.setattr(_Opening, "wait", wait)
+    monkeypatch.setattr(_Opening, "wait_async", wait_async)
+    url = f"zookeeper://{proxy.address}{sr_namespace}/made/at/connect?connect_timeout=20"
+    try:
+        if face == "sync":
+            with sr.connect(url) as backend:
+                backend.semaphore("ridden-out", capacity=1).acquire(timeout=10).release()
+        else:
+
+            async def main() -> None:
+                async with sr.aio.connect(url) as backend:
+                    sem = await backend.semaphore("ridden-out", capacity=1).open()
+                    permit = await sem.acquire(timeout=10)
+                    await permit.release()
+
+            asyncio.run(main())
+    finally:
+        proxy.close()
+    assert any(isinstance(r, _Reconnected) for r in seen), seen  # the loss was met
