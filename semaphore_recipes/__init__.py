@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from ._core.names import MAX_CAPACITY
+from ._core.slots import Slot
 from ._core.status import EntryStatus, Status
 from .backend import Backend, FencedTransaction, SessionChange, SessionState
 from .errors import (
@@ -25,6 +26,7 @@ from .errors import (
     PermitLost,
     SemaphoreError,
     SemaphoreNotFound,
+    SlotsNotSupported,
     WouldBlock,
     WriteConflict,
 )
@@ -54,6 +56,8 @@ __all__ = [
     "SemaphoreNotFound",
     "SessionChange",
     "SessionState",
+    "Slot",
+    "SlotsNotSupported",
     "Status",
     "WouldBlock",
     "WriteConflict",

@@ -18,8 +18,9 @@ from typing import Protocol, TypeVar
 from ._core.deadline import Deadline
 from ._core.protocol import Enqueue, MarkHeld, Step, acquire_protocol
 from ._core.queue import Entry
-from .backend import QueueDriver, Waiter
-from .errors import AcquireTimeout, BackendUnavailable
+from ._core.slots import ListSlots, Slot, TakeSlot
+from .backend import Backend, QueueDriver, Waiter
+from .errors import AcquireTimeout, BackendUnavailable, SlotsNotSupported
 from .instrumentation import AcquireOutcome, Instrumentation, outcome_of, report
 
 log = logging.getLogger("semaphore_recipes")
@@ -30,6 +31,7 @@ class HeldPermit(Protocol):
 
     key: str
     token: int
+    slots: tuple[Slot, ...]
 
     def _entry_lost(self, why: str) -> None: ...
 
@@ -43,9 +45,11 @@ P = TypeVar("P", bound=HeldPermit)
 
 @dataclass(frozen=True)
 class StoreRequest:
-    """Answer ``step`` (Enqueue, Arm, Relist or AwaitEvent) within ``deadline``.
-    ``first_try``: an enqueue bounded by the request timeout rather than the caller's
-    deadline; its AcquireTimeout is the face's to turn into BackendUnavailable
+    """Answer ``step`` (Enqueue, Arm, Relist, AwaitEvent, ListSlots or TakeSlot) within
+    ``deadline``.
+    ``first_try``: a request bounded by the request timeout rather than the caller's
+    deadline (the first enqueue, and the slot steps of an admitted entry); its
+    AcquireTimeout is the face's to turn into BackendUnavailable
     (:func:`first_try_failed`)."""
 
     step: Step
@@ -70,6 +74,7 @@ def acquisition(
     *,
     blocking: bool,
     watch_entry: bool,
+    slots: bool = False,
     new_permit: Callable[[Entry, Waiter], P],
     abandon: Callable[[Waiter], None],
     clock: Callable[[], float],
@@ -84,18 +89,22 @@ def acquisition(
     report(instrumentation.acquire_started, name, waiter.weight)
     store.register(waiter)
     try:
-        protocol = acquire_protocol(name, waiter.weight, deadline, blocking=blocking)
+        protocol = acquire_protocol(name, waiter.weight, deadline, blocking=blocking, slots=slots)
         step = next(protocol)
         while True:
             answer: object = None
             if isinstance(step, MarkHeld):
                 permit = new_permit(step.me, waiter)
+                permit.slots = step.slots
                 mark = step
             elif isinstance(step, Enqueue):
                 if waiter.entry_id is not None:
                     log.warning("session lost while waiting for %r: entering the queue again", name)
                     abandon(waiter)
-                answer = yield _enqueue_request(step, store, deadline, clock)
+                answer = yield _one_reply_request(step, step.first, store, deadline, clock)
+            elif isinstance(step, (ListSlots, TakeSlot)):
+                # admitted: a deadline that passed (timeout=0) still gets the slots' replies
+                answer = yield _one_reply_request(step, True, store, deadline, clock)
             else:
                 answer = yield StoreRequest(step, deadline)
             try:
@@ -126,15 +135,25 @@ def acquisition(
     return permit
 
 
-def _enqueue_request(
-    step: Enqueue, store: QueueDriver, deadline: Deadline, clock: Callable[[], float]
+def _one_reply_request(
+    step: Step, awaited: bool, store: QueueDriver, deadline: Deadline, clock: Callable[[], float]
 ) -> StoreRequest:
-    """The first try of an acquire is given at least the request timeout, whatever the
-    caller's timeout: ``timeout=0`` needs one reply to decide."""
+    """A step whose reply is ``awaited`` (the first try of an acquire; the slot steps
+    of an admitted entry) is given at least the request timeout, whatever the caller's
+    timeout: ``timeout=0`` needs one reply to decide."""
     left = deadline.remaining()
-    if not step.first or left is None or left >= store.request_timeout:
+    if not awaited or left is None or left >= store.request_timeout:
         return StoreRequest(step, deadline)
     return StoreRequest(step, Deadline(store.request_timeout, clock), first_try=True)
+
+
+def validate_slot(slot: object, backend: Backend) -> None:
+    """``acquire(slot=...)``: a bool, and True only where the store keeps slots
+    (before any I/O)."""
+    if not isinstance(slot, bool):
+        raise TypeError(f"slot is a bool, not {type(slot).__name__}")
+    if slot and not backend.has_slots:
+        raise SlotsNotSupported(backend.scheme)
 
 
 def first_try_failed(store: QueueDriver, exc: AcquireTimeout) -> BackendUnavailable:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ._core.queue import Entry
+from ._core.slots import Slot
 from .backend import SessionChange, SessionEvent
 from .errors import PermitLost
 from .instrumentation import Instrumentation, LostReason, report
@@ -43,6 +44,9 @@ class PermitBase:
         self.key = entry.key
         self.permits = entry.weight
         self.token = token  #: fencing token: grows monotonically across the whole store
+        #: the job slots held (``acquire(slot=True)``): ``permits`` distinct indices in
+        #: ``0..capacity-1``, lowest first, each with its own token; () without
+        self.slots: tuple[Slot, ...] = ()
         self.owner = owner
         self._name = semaphore.name
         self._state = PermitState.HELD

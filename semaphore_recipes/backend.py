@@ -48,10 +48,11 @@ from ._core.protocol import (
     SessionLost,
 )
 from ._core.queue import Entry, EntryState, nearest_needed
+from ._core.slots import Slot
 from ._core.status import EntryStatus, Status, split_queue
 from ._interrupts import call_with_sigint_held
 from ._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
-from .errors import NotSupported
+from .errors import NotSupported, SlotsNotSupported
 from .instrumentation import NO_INSTRUMENTATION, Instrumentation
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ __all__ = [
     "SessionEvent",
     "SessionLost",
     "SessionState",
+    "Slot",
     "Status",
     "Waiter",
     "Write",
@@ -320,6 +322,8 @@ class QueueDriver(ABC):
         self._admitted_views: dict[str, tuple[int, tuple[Entry, ...]]] = {}
         self._capacity_version = -1  # store version of the capacity we last applied
         self.capacity = 0
+        # entry key -> {slot index: record token, None while its create is unanswered}
+        self._slot_records: dict[str, dict[int, int | None]] = {}
 
     # -- shared bookkeeping --
     def register(self, waiter: Waiter) -> None:
@@ -428,6 +432,28 @@ class QueueDriver(ABC):
         with self._lock:
             return self.capacity, self._capacity_version
 
+    # -- job slots: what a driver sent for each entry, so that leaving deletes them --
+    def slot_sending(self, key: str, index: int) -> None:
+        """A create of slot ``index`` for our entry ``key`` is about to be sent."""
+        with self._lock:
+            self._slot_records.setdefault(key, {})[index] = None
+
+    def slot_answered(self, key: str, index: int, token: int | None) -> None:
+        """The create of slot ``index`` for ``key`` made its record with ``token``, or
+        (None) another entry holds the index."""
+        with self._lock:
+            records = self._slot_records.setdefault(key, {})
+            if token is None:
+                records.pop(index, None)
+            else:
+                records[index] = token
+
+    def slots_leaving(self, key: str) -> dict[int, int | None]:
+        """The slot records made (or maybe made) for ``key``, which leaves now: what
+        its delete request deletes with it."""
+        with self._lock:
+            return self._slot_records.pop(key, {})
+
     def forget_mark(self, key: str) -> None:
         """The entry ``key`` leaves: a mark kept for a capacity decrease is dropped."""
         with self._lock:
@@ -484,6 +510,34 @@ class QueueDriver(ABC):
     @abstractmethod
     def transaction(self, key: str, token: int) -> FencedTransaction:
         """A transaction fenced by the entry ``key`` created with ``token``."""
+
+    # -- job slots (optional: ``has_slots``) --
+    def list_slots(self, waiter: Waiter, deadline: Deadline) -> frozenset[int] | SessionLost:
+        """The ListSlots step: the indices of the semaphore's slot records."""
+        raise SlotsNotSupported(self.backend.scheme)
+
+    def take_slot(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> int | frozenset[int] | SessionLost:
+        """The TakeSlot step for the waiter's admitted entry: create the record of
+        slot ``index`` if there is none, on the session, only while the entry exists
+        (``_core.slots.TakeSlot``). Answers its token; a fresh listing when another entry
+        holds the index; SessionLost when our entry is gone. A retry after a lost reply
+        adopts a record that names our entry. Call :meth:`slot_sending` before the
+        create and :meth:`slot_answered` after it."""
+        raise SlotsNotSupported(self.backend.scheme)
+
+    async def list_slots_async(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> frozenset[int] | SessionLost:
+        """:meth:`list_slots`, awaited."""
+        raise SlotsNotSupported(self.backend.scheme)
+
+    async def take_slot_async(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> int | frozenset[int] | SessionLost:
+        """:meth:`take_slot`, awaited."""
+        raise SlotsNotSupported(self.backend.scheme)
 
     # -- the asyncio face (semaphore_recipes.aio), for a backend with ``has_async_face``.
     # Write each step once, as a program (``run_program``/``run_program_async``), and
@@ -696,6 +750,13 @@ class Backend(ABC):
     # ``has_async_face`` and overrides these; its queues override QueueDriver's async
     # hooks and its transactions ``commit_async``.
     has_async_face: ClassVar[bool] = False
+
+    #: Does this store keep job slots (``acquire(slot=True)``)? One that does: its
+    #: queues override :meth:`QueueDriver.list_slots` and :meth:`QueueDriver.take_slot`
+    #: (and their async twins), delete an entry's slot records in the same request as
+    #: the entry (``remove``, ``abandon``; the session's end takes both), and show
+    #: them in ``status()`` (``EntryStatus.slots``).
+    has_slots: ClassVar[bool] = False
 
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> Backend:

@@ -20,6 +20,7 @@ __all__ = [
     "PermitLost",
     "SemaphoreError",
     "SemaphoreNotFound",
+    "SlotsNotSupported",
     "WouldBlock",
     "WriteConflict",
 ]
@@ -40,6 +41,24 @@ class WouldBlock(SemaphoreError):
 class PermitLost(SemaphoreError):
     """The permit is not safely held: its session or lease ended, its entry was deleted,
     or (for :meth:`Permit.check`) the connection is suspended. Stop touching the resource."""
+
+
+class NotSupported(SemaphoreError, NotImplementedError):
+    """The backend cannot do what was asked (a third-party backend without
+    ``acquire_all``'s hooks): raised before any I/O. ``what`` names the operation."""
+
+    def __init__(self, scheme: str, what: str) -> None:
+        super().__init__(f"the {scheme} backend cannot {what}")
+        self.scheme = scheme
+        self.what = what
+
+
+class SlotsNotSupported(NotSupported):
+    """``acquire(slot=True)`` on a backend that keeps no job slots (Redis for now);
+    raised before any I/O."""
+
+    def __init__(self, scheme: str) -> None:
+        super().__init__(scheme, "keep job slots (acquire(slot=True))")
 
 
 class CapacityMismatch(SemaphoreError, ValueError):
@@ -128,13 +147,3 @@ class BackendNotInstalled(SemaphoreError, ImportError):
         self.scheme = scheme
         self.extra = extra
         self.missing = missing
-
-
-class NotSupported(SemaphoreError, NotImplementedError):
-    """The backend cannot do what was asked (a third-party backend without
-    ``acquire_all``'s hooks): raised before any I/O. ``what`` names the operation."""
-
-    def __init__(self, scheme: str, what: str) -> None:
-        super().__init__(f"the {scheme} backend cannot {what}")
-        self.scheme = scheme
-        self.what = what

@@ -27,12 +27,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._acquire import Abandon, StoreRequest, acquisition, first_try_failed
+from ._acquire import Abandon, StoreRequest, acquisition, first_try_failed, validate_slot
 from ._core.deadline import Deadline, validate_timeout
 from ._core.names import validate_permits
 from ._core.program import run_program
 from ._core.protocol import Arm, AwaitEvent, Relist
 from ._core.queue import Entry
+from ._core.slots import ListSlots, TakeSlot
 from ._core.status import Status
 from ._interrupts import call_with_sigint_held
 from ._permit import PermitBase, PermitState
@@ -134,6 +135,7 @@ class Semaphore:
         blocking: bool = True,
         *,
         watch_entry: bool = False,
+        slot: bool = False,
     ) -> Permit:
         """Wait in FIFO order for ``permits`` permits.
 
@@ -155,9 +157,15 @@ class Semaphore:
         ``watch_entry=True`` also watches the permit's own entry, so that its deletion
         from outside (an operator, a lease revoked by hand) sets ``permit.lost`` at
         once rather than at the next session check; it costs one watch per acquire.
+
+        ``slot=True`` also gives the permit ``permits`` distinct *job slots*
+        (``permit.slots``: indices in ``0..capacity-1``, each with a token), taken after
+        admission: one listing and one create per slot (docs/user-guide.md, "Job
+        slots"). SlotsNotSupported (before any I/O) on a backend without them.
         """
         validate_permits(permits, self._store.capacity)
         validate_timeout(timeout)
+        validate_slot(slot, self._session)
         # blocking=False: one try, like timeout=0 (it raises WouldBlock rather than
         # AcquireTimeout, and so does the protocol before it looks at the deadline)
         deadline = Deadline(timeout if blocking else 0.0, self._clock)
@@ -175,6 +183,7 @@ class Semaphore:
             deadline,
             blocking=blocking,
             watch_entry=watch_entry,
+            slots=slot,
             new_permit=self._new_permit,
             abandon=abandon,
             clock=self._clock,
@@ -193,6 +202,10 @@ class Semaphore:
             if isinstance(step, Relist):
                 return store.relist(waiter, request.deadline)
             try:
+                if isinstance(step, ListSlots):
+                    return store.list_slots(waiter, request.deadline)
+                if isinstance(step, TakeSlot):
+                    return store.take_slot(waiter, step.index, request.deadline)
                 return store.enqueue(waiter, request.deadline)
             except AcquireTimeout as exc:
                 if request.first_try:

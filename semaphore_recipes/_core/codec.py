@@ -23,6 +23,29 @@ def decode_capacity(name: str, raw: bytes | None) -> int:
     return capacity
 
 
+def encode_slot(entry: str, entry_token: int | None = None) -> bytes:
+    """A job slot record's value: the key of the entry holding it (and, where keys are
+    reused, the entry's token), so a retry after a lost reply knows its own record."""
+    doc: dict[str, object] = {"entry": entry}
+    if entry_token is not None:
+        doc["token"] = entry_token
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_slot(key: str, raw: bytes | None) -> tuple[str, int | None]:
+    """``(entry key, entry token or None)`` of a slot record."""
+    try:
+        doc = json.loads(raw or b"")
+        entry, token = doc["entry"], doc.get("token")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CorruptState(f"unreadable slot record {key!r}: {raw!r}") from exc
+    if not isinstance(entry, str) or (
+        token is not None and (isinstance(token, bool) or not isinstance(token, int))
+    ):
+        raise CorruptState(f"unreadable slot record {key!r}: {raw!r}")
+    return entry, token
+
+
 @dataclass(frozen=True)
 class EntryData:
     """What an entry stores besides its weight: who made it, whether it holds, since when."""

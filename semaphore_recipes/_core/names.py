@@ -121,6 +121,23 @@ def parse_zk_entry(node: str) -> tuple[str, int, int] | None:
     return m.group(1), int(m.group(2)), int(m.group(3))
 
 
+#: A ZooKeeper slot record's node name, beside the entries (``+`` is in no entry or
+#: data key name, and a second ``+`` keeps it apart from ``data_key(name, "slot-1")``)
+ZK_SLOT_PREFIX = "+slot+"
+
+
+def zk_slot_name(index: int) -> str:
+    return f"{ZK_SLOT_PREFIX}{index}"
+
+
+def parse_slot_index(name: str, prefix: str) -> int | None:
+    """The index of a slot record named ``<prefix><index>`` (None: not one)."""
+    if not name.startswith(prefix):
+        return None
+    digits = name[len(prefix) :]
+    return int(digits) if digits.isdigit() and digits.isascii() else None
+
+
 def etcd_entry_key(lease_id: int, slot: int) -> str:
     """The key, under a semaphore's ``entries/``, of an etcd entry: ``<lease hex>-<slot>``."""
     return f"{lease_id:x}-{slot}"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..errors import AcquireTimeout, BackendUnavailable, WouldBlock
 from .deadline import Deadline
 from .queue import Admitted, Entry, EntryState, QueuePosition
+from .slots import ListSlots, Slot, TakeSlot, take_slots
 
 # ---- steps: what the protocol asks its driver to do -------------------------------
 
@@ -89,9 +90,11 @@ class MarkHeld:
     #: its entries, kept by the driver for successors of this process (EntryDeleted);
     #: None: not recorded (an empty view would say nothing older is left)
     view: tuple[Entry, ...] | None = None
+    #: the slots taken after admission (``acquire(slot=True)``), lowest index first
+    slots: tuple[Slot, ...] = ()
 
 
-Step = Enqueue | Arm | Relist | AwaitEvent | MarkHeld
+Step = Enqueue | Arm | Relist | AwaitEvent | MarkHeld | ListSlots | TakeSlot
 
 # ---- events: what the store tells a waiter ---------------------------------------
 
@@ -186,10 +189,13 @@ def apply_event(position: QueuePosition, event: Event) -> None:
 
 
 def acquire_protocol(
-    name: str, weight: int, deadline: Deadline, *, blocking: bool = True
+    name: str, weight: int, deadline: Deadline, *, blocking: bool = True, slots: bool = False
 ) -> Generator[Step, object, Entry]:
     """Drive one ``acquire``: returns the admitted entry, once the driver has answered
     its :class:`MarkHeld` step (the driver sends the mark; the generator does not wait).
+    With ``slots``, the admitted entry first takes ``weight`` distinct slots
+    (:func:`take_slots`: ListSlots and TakeSlot steps), which MarkHeld carries;
+    without it no such step is yielded.
 
     Raises WouldBlock (``blocking=False`` and not admitted at once), AcquireTimeout
     (deadline passed; a deadline that passed during the first enqueue still gets that
@@ -221,8 +227,18 @@ def acquire_protocol(
                 position.relisted(listing)
             decision = position.decision()
             if isinstance(decision, Admitted):
+                taken: tuple[Slot, ...] = ()
+                if slots:
+                    got = yield from take_slots(position.me, weight)
+                    if got is None:
+                        break  # our entry is gone, its records with it: enqueue again
+                    taken = got
                 yield MarkHeld(
-                    position.me, now=mark_now, lower=position.lower_keys(), view=position.lower
+                    position.me,
+                    now=mark_now,
+                    lower=position.lower_keys(),
+                    view=position.lower,
+                    slots=taken,
                 )
                 return position.me
             if not blocking:

@@ -13,7 +13,8 @@ class EntryStatus:
     ``key``: the entry's node name (ZooKeeper) or ``<lease>-<slot>`` id (etcd);
     ``owner``: its backend's owner string; ``permits``: its weight; ``token``: its
     fencing token; ``held``: its held mark was written; ``since``: Unix time of that
-    mark, or of the enqueue while it is not marked (the writer's clock).
+    mark, or of the enqueue while it is not marked (the writer's clock); ``slots``: the
+    job slots it holds (``acquire(slot=True)``), lowest first; empty without.
     """
 
     key: str
@@ -22,6 +23,7 @@ class EntryStatus:
     token: int
     held: bool
     since: float
+    slots: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .._acquire import Abandon, StoreRequest, acquisition, first_try_failed
+from .._acquire import Abandon, StoreRequest, acquisition, first_try_failed, validate_slot
 from .._core.deadline import Deadline, validate_timeout
 from .._core.names import validate_capacity, validate_permits
 from .._core.program import run_program_async
 from .._core.protocol import Arm, AwaitEvent, Relist
 from .._core.queue import Entry
+from .._core.slots import ListSlots, TakeSlot
 from .._core.status import Status
 from ..backend import QueueDriver, Waiter, session_lost
 from ..errors import AcquireTimeout
@@ -113,20 +114,24 @@ class AsyncSemaphore:
         blocking: bool = True,
         *,
         watch_entry: bool = False,
+        slot: bool = False,
     ) -> Acquiring[AsyncPermit]:
         """Wait in FIFO order for ``permits`` permits: ``permit = await sem.acquire()``
         or ``async with sem.acquire() as permit:``. The sync face's contract
         (:meth:`semaphore_recipes.Semaphore.acquire`): AcquireTimeout, WouldBlock,
         BackendUnavailable, TypeError/ValueError on bad arguments (raised here, before
         any I/O; ``permits`` above the capacity once the semaphore is open). Cancelling
-        the awaiting task leaves no entry behind (see the module docstring)."""
+        the awaiting task leaves no entry behind (see the module docstring).
+        ``slot=True``: the permit's job slots (``permit.slots``), as on the sync face;
+        SlotsNotSupported (raised here) on a backend without them."""
         if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
             validate_permits(permits, 1)  # raises the sync face's TypeError/ValueError
         validate_timeout(timeout)
-        return Acquiring(self._acquire(permits, timeout, blocking, watch_entry))
+        validate_slot(slot, self._backend.backend)
+        return Acquiring(self._acquire(permits, timeout, blocking, watch_entry, slot))
 
     async def _acquire(
-        self, permits: int, timeout: float | None, blocking: bool, watch_entry: bool
+        self, permits: int, timeout: float | None, blocking: bool, watch_entry: bool, slot: bool
     ) -> AsyncPermit:
         # the deadline starts before the opening: it is part of the wait
         deadline = Deadline(timeout if blocking else 0.0, self._clock)
@@ -151,6 +156,7 @@ class AsyncSemaphore:
             deadline,
             blocking=blocking,
             watch_entry=watch_entry,
+            slots=slot,
             new_permit=new_permit,
             abandon=store.abandon_nowait,
             clock=self._clock,
@@ -170,6 +176,10 @@ class AsyncSemaphore:
             if isinstance(step, Relist):
                 return await store.relist_async(waiter, request.deadline)
             try:
+                if isinstance(step, ListSlots):
+                    return await store.list_slots_async(waiter, request.deadline)
+                if isinstance(step, TakeSlot):
+                    return await store.take_slot_async(waiter, step.index, request.deadline)
                 return await store.enqueue_async(waiter, request.deadline)
             except AcquireTimeout as exc:
                 if request.first_try:

@@ -198,6 +198,7 @@ def status_json(st: Status, now: float | None = None) -> dict[str, Any]:
             "permits": e.permits,
             "token": e.token,
             "key": e.key,
+            "slots": list(e.slots),
             "since": e.since,
             "age": round(max(0.0, now - e.since), 3),
         }
@@ -228,10 +229,19 @@ def status_table(st: Status, now: float | None = None) -> list[str]:
         return lines
     tokens = [str(e.token) for _, _, e in rows]
     tw = max(5, *(len(t) for t in tokens))
-    lines.append(f"{'POS':>4}  {'STATE':<8} {'PERMITS':>7}  {'TOKEN':>{tw}}  {'AGE':>8}  OWNER")
-    for (pos, state, e), token in zip(rows, tokens, strict=True):
+    # a SLOTS column only when some entry holds job slots
+    slots = [",".join(map(str, e.slots)) or "-" for _, _, e in rows]
+    sw = max(5, *(len(s) for s in slots)) if any(e.slots for _, _, e in rows) else 0
+    slot_head = f"  {'SLOTS':<{sw}}" if sw else ""
+    lines.append(
+        f"{'POS':>4}  {'STATE':<8} {'PERMITS':>7}  {'TOKEN':>{tw}}{slot_head}  {'AGE':>8}  OWNER"
+    )
+    for (pos, state, e), token, slot in zip(rows, tokens, slots, strict=True):
         age = format_age(now - e.since)
-        lines.append(f"{pos:>4}  {state:<8} {e.permits:>7}  {token:>{tw}}  {age:>8}  {e.owner}")
+        cell = f"  {slot:<{sw}}" if sw else ""
+        lines.append(
+            f"{pos:>4}  {state:<8} {e.permits:>7}  {token:>{tw}}{cell}  {age:>8}  {e.owner}"
+        )
     return lines
 
 

@@ -45,7 +45,7 @@ from ._common import (
     status_json,
 )
 from ._http import ProbeServer, Reply, add_listen_argument, metrics_route, parse_listen
-from .run import add_semaphore_arguments, check_permits
+from .run import add_semaphore_arguments, check_permits, slot_env
 
 DEFAULT_LISTEN = "0.0.0.0:8479"
 POLL = 0.05  # seconds between checks of the permit and of the stop signal
@@ -116,6 +116,7 @@ class TokenFile:
             "SEMAPHORE_RECIPES_PERMITS": permit.permits,
             "SEMAPHORE_RECIPES_KEY": permit.key,
             "SEMAPHORE_RECIPES_OWNER": permit.owner,
+            **(slot_env(permit) if permit.slots else {}),
         }
         text = "".join(f"{k}={v}\n" for k, v in lines.items())
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -180,6 +181,8 @@ class Sidecar:
             "permits": self.permits,
             "token": None if permit is None else permit.token,
             "key": None if permit is None else permit.key,
+            "slots": None if permit is None else [s.index for s in permit.slots],
+            "slot_tokens": None if permit is None else [s.token for s in permit.slots],
             "owner": None if self.backend is None else self.backend.owner,
             "semaphore": None,
             "error": None,
@@ -237,7 +240,7 @@ def cmd_hold(args: argparse.Namespace, command: list[str]) -> int:
             sidecar.phase = Phase.WAITING
             say(f"hold: waiting for {args.permits} of {name!r} at {describe_url(parsed)}")
             started = time.monotonic()
-            permit = sem.acquire(args.permits, watch_entry=True)
+            permit = sem.acquire(args.permits, watch_entry=True, slot=args.slot)
         except KeyboardInterrupt:
             sig = signal.Signals(received[-1] if received else signal.SIGINT)
             say(f"hold: {sig.name} while waiting for {name!r}: left the queue")

@@ -4,7 +4,9 @@ Waits its turn in FIFO order, starts CMD with the fencing token in its environme
 (``SEMAPHORE_RECIPES_TOKEN``, ``SEMAPHORE_RECIPES_NAME``, ``SEMAPHORE_RECIPES_URL``,
 ``SEMAPHORE_RECIPES_PERMITS``), and releases the permit when CMD exits. ``--also OTHER:K``
 (repeatable) takes K permits of the existing semaphore OTHER too, atomically with NAME's
-(``backend.acquire_all``; ``SEMAPHORE_RECIPES_ALSO`` lists them).
+(``backend.acquire_all``; ``SEMAPHORE_RECIPES_ALSO`` lists them). ``--slot`` takes job
+slots with the permits (``acquire(slot=True)``): ``SEMAPHORE_RECIPES_SLOT`` is the slot
+index (comma-separated when K > 1), ``SEMAPHORE_RECIPES_SLOT_TOKEN`` their tokens.
 
 Connection loss: while waiting, the wait goes on (a waiter whose session ended enters
 the queue again, which the library logs). While CMD runs, a lost connection makes the
@@ -118,6 +120,12 @@ def add_semaphore_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--permits", "-p", type=positive_int, default=1, metavar="K", help="permits to take"
     )
+    p.add_argument(
+        "--slot",
+        action="store_true",
+        help="also take K distinct job slots in 0..N-1 (shard k of N): "
+        "SEMAPHORE_RECIPES_SLOT and SEMAPHORE_RECIPES_SLOT_TOKEN",
+    )
 
 
 def check_permits(args: argparse.Namespace) -> None:
@@ -127,6 +135,15 @@ def check_permits(args: argparse.Namespace) -> None:
             ExitCode.USAGE,
             f"--permits {args.permits} is more than --capacity {args.capacity}",
         )
+
+
+def slot_env(permit: Any) -> dict[str, str]:
+    """The job slots of ``permit`` as the command sees them: indices and their tokens,
+    comma-separated, lowest index first."""
+    return {
+        "SEMAPHORE_RECIPES_SLOT": ",".join(str(slot.index) for slot in permit.slots),
+        "SEMAPHORE_RECIPES_SLOT_TOKEN": ",".join(str(slot.token) for slot in permit.slots),
+    }
 
 
 def parse_also(values: list[str], name: str) -> dict[str, int]:
@@ -229,6 +246,8 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
         )
     check_permits(args)
     also = parse_also(args.also, name)
+    if also and args.slot:
+        raise CliError(ExitCode.USAGE, "--slot takes slots of NAME alone: not with --also")
     url, _ = resolve_url(args.url)
     signals = _Signals()
     signals.install(signals.while_waiting)
@@ -254,6 +273,7 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
                     timeout=args.timeout,
                     blocking=args.timeout != 0,
                     watch_entry=True,
+                    slot=args.slot,
                 )
         except (AcquireTimeout, WouldBlock):
             how = "not free now" if args.timeout == 0 else f"not granted within {args.timeout:g} s"
@@ -270,7 +290,9 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
                 f"holding {args.permits} of {sem.capacity} permit(s) of {name!r}"
                 + "".join(f" and {k} of {other!r}" for other, k in also.items())
                 + ", "
-                f"token {permit.token}, after {time.monotonic() - started:.2f} s"
+                f"token {permit.token}"
+                + (f", slot {slot_env(permit)['SEMAPHORE_RECIPES_SLOT']}" if args.slot else "")
+                + f", after {time.monotonic() - started:.2f} s"
             )
         env = dict(os.environ)
         env.update(
@@ -280,6 +302,8 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
         )
         if also:  # the other semaphores held (one token for all: one create)
             env["SEMAPHORE_RECIPES_ALSO"] = ",".join(f"{n}:{k}" for n, k in also.items())
+        if args.slot:
+            env.update(slot_env(permit))
         env[ENV_URL] = url
         return _supervise(command, env, permit, signals, args.on_lost, args.grace, name)
     finally:

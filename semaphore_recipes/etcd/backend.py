@@ -108,6 +108,7 @@ class EtcdBackend(Backend):
     """
 
     scheme = "etcd"
+    has_slots = True
     has_async_face = True
 
     def __init__(

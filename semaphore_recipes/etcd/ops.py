@@ -110,6 +110,16 @@ class Compare:
             create_revision=revision,
         )
 
+    @staticmethod
+    def value(key: Key, op: CompareOp, value: Key) -> pb.Compare:
+        """Compare the key's value (a key that does not exist fails ``==``)."""
+        return pb.Compare(
+            result=_COMPARE_RESULT[op],
+            target=pb.Compare.VALUE,
+            key=to_bytes(key),
+            value=to_bytes(value),
+        )
+
 
 class Op:
     """The operations of a transaction branch (also what a fenced transaction's

@@ -41,9 +41,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
+from .._core.codec import (
+    EntryData,
+    decode_capacity,
+    decode_entry,
+    decode_slot,
+    encode_capacity,
+    encode_slot,
+)
 from .._core.deadline import Deadline
-from .._core.names import parse_etcd_entry, validate_capacity
+from .._core.names import parse_etcd_entry, parse_slot_index, validate_capacity
 from .._core.program import Program
 from .._core.protocol import (
     Enqueued,
@@ -142,6 +149,8 @@ class EtcdQueue(QueueDriver):
         self.config_key = (self.base + "config").encode()
         self.entries_prefix = (self.base + "entries/").encode()
         self._entries_end = prefix_range_end(self.entries_prefix)
+        self.slots_prefix = (self.base + "slots/").encode()  # job slots: slots/<index>
+        self._slots = Op.range(self.slots_prefix, prefix_range_end(self.slots_prefix))
         # the reads of every enqueue and status txn (built once: they never change)
         self._reads = [
             Op.range(self.entries_prefix, self._entries_end),
@@ -672,6 +681,86 @@ class EtcdQueue(QueueDriver):
         with self._lock:
             self._holder_watchers[key] = watcher
 
+    # ---- job slots: keys slots/<index> on the entry's lease ---------------------------
+    def _slot_key(self, index: int) -> bytes:
+        return self.slots_prefix + str(index).encode()
+
+    def _slot_index(self, key: bytes) -> int | None:
+        return parse_slot_index(key.decode(errors="replace"), self.slots_prefix.decode())
+
+    def _slot_indices(self, kvs: Any) -> frozenset[int]:
+        indices = (self._slot_index(kv.key) for kv in kvs)
+        return frozenset(index for index in indices if index is not None)
+
+    def list_slots(self, waiter: Waiter, deadline: Deadline) -> frozenset[int] | SessionLost:
+        return self.backend.run(self._list_slots(deadline))
+
+    async def list_slots_async(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> frozenset[int] | SessionLost:
+        return await self.backend.run_async(self._list_slots(deadline))
+
+    def _list_slots(self, deadline: Deadline) -> Program[frozenset[int]]:
+        reply = yield from self._call(
+            lambda timeout: Call.txn([], [self._slots], [], timeout=timeout), deadline
+        )
+        return self._slot_indices(reply.responses[0].response_range.kvs)
+
+    def take_slot(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> int | frozenset[int] | SessionLost:
+        return self.backend.run(self._take_slot(waiter, index, deadline))
+
+    async def take_slot_async(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> int | frozenset[int] | SessionLost:
+        return await self.backend.run_async(self._take_slot(waiter, index, deadline))
+
+    def _take_slot(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> Program[int | frozenset[int] | SessionLost]:
+        """One txn: if our entry still has its create_revision and the slot's key does
+        not exist, put it on the entry's lease (its token: the txn's revision, its one
+        write); else read both. Retried as is after UNAVAILABLE: a lost attempt that
+        made the record shows it naming our entry, and it is adopted."""
+        uid, token = waiter.key, waiter.token
+        assert uid is not None and token is not None
+        key, slot_key = self._key(uid), self._slot_key(index)
+        ours = encode_slot(uid, token)
+        lease = parse_etcd_entry(uid)[0]
+        self.slot_sending(uid, index)
+        try:
+            reply = yield from self._call(
+                lambda timeout: Call.txn(
+                    [
+                        Compare.create_revision(key, "==", token),
+                        Compare.create_revision(slot_key, "==", 0),
+                    ],
+                    [Op.put(slot_key, ours, lease=lease)],
+                    [Op.range(key), self._slots],
+                    timeout=timeout,
+                ),
+                deadline,
+            )
+        except EtcdLeaseNotFound:
+            self.slot_answered(uid, index, None)
+            return SessionLost()  # the lease is gone, our entry with it
+        if reply.succeeded:
+            self.slot_answered(uid, index, int(reply.header.revision))
+            return int(reply.header.revision)
+        entry = reply.responses[0].response_range.kvs
+        if not entry or entry[0].create_revision != token:
+            self.slot_answered(uid, index, None)
+            return SessionLost()  # our entry is gone: enter the queue again
+        kvs = reply.responses[1].response_range.kvs
+        mine = [kv for kv in kvs if kv.key == slot_key and kv.value == ours]
+        if mine:  # made by an attempt whose reply was lost
+            log.info("create reply of slot %d of %r was lost; adopted it", index, self.name)
+            self.slot_answered(uid, index, int(mine[0].create_revision))
+            return int(mine[0].create_revision)
+        self.slot_answered(uid, index, None)
+        return self._slot_indices(kvs)
+
     # ---- leaving ------------------------------------------------------------------
     def remove(self, key: str) -> None:
         self.backend.run(self._delete(key, self._leaving(key)))
@@ -730,15 +819,21 @@ class EtcdQueue(QueueDriver):
                 await asyncio.wait({undo}, timeout=self.request_timeout)
 
     def _delete(self, uid: str, token: int | None) -> Program[None]:
-        """Delete our entry, guarded by its create_revision when known. Tries now; if
+        """Delete our entry, guarded by its create_revision when known, and its job slot
+        records in the same txn (each guarded by its own create_revision). Tries now; if
         etcd cannot be reached, retries in the background (the lease's end removes the
         entry anyway)."""
         key = self._key(uid)
+        records = self.slots_leaving(uid)
+        slots = {self._slot_key(i): t for i, t in records.items() if t is not None}
         guard = [] if token is None else [Compare.create_revision(key, "==", token)]
-        delete = [Op.delete(key)]
+        guard += [Compare.create_revision(k, "==", t) for k, t in slots.items()]
+        delete = [Op.delete(key), *(Op.delete(k) for k in slots)]
         try:
             # release() returns within the request timeout, the background goes on after
-            yield Call.txn(guard, delete, [], timeout=min(_ATTEMPT, self.request_timeout))
+            reply: Any = yield Call.txn(
+                guard, delete, [], timeout=min(_ATTEMPT, self.request_timeout)
+            )
         except EtcdUnavailable:
             log.warning("delete of %r is pending until etcd is reachable again", uid)
             self.backend.spawn(self._delete_retried(uid, guard, delete))
@@ -746,10 +841,39 @@ class EtcdQueue(QueueDriver):
         except EtcdError as exc:
             log.warning("delete of %r failed: %s", uid, exc)
             return
+        if slots and not reply.succeeded:
+            # the entry or a record was gone already (its lease, or by hand): each alone,
+            # the records first
+            for slot_key, slot_token in slots.items():
+                yield from self._delete_guarded(
+                    [Compare.create_revision(slot_key, "==", slot_token)], slot_key
+                )
+            if token is not None:
+                yield from self._delete_guarded([Compare.create_revision(key, "==", token)], key)
+        if token is not None:
+            # A record whose create was interrupted before its reply, if it names this
+            # entry: after the entry's delete, which no later create of it can pass
+            # (its txn compares the entry), so none appears after this.
+            ours = encode_slot(uid, token)
+            for index in (i for i, t in records.items() if t is None):
+                slot_key = self._slot_key(index)
+                yield from self._delete_guarded([Compare.value(slot_key, "==", ours)], slot_key)
         # Deleted, or already gone (the guard failed): the slot can serve again.
         self.backend.free_entry_slot(uid)
 
-    def _delete_retried(self, uid: str, guard: list[Any], delete: list[Any]) -> Program[None]:
+    def _delete_guarded(self, guard: list[Any], key: bytes) -> Program[None]:
+        """One guarded delete of ``key``, now or (unreachable) in the background."""
+        delete = [Op.delete(key)]
+        try:
+            yield Call.txn(guard, delete, [], timeout=min(_ATTEMPT, self.request_timeout))
+        except EtcdUnavailable:
+            self.backend.spawn(self._delete_retried(None, guard, delete))
+        except EtcdError as exc:
+            log.warning("delete of %r failed: %s", key, exc)
+
+    def _delete_retried(
+        self, uid: str | None, guard: list[Any], delete: list[Any]
+    ) -> Program[None]:
         if self._closed:
             return
         # gives up when the queue closes (or etcd refuses it): the lease's end removes
@@ -763,7 +887,8 @@ class EtcdQueue(QueueDriver):
                 max_backoff=0.2,
                 stop=lambda: self._closed,
             )
-            self.backend.free_entry_slot(uid)
+            if uid is not None:
+                self.backend.free_entry_slot(uid)
 
     # ---- reading and fencing --------------------------------------------------------
     def status(self) -> Status:
@@ -774,17 +899,25 @@ class EtcdQueue(QueueDriver):
 
     def _status(self) -> Program[Status]:
         reply = yield from self._call(
-            lambda timeout: Call.txn([], self._reads, [], timeout=timeout)
+            lambda timeout: Call.txn([], [*self._reads, self._slots], [], timeout=timeout)
         )
         config = reply.responses[1].response_range.kvs
         capacity = decode_capacity(self.name, config[0].value) if config else self.capacity
+        slots: dict[tuple[str, int | None], list[int]] = {}  # (entry, its token) -> slots
+        for kv in reply.responses[2].response_range.kvs:
+            index = self._slot_index(kv.key)
+            if index is not None:
+                slots.setdefault(decode_slot(kv.key.decode(), kv.value), []).append(index)
         rows = []
         for kv in reply.responses[0].response_range.kvs:
             uid, weight, data = self._decode(kv)
+            held = tuple(sorted(slots.get((uid, kv.create_revision), ())))
             rows.append(
                 (
                     kv.create_revision,
-                    EntryStatus(uid, data.owner, weight, kv.create_revision, data.held, data.since),
+                    EntryStatus(
+                        uid, data.owner, weight, kv.create_revision, data.held, data.since, held
+                    ),
                 )
             )
         rows.sort(key=lambda r: r[0])

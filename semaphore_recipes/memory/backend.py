@@ -70,6 +70,7 @@ class MemoryBackend(Backend):
     """
 
     scheme = "memory"
+    has_slots = True
 
     def __init__(
         self,

@@ -228,6 +228,38 @@ class MemoryQueue(QueueDriver):
 
         self.backend.send(start)  # now, or on reconnect: never blocks (the asyncio face)
 
+    # ---- job slots: records in the store, deleted with their entry -------------------------
+    def list_slots(self, waiter: Waiter, deadline: Deadline) -> frozenset[int] | SessionLost:
+        return self.backend.run(self._list_slots(deadline))
+
+    async def list_slots_async(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> frozenset[int] | SessionLost:
+        return await self.backend.run_async(self._list_slots(deadline))
+
+    def _list_slots(self, deadline: Deadline) -> Generator[object, object, frozenset[int]]:
+        return (yield from self.call(lambda: self.store.slots(self.path), deadline))
+
+    def take_slot(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> int | frozenset[int] | SessionLost:
+        return self.backend.run(self._take_slot(waiter, index, deadline))
+
+    async def take_slot_async(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> int | frozenset[int] | SessionLost:
+        return await self.backend.run_async(self._take_slot(waiter, index, deadline))
+
+    def _take_slot(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> Generator[object, object, int | frozenset[int] | SessionLost]:
+        key, token = waiter.key, waiter.token
+        assert key is not None and token is not None
+        taken = yield from self.call(
+            lambda: self.store.take_slot(self.path, key, token, index), deadline
+        )
+        return SessionLost() if taken is None else taken  # None: our entry is gone
+
     # ---- leaving ----------------------------------------------------------------------------
     def unregister(self, waiter: Waiter) -> None:
         super().unregister(waiter)
@@ -269,10 +301,18 @@ class MemoryQueue(QueueDriver):
         return await self.backend.run_async(self._status())
 
     def _status(self) -> Generator[object, object, Status]:
-        stored, entries = yield from self.call(lambda: self.store.queue(self.path))
+        stored, entries, slots = yield from self.call(lambda: self.store.queue(self.path))
         capacity = self.capacity if stored is None else stored  # (deleted: as etcd does)
         rows = [
-            EntryStatus(e.key, e.data.owner, _weight(e), e.token, e.data.held, e.data.since)
+            EntryStatus(
+                e.key,
+                e.data.owner,
+                _weight(e),
+                e.token,
+                e.data.held,
+                e.data.since,
+                tuple(sorted(i for i, key in slots.items() if key == e.key)),
+            )
             for e in entries
         ]
         return split_queue(self.name, capacity, rows)

@@ -61,6 +61,8 @@ class _Semaphore:
     capacity: int
     version: int  # the store revision of the last capacity write
     entries: dict[str, StoredEntry] = field(default_factory=dict)  # in token order
+    #: job slots: index -> (key of the entry holding it, the record's token)
+    slots: dict[int, tuple[str, int]] = field(default_factory=dict)
 
 
 class MemoryStore:
@@ -173,14 +175,41 @@ class MemoryStore:
         for listener in listeners:
             listener(capacity, version)
 
-    def queue(self, path: str) -> tuple[int | None, list[StoredEntry]]:
-        """The capacity (None: deleted) and the entries (in queue order) of a semaphore,
-        read at once."""
+    def queue(self, path: str) -> tuple[int | None, list[StoredEntry], dict[int, str]]:
+        """The capacity (None: deleted), the entries (in queue order) and the job
+        slots (index -> entry key) of a semaphore, read at once."""
         with self._lock:
             semaphore = self._semaphores.get(path)
             if semaphore is None:
-                return None, []
-            return semaphore.capacity, list(semaphore.entries.values())
+                return None, [], {}
+            slots = {index: key for index, (key, _) in semaphore.slots.items()}
+            return semaphore.capacity, list(semaphore.entries.values()), slots
+
+    # ---- job slots ----------------------------------------------------------------------
+    def slots(self, path: str) -> frozenset[int]:
+        """The indices of a semaphore's job slots."""
+        return frozenset(self.queue(path)[2])
+
+    def take_slot(
+        self, path: str, entry_key: str, token: int, index: int
+    ) -> int | frozenset[int] | None:
+        """Create the record of slot ``index`` for the entry ``entry_key`` (created with
+        ``token``), if no record of that index exists: its token (a store revision); the
+        indices of the slots as they are when another entry holds it; None when
+        the entry is gone. The record is deleted with its entry, in the same step."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            entry = None if semaphore is None else semaphore.entries.get(entry_key)
+            if semaphore is None or entry is None or entry.token != token:
+                return None
+            held = semaphore.slots.get(index)
+            if held is not None:
+                if held[0] == entry_key:
+                    return held[1]
+                return frozenset(semaphore.slots)
+            self._revision += 1
+            semaphore.slots[index] = (entry_key, self._revision)
+            return self._revision
 
     def delete_semaphore(self, path: str) -> None:
         """Delete the semaphore at ``path``: its capacity, its entries (their watchers
@@ -302,6 +331,8 @@ class MemoryStore:
 
     def _delete_locked(self, path: str, semaphore: _Semaphore, key: str) -> list[Delivery]:
         del semaphore.entries[key]
+        for index in [i for i, (holder, _) in semaphore.slots.items() if holder == key]:
+            del semaphore.slots[index]  # a slot record dies with its entry, in one step
         self._revision += 1
         watches = self._watches.pop((path, key), {})
         return [functools.partial(watch, None) for watch in watches.values()]
@@ -354,13 +385,17 @@ class MemoryStore:
     # ---- as an operator sees it ---------------------------------------------------------
     def entry_paths(self, prefix: str = "") -> list[str]:
         """The full path (``<semaphore path>/<entry key>``) of every queue entry under
-        ``prefix``, semaphore by semaphore, each in queue order."""
+        ``prefix``, semaphore by semaphore, each in queue order, then its job slot
+        records (``<semaphore path>/+slot+<index>``)."""
         with self._lock:
             return [
-                f"{path}/{key}"
-                for path, semaphore in sorted(self._semaphores.items())
-                if path.startswith(prefix)
-                for key in semaphore.entries
+                path
+                for name, semaphore in sorted(self._semaphores.items())
+                if name.startswith(prefix)
+                for path in [
+                    *(f"{name}/{key}" for key in semaphore.entries),
+                    *(f"{name}/+slot+{index}" for index in sorted(semaphore.slots)),
+                ]
             ]
 
     def delete(self, entry_path: str) -> bool:

@@ -241,9 +241,12 @@ class BlockingSemaphore:
         blocking: bool = True,
         *,
         watch_entry: bool = False,
+        slot: bool = False,
     ) -> BlockingPermit:
         async def acquired() -> BlockingPermit:  # the view is made before the call returns
-            acquiring = self.aio.acquire(permits, timeout, blocking, watch_entry=watch_entry)
+            acquiring = self.aio.acquire(
+                permits, timeout, blocking, watch_entry=watch_entry, slot=slot
+            )
             return BlockingPermit(self, await acquiring, self._loop)
 
         return self._loop.run(acquired(), undo=lambda permit: permit.aio.release())
@@ -289,6 +292,7 @@ class _BlockingHeld:
         self._loop = loop
         self.key = permit.key
         self.token = permit.token
+        self.slots = permit.slots
         self.owner = permit.owner
         self.lost = _LostView(permit.lost, loop)
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import pytest
 
+from .._core.names import ZK_SLOT_PREFIX
 from ..zookeeper.server import ZooKeeperEnsemble, ZooKeeperNotFound, ZooKeeperServer
 
 ENV_ZOOKEEPER = "SEMAPHORE_RECIPES_TEST_ZOOKEEPER"
@@ -207,7 +208,8 @@ def zookeeper_admin(zookeeper_server: Any) -> Iterator[Any]:
 
 
 def leftover_entries(admin: Any, namespace: str, name: str | None = None) -> list[str]:
-    """Queue entry nodes under every semaphore of the namespace (or of ``name``)."""
+    """Queue entry nodes and job slot records under every semaphore of the namespace
+    (or of ``name``): what must not outlive the test."""
     root = f"{namespace}/semaphore_recipes"
     if admin.exists(root) is None:
         return []
@@ -218,7 +220,9 @@ def leftover_entries(admin: Any, namespace: str, name: str | None = None) -> lis
     found = []
     for semaphore in semaphores:
         path = f"{root}/{semaphore}"
-        found += [f"{path}/{c}" for c in admin.get_children(path) if c.startswith("e-")]
+        found += [
+            f"{path}/{c}" for c in admin.get_children(path) if c.startswith(("e-", ZK_SLOT_PREFIX))
+        ]
     return found
 
 
@@ -406,12 +410,20 @@ def etcd_admin(etcd_server: Any) -> Iterator[Any]:
 
 
 def leftover_etcd_entries(admin: Any, namespace: str, name: str | None = None) -> list[str]:
-    """Queue entry keys of every semaphore under the namespace prefix (or of ``name``)."""
+    """Queue entry keys and job slot records of every semaphore under the namespace
+    prefix (or of ``name``)."""
     from ..etcd.ops import prefix_range_end
 
-    prefix = (namespace.rstrip("/") + "/" + ("" if name is None else f"{name}/entries/")).encode()
+    top = (namespace.rstrip("/") + "/").encode()
+    prefix = top + ("" if name is None else f"{name}/").encode()
     reply = admin.range(prefix, prefix_range_end(prefix), keys_only=True)
-    return [kv.key.decode() for kv in reply.kvs if b"/entries/" in kv.key]
+    found = []
+    for kv in reply.kvs:
+        # <name>/entries/<id>, <name>/slots/<index> (and what else is planted under them)
+        parts = kv.key[len(top) :].split(b"/", 2)
+        if len(parts) == 3 and parts[1] in (b"entries", b"slots"):
+            found.append(kv.key.decode())
+    return found
 
 
 def alive_etcd_leases(admin: Any) -> set[int]:

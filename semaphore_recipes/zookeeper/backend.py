@@ -84,6 +84,7 @@ class ZooKeeperBackend(Backend):
     """
 
     scheme = "zookeeper"
+    has_slots = True
     has_async_face = True
 
     def __init__(

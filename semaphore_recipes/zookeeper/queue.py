@@ -47,14 +47,24 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType, KeeperState
 
-from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
+from .._core.codec import (
+    EntryData,
+    decode_capacity,
+    decode_entry,
+    decode_slot,
+    encode_capacity,
+    encode_slot,
+)
 from .._core.deadline import Deadline
 from .._core.names import (
+    ZK_SLOT_PREFIX,
     join_path,
     new_entry_id,
+    parse_slot_index,
     parse_zk_entry,
     validate_capacity,
     zk_entry_prefix,
+    zk_slot_name,
 )
 from .._core.program import run_program, run_program_async
 from .._core.protocol import Enqueued, EntryChanged, EntryHeld, SessionLost
@@ -98,6 +108,8 @@ class ZooKeeperQueue(QueueDriver):
         self._alone: dict[str, int] = {}  # our live entries known alone -> their sequence
         self._marks_pending: set[str] = set()  # held marks handed to kazoo's callback thread
         self._listings = Listings()  # one listing for the enqueues of a burst (_listing.py)
+        # our entry -> the session its slot records were made on (they die with it)
+        self._slot_sessions: dict[str, int | None] = {}
 
     # ---- how programs are waited for --------------------------------------------
     def _step_waits(self, deadline: Deadline) -> Waits:
@@ -439,20 +451,122 @@ class ZooKeeperQueue(QueueDriver):
         parsed = parse_zk_entry(waiter.key)
         assert parsed is not None
         my_seq = parsed[2]
+        children = yield from self._children()
+        if isinstance(children, SessionLost):
+            return children
+        lower = []
+        for child in children:
+            p = parse_zk_entry(child)
+            if p is not None and p[2] < my_seq:
+                lower.append(Entry(key=child, order=p[2], weight=p[1]))
+        return lower
+
+    def _children(self, *lost: type[Exception]) -> ZkProgram[list[str] | SessionLost]:
+        """The semaphore node's children, waiting out a lost connection; SessionLost
+        when the session ended (or one of ``lost`` was raised)."""
         while True:
             try:
-                children = yield self.client.get_children_async(self.path)
+                children: list[str] = yield self.client.get_children_async(self.path)
+                return children
             except ConnectionLoss:
                 yield Await.CONNECTION
-                continue
+            except (SessionExpiredError, *lost):
+                return SessionLost()
+
+    # ---- job slots: ephemeral nodes +slot+<index> beside the entries ----------------------
+    def list_slots(self, waiter: Waiter, deadline: Deadline) -> frozenset[int] | SessionLost:
+        return run_program(self._listing_slots(), self._step_waits(deadline).wait)
+
+    async def list_slots_async(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> frozenset[int] | SessionLost:
+        return await run_program_async(self._listing_slots(), self._step_waits(deadline).wait_async)
+
+    def _listing_slots(self) -> ZkProgram[frozenset[int] | SessionLost]:
+        children = yield from self._children(NoNodeError)  # (no node: our entry went with it)
+        if isinstance(children, SessionLost):
+            return children
+        indices = (parse_slot_index(child, ZK_SLOT_PREFIX) for child in children)
+        return frozenset(index for index in indices if index is not None)
+
+    def take_slot(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> int | frozenset[int] | SessionLost:
+        return run_program(self._taking_slot(waiter, index), self._step_waits(deadline).wait)
+
+    async def take_slot_async(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> int | frozenset[int] | SessionLost:
+        return await run_program_async(
+            self._taking_slot(waiter, index), self._step_waits(deadline).wait_async
+        )
+
+    def _taking_slot(
+        self, waiter: Waiter, index: int
+    ) -> ZkProgram[int | frozenset[int] | SessionLost]:
+        """A multi: check that our entry exists (so the record is made on its session,
+        while it lives), create the ephemeral record; the read of the record's czxid
+        (its token: a multi's reply has no stat) goes right behind it, one round trip."""
+        key = waiter.key
+        assert key is not None
+        entry_path = f"{self.path}/{key}"
+        slot_path = f"{self.path}/{zk_slot_name(index)}"
+        while True:
+            yield from self._connection()
+            tx = self.client.transaction()
+            tx.check(entry_path, -1)  # version -1: any version, the node must exist
+            tx.create(slot_path, encode_slot(key), ephemeral=True)
+            self.slot_sending(key, index)
+            with self._lock:  # made on this session or not at all (the check)
+                self._slot_sessions[key] = self.backend.session_id
+            multi = tx.commit_async()
+            stat_reply = self.client.exists_async(slot_path)
+            try:
+                results = yield multi
+                stat = yield stat_reply
+            except ConnectionLoss:
+                try:
+                    found = yield from self._slot_after_lost_reply(key, slot_path)
+                except SessionExpiredError:
+                    return SessionLost()
+                if found is None:
+                    continue  # not created: again
+                if found < 0:
+                    self.slot_answered(key, index, None)
+                    return (yield from self._listing_slots())
+                log.info("create reply of slot %d of %r was lost; adopted it", index, self.name)
+                self.slot_answered(key, index, found)
+                return found
             except SessionExpiredError:
                 return SessionLost()
-            lower = []
-            for child in children:
-                p = parse_zk_entry(child)
-                if p is not None and p[2] < my_seq:
-                    lower.append(Entry(key=child, order=p[2], weight=p[1]))
-            return lower
+            check, create = results
+            if isinstance(check, Exception) and not isinstance(check, RolledBackError):
+                self.slot_answered(key, index, None)
+                return SessionLost()  # our entry is gone: enter the queue again
+            if isinstance(create, Exception):
+                self.slot_answered(key, index, None)
+                if isinstance(create, NoAuthError):
+                    raise self.backend.permission_denied(slot_path, create) from create
+                if not isinstance(create, NodeExistsError):
+                    raise create
+                return (yield from self._listing_slots())  # another entry holds it
+            assert stat is not None  # read behind our create on the same session
+            self.slot_answered(key, index, stat.czxid)
+            return int(stat.czxid)
+
+    def _slot_after_lost_reply(self, key: str, slot_path: str) -> ZkProgram[int | None]:
+        """After a lost multi reply: the record's czxid if it names our entry, -1 if
+        it names another, None if there is none (the multi did not land)."""
+        while True:
+            yield from self._connection()
+            try:
+                raw, stat = yield self.client.get_async(slot_path)
+            except NoNodeError:
+                return None
+            except ConnectionLoss:
+                continue
+            mine = decode_slot(slot_path, raw)[0] == key
+            return int(stat.czxid) if mine else -1
 
     def _entry_watch(self, waiter: Waiter, generation: int, key: str) -> Callable[[Any], None]:
         def fired(event: Any) -> None:
@@ -540,9 +654,72 @@ class ZooKeeperQueue(QueueDriver):
     def _removing(self, key: str) -> ZkProgram[None]:
         self.forget_mark(key)
         alone = self._forget_entry(key)
-        if (yield from self._deleting(f"{self.path}/{key}")) and alone is not None:
+        if (yield from self._deleting_entry(key)) and alone is not None:
             with self._lock:
                 self._alone_since = alone  # deleted, reply in hand: see _enqueue_alone
+
+    def _deleting_entry(self, key: str) -> ZkProgram[bool]:
+        """Delete our entry ``key`` and its slot records in one ``multi`` (so no
+        admitted newcomer ever sees a record whose entry is gone); :meth:`_deleting`'s
+        bounds. A record already gone (deleted by hand) fails the multi: then the
+        records go first, one by one, and the entry last."""
+        path = f"{self.path}/{key}"
+        slot_paths = yield from self._own_slot_paths(key)
+        if not slot_paths:
+            return (yield from self._deleting(path))
+        tx = self.client.transaction()
+        for slot_path in slot_paths:
+            tx.delete(slot_path)
+        tx.delete(path)
+        try:
+            results = yield tx.commit_async()
+            if not any(isinstance(r, Exception) for r in results):
+                return True
+        except BaseException as exc:
+            # no answer in time, the connection lost, an interrupt: sent again in order,
+            # records first (a multi applied meanwhile makes them no-ops)
+            for slot_path in slot_paths:
+                self._delete_slot_in_background(key, slot_path)
+            self._delete_in_background(path)
+            if not isinstance(exc, Exception):
+                raise
+            return False
+        # our entry or a record was deleted by hand: each alone, the records first, each
+        # only while it names our entry (another's may have taken a freed index)
+        for slot_path in slot_paths:
+            if (yield from self._names(key, slot_path)):
+                yield from self._deleting(slot_path)
+        return (yield from self._deleting(path))
+
+    def _own_slot_paths(self, key: str) -> ZkProgram[list[str]]:
+        """The paths of our entry ``key``'s slot records, which leaves now: those
+        confirmed, and those whose create was interrupted before its reply and that name
+        our entry (the read goes out after the create on the same session, so it sees it
+        if it landed). None when their session has ended: they went with it, and an index
+        may be another entry's by now."""
+        records = self.slots_leaving(key)
+        with self._lock:
+            session = self._slot_sessions.pop(key, None)
+        if not records or session != self.backend.session_id or self.backend.failure:
+            return []
+        paths = []
+        for index, token in sorted(records.items()):
+            slot_path = f"{self.path}/{zk_slot_name(index)}"
+            if token is not None or (yield from self._names(key, slot_path)):
+                paths.append(slot_path)
+        return paths
+
+    def _names(self, key: str, slot_path: str) -> ZkProgram[bool]:
+        """Does the slot record ``slot_path`` exist and name our entry ``key``? (False
+        when it cannot be read: never raises; the session's end removes it.)"""
+        try:
+            raw, _ = yield self.client.get_async(slot_path)
+            return decode_slot(slot_path, raw)[0] == key
+        except NoNodeError:
+            return False
+        except Exception as exc:
+            log.warning("could not read slot record %s: %r", slot_path, exc)
+            return False
 
     def _forget_entry(self, key: str) -> int | None:
         """Our entry ``key`` leaves: drop its pending held mark and what the lone-client
@@ -564,7 +741,7 @@ class ZooKeeperQueue(QueueDriver):
         it sees the create if it landed)."""
         if waiter.key is not None:
             self._forget_entry(waiter.key)
-            yield from self._deleting(f"{self.path}/{waiter.key}")
+            yield from self._deleting_entry(waiter.key)
             return
         entry_id = waiter.entry_id
         if entry_id is None or self.backend.failure is not None:
@@ -587,6 +764,7 @@ class ZooKeeperQueue(QueueDriver):
         session, so it sees the create if it landed."""
         if waiter.key is not None:
             self._forget_entry(waiter.key)
+            self._delete_slots_in_background(waiter.key)
             self._delete_in_background(f"{self.path}/{waiter.key}")
         elif waiter.entry_id is not None:
             self._delete_by_id(waiter.entry_id)
@@ -628,6 +806,30 @@ class ZooKeeperQueue(QueueDriver):
             log.warning("not deleting %s: %s", path, self.backend.failure)
             return
         self.client.delete_async(path).rawlink(self._deleted(path))
+
+    def _delete_slots_in_background(self, key: str) -> None:
+        """Send the reads that delete our entry ``key``'s slot records, before the
+        entry's delete (one session answers in order), when their session still lives."""
+        records = self.slots_leaving(key)
+        with self._lock:
+            session = self._slot_sessions.pop(key, None)
+        if session != self.backend.session_id:
+            return  # they went with their session
+        for index in sorted(records):
+            self._delete_slot_in_background(key, f"{self.path}/{zk_slot_name(index)}")
+
+    def _delete_slot_in_background(self, key: str, slot_path: str) -> None:
+        """Delete the slot record ``slot_path`` once a read shows it names our entry
+        ``key`` (an index freed meanwhile may be another entry's), on kazoo's thread."""
+
+        def read(result: Any) -> None:
+            with contextlib.suppress(Exception):  # gone, or the session's end takes it
+                raw, _ = result.get(block=False)
+                if decode_slot(slot_path, raw)[0] == key:
+                    self._delete_in_background(slot_path)
+
+        if self.backend.failure is None:
+            self.client.get_async(slot_path).rawlink(read)
 
     def _deleted(self, path: str) -> Callable[[Any], None]:
         """The reply of a delete of ``path``, on kazoo's callback thread: sent again
@@ -692,10 +894,21 @@ class ZooKeeperQueue(QueueDriver):
             return None
         capacity = decode_capacity(self.name, raw)
         entries = []
+        slot_reads = []
         for child in children:
             p = parse_zk_entry(child)
             if p is not None:
                 entries.append((p, child, self.client.get_async(f"{self.path}/{child}")))
+            index = parse_slot_index(child, ZK_SLOT_PREFIX)
+            if index is not None:
+                slot_reads.append((index, child, self.client.get_async(f"{self.path}/{child}")))
+        slots: dict[str, list[int]] = {}  # entry -> its slots
+        for index, child, reply in slot_reads:
+            try:
+                raw, _ = yield reply
+            except NoNodeError:
+                continue  # left while we listed
+            slots.setdefault(decode_slot(child, raw)[0], []).append(index)
         rows = []
         for (_, weight, seq), child, reply in entries:
             try:
@@ -703,9 +916,11 @@ class ZooKeeperQueue(QueueDriver):
             except NoNodeError:
                 continue  # left while we listed
             data = decode_entry(child, raw)
-            rows.append(
-                (seq, EntryStatus(child, data.owner, weight, stat.czxid, data.held, data.since))
+            held_slots = tuple(sorted(slots.get(child, ())))
+            row = EntryStatus(
+                child, data.owner, weight, stat.czxid, data.held, data.since, held_slots
             )
+            rows.append((seq, row))
         return capacity, rows
 
     def _status_of(self, found: tuple[int, list[tuple[int, EntryStatus]]] | None) -> Status:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import _thread
 import os
 import signal
 import threading
@@ -15,7 +14,7 @@ import pytest
 import semaphore_recipes as sr
 from semaphore_recipes.testing.harness import Harness
 
-from ..conftest import Workers, read_checker, wait_until
+from ..conftest import Workers, interrupt_acquires, read_checker, wait_until
 
 
 def test_weighted_cycles_in_six_processes_never_exceed_capacity(
@@ -318,8 +317,6 @@ def test_malformed_urls_fail_before_io(url: str) -> None:
 def test_interrupts_at_any_point_of_an_acquire_leave_nothing_behind(service: Harness) -> None:
     """KeyboardInterrupt at random moments: during the create, the listing, the watch
     reads, the wait. Every interrupted acquire cleans up after itself."""
-    import random
-
     if service.kind == "memory":
         pytest.skip(
             "a memory acquire is over in microseconds, too soon for a timer to land inside "
@@ -328,43 +325,8 @@ def test_interrupts_at_any_point_of_an_acquire_leave_nothing_behind(service: Har
 
     sem = service.connect().semaphore("irq", capacity=2)
     holder = sem.acquire()
-    # The timers are spread over one acquire+release's duration on this store and this
-    # machine now: a fixed window let a fast store (Redis) finish before most timers fired.
-    cycles = []
-    for _ in range(5):
-        started = time.monotonic()
-        sem.acquire(timeout=5).release()
-        cycles.append(time.monotonic() - started)
-    window = max(0.0005, sorted(cycles)[2])
-    rng = random.Random(7)
-    interrupted = attempts = 0
-    while interrupted < 8 and attempts < 200:
-        attempts += 1
-        fired = threading.Event()
-
-        def fire(fired: threading.Event = fired) -> None:
-            _thread.interrupt_main()
-            fired.set()
-
-        timer = threading.Timer(rng.uniform(0, window), fire)
-        permit: sr.Permit | None = None
-        in_acquire = False
-        try:
-            timer.start()  # (the interrupt may even land in here)
-            in_acquire = True
-            permit = sem.acquire(timeout=5)
-        except KeyboardInterrupt:
-            interrupted += in_acquire
-        while True:  # an interrupt that missed acquire lands here, not in release()
-            try:
-                fired.wait()
-                time.sleep(0.005)
-                break
-            except KeyboardInterrupt:
-                continue
-        if permit is not None:
-            permit.release()
-    assert interrupted >= 8, attempts  # the interrupts really landed inside acquire
+    interrupted, _ = interrupt_acquires(lambda: sem.acquire(timeout=5), seed=7)
+    assert interrupted >= 8  # the interrupts really landed inside acquire
     wait_until(lambda: len(service.entries()) == 1)  # only the holder's entry
     assert sem.status().holders[0].token == holder.token
     holder.release()

@@ -11,6 +11,12 @@ means every entry before it is admissible), with no capacity decrease the weight
 admitted never exceed the capacity, and no waiter sleeps while it could be admitted in
 a queue; no store event wakes more than a bounded number of waiters; and every run
 completes: once holders stop coming, every waiter is granted (no deadlock).
+
+Job slots (``slots=True``: single acquires take their slots after admission, through
+the real :func:`take_slots` steps): the slots held are distinct at every grant, each
+is a record of the store naming the holder's entry, and each index is below the
+capacity it was granted under (the largest capacity any live holder of the queue was
+admitted under; with no capacity change, the capacity).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from semaphore_recipes._core.protocol import (
     acquire_protocol,
 )
 from semaphore_recipes._core.queue import Entry, EntryState
+from semaphore_recipes._core.slots import ListSlots, Slot, TakeSlot
 from semaphore_recipes.errors import AcquireTimeout
 
 
@@ -61,6 +68,10 @@ class Deadlock(LostWakeup):
 
 class OverAdmission(AssertionError):
     pass
+
+
+class SlotViolation(AssertionError):
+    """Two holders share a slot, or a slot was granted outside the range."""
 
 
 @dataclass
@@ -97,6 +108,7 @@ class Client:
     #: queues that admitted us without a mark: marked if their capacity drops
     unmarked: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
     relists: int = 0
+    slots: tuple[Slot, ...] = ()  # the slots held (granted with slots)
 
     @property
     def multi(self) -> bool:
@@ -127,11 +139,18 @@ class Simulation:
         weights: list[dict[str, int]] | None = None,
         atomic_create: bool = True,
         timeouts: bool = True,
+        slots: bool = False,
+        slot_records_die_later: bool = False,
+        stale_slot_listing: bool = False,
     ) -> None:
         """``queues`` > 1: several semaphores ``q0``, ``q1``... of ``capacity`` each,
         each client asking random weights of a random non-empty subset of them (or the
         given ``weights``). ``atomic_create=False`` is the mutation that creates a
-        request's entries one by one, each with its own order."""
+        request's entries one by one, each with its own order. ``slots``: single
+        acquires take job slots; ``slot_records_die_later`` is the mutation whose slot
+        records outlive their entry for a while (deleted by a request of their own);
+        ``stale_slot_listing`` the one whose lost race for an index answers with the
+        first listing and that index, not a fresh listing."""
         self.rng = rng
         self.store: dict[str, StoredEntry] = {}
         self.watches: dict[str, set[int]] = {}
@@ -165,6 +184,14 @@ class Simulation:
         self.max_woken = 0
         self.admissions = 0
         self.max_held = 0
+        self.slots = slots
+        self.slot_records_die_later = slot_records_die_later
+        # queue -> index -> (entry key, token): the slot records
+        self.slot_records: dict[str, dict[int, tuple[str, int]]] = {n: {} for n in self.names}
+        self.orphan_slots: list[tuple[str, int]] = []  # (queue, index) still to delete
+        self.slots_granted = 0
+        self.stale_slot_listing = stale_slot_listing
+        self.first_slot_listing: dict[int, frozenset[int]] = {}  # cid -> its ListSlots answer
 
     def _random_weights(self, max_weight: int) -> dict[str, int]:
         if len(self.names) == 1:
@@ -200,8 +227,14 @@ class Simulation:
         self.max_woken = max(self.max_woken, woken)
 
     def _delete(self, keys: Mapping[str, str]) -> None:
-        """Delete a client's entries, in one request."""
-        for key in list(keys.values()):
+        """Delete a client's entries, and their slot records, in one request."""
+        for queue, key in list(keys.items()):
+            records = self.slot_records[queue]
+            for index in [i for i, (holder, _) in records.items() if holder == key]:
+                if self.slot_records_die_later:
+                    self.orphan_slots.append((queue, index))
+                else:
+                    del records[index]
             if key in self.store:
                 del self.store[key]
                 self._fire(key, EntryDeleted(key, self._known_view(key)))
@@ -246,6 +279,7 @@ class Simulation:
 
     def _forget(self, c: Client) -> None:
         c.state, c.gen, c.step, c.keys = "done", None, None, {}
+        c.slots = ()
         c.admitted.clear()
         c.mark_pending.clear()
         c.unmarked.clear()
@@ -270,6 +304,7 @@ class Simulation:
             c.to_arm, c.arm_results = list(step.keys), {}
         elif isinstance(step, MarkHeld):
             self._admitted_in(c, queue)
+            self._check_slots(c, queue, step.slots)
             if step.view is not None:
                 self.admitted_views[c.keys[queue]] = step.view
             lower = step.lower if self.record_lower else None
@@ -297,6 +332,38 @@ class Simulation:
         if queue not in self.decreased and held > self.capacities[queue]:
             raise OverAdmission(f"{queue}: admitted {held} > capacity {self.capacities[queue]}")
 
+    def _check_slots(self, c: Client, queue: str, slots: tuple[Slot, ...]) -> None:
+        """``c`` is granted ``slots`` in ``queue``: each one its own record, none
+        another holder's, each below the capacity it was granted under."""
+        if not self.slots or c.multi:
+            assert not slots
+            return
+        me = c.weights[queue]
+        if len(slots) != me or len({s.index for s in slots}) != me:
+            raise SlotViolation(f"client {c.cid} (w={me}) granted slots {slots}")
+        records = self.slot_records[queue]
+        for slot in slots:
+            if records.get(slot.index) != (c.keys[queue], slot.token):
+                raise SlotViolation(f"client {c.cid}: slot {slot} is not its record")
+        held = [s.index for x in self.clients if x.state == "holding" for s in x.slots]
+        clash = set(held) & {s.index for s in slots}
+        if clash:
+            raise SlotViolation(f"client {c.cid} granted slots {sorted(clash)} held by others")
+        bound = max(
+            x.capacity_bound[queue]
+            for x in self.clients
+            if queue in x.admitted and queue in x.capacity_bound
+        )
+        if queue not in self.decreased:
+            bound = min(bound, self.capacities[queue])  # no decrease: within the capacity
+        if max(s.index for s in slots) >= bound:
+            raise SlotViolation(
+                f"client {c.cid} (w={me}) granted slots {[s.index for s in slots]}, "
+                f"capacity {self.capacities[queue]}, bound {bound}; records: {records}"
+            )
+        c.slots = slots
+        self.slots_granted += len(slots)
+
     def _granted(self, c: Client) -> None:
         assert c.admitted == set(c.weights), (c.cid, c.admitted)
         c.state, c.gen, c.step = "holding", None, None
@@ -317,6 +384,10 @@ class Simulation:
                 acts.append(("arm", c))
             elif isinstance(step, Relist):
                 acts.append(("relist", c))
+            elif isinstance(step, ListSlots):
+                acts.append(("list_slots", c))
+            elif isinstance(step, TakeSlot):
+                acts.append(("take_slot", c))
             elif isinstance(step, AwaitEvent) and c.events:
                 acts.append(("deliver", c))
         return acts
@@ -334,8 +405,15 @@ class Simulation:
                 acts.append(("expire", c))
                 if self.rng.random() < 0.1:
                     acts.append(("crash", c))
+            elif c.state == "waiting" and isinstance(c.step, (ListSlots, TakeSlot)):
+                if self.rng.random() < 0.1:
+                    acts.append(("expire", c))
+                if self.rng.random() < 0.05:
+                    acts.append(("crash", c))
         if self.capacity_changes and self.rng.random() < 0.15:
             acts.append(("capacity", None))
+        if self.orphan_slots:
+            acts.append(("drop_orphan_slots", None))
         return acts
 
     def _change_capacity(self) -> None:
@@ -404,9 +482,23 @@ class Simulation:
             lower_complete=complete,
         )
 
+    def _slot_answer_lost(self, c: Client) -> bool:
+        """A slot step of ``c`` whose entry is gone (its session ended): answered
+        SessionLost, as a driver does (the inbox's SessionLost is that same news)."""
+        if c.keys.get(c.step_queue) in self.store:
+            return False
+        c.events = deque(e for e in c.events if not isinstance(e, SessionLost))
+        self._send(c, SessionLost())
+        return True
+
     def do(self, action: str, c: Client | None) -> None:
         if action == "capacity":
             self._change_capacity()
+            return
+        if action == "drop_orphan_slots":
+            for queue, index in self.orphan_slots:
+                self.slot_records[queue].pop(index, None)
+            self.orphan_slots.clear()
             return
         assert c is not None
         if action == "start":
@@ -417,7 +509,7 @@ class Simulation:
                 c.gen = multi_acquire_protocol(c.weights, deadline)
             else:
                 ((name, weight),) = c.weights.items()
-                c.gen = acquire_protocol(name, weight, deadline)
+                c.gen = acquire_protocol(name, weight, deadline, slots=self.slots)
             c.step = next(c.gen)
             self._prepare(c)
         elif action == "create":
@@ -446,6 +538,26 @@ class Simulation:
             self._send(c, [Entry(e.key, e.order, e.weight) for e in self._lower(me)])
         elif action == "deliver":
             self._send(c, c.events.popleft())
+        elif action == "list_slots":
+            if not self._slot_answer_lost(c):
+                records = self.slot_records[c.step_queue]
+                listing = frozenset(records)
+                self.first_slot_listing[c.cid] = listing
+                self._send(c, listing)
+        elif action == "take_slot":
+            assert isinstance(c.step, TakeSlot)
+            if not self._slot_answer_lost(c):
+                records = self.slot_records[c.step_queue]
+                if c.step.index in records:  # another holder won it: who holds what now
+                    fresh = frozenset(records)
+                    if self.stale_slot_listing:
+                        fresh = self.first_slot_listing[c.cid] | {c.step.index}
+                    self._send(c, fresh)
+                else:
+                    token = self.next_order  # the record's token: a store revision
+                    self.next_order += 1
+                    records[c.step.index] = (c.keys[c.step_queue], token)
+                    self._send(c, token)
         elif action == "mark":
             pending = sorted(c.mark_pending)
             queue = pending[0] if len(pending) == 1 else self.rng.choice(pending)
@@ -547,6 +659,10 @@ class Simulation:
                 break
             self.drain()
         assert not self.store, f"entries left behind: {sorted(self.store)}"
+        for queue, index in self.orphan_slots:
+            self.slot_records[queue].pop(index, None)
+        left = {q: r for q, r in self.slot_records.items() if r}
+        assert not left, f"slot records left behind: {left}"
 
 
 def _queue_and_order(key: str) -> tuple[str, int]:

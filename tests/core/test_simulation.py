@@ -24,6 +24,9 @@ def run_one(
     persistent_watches: bool = False,
     deleted_views: bool = True,
     older_views: bool = False,
+    slots: bool = False,
+    slot_records_die_later: bool = False,
+    stale_slot_listing: bool = False,
 ) -> Simulation:
     rng = random.Random(seed)
     sim = Simulation(
@@ -36,6 +39,9 @@ def run_one(
         persistent_watches=persistent_watches,
         deleted_views=deleted_views,
         older_views=older_views,
+        slots=slots,
+        slot_records_die_later=slot_records_die_later,
+        stale_slot_listing=stale_slot_listing,
     )
     sim.run()
     return sim
