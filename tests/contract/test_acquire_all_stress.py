@@ -5,7 +5,7 @@ processes record under a file lock never exceed any capacity, and neither do the
 the store's own records show, read by the test throughout (an independent check: what
 the store admitted, not what the clients say they hold).
 
-``SR_MULTI_STRESS_SECONDS`` sets how long the processes cycle (15 by default; longer
+``SR_MULTI_STRESS_SECONDS`` sets how long the processes cycle (10 by default; longer
 for a soak)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from semaphore_recipes.testing.harness import Harness
 from ..conftest import Workers, wait_until
 from ..worker import checked_holds
 
-SECONDS = float(os.environ.get("SR_MULTI_STRESS_SECONDS", "15"))
+SECONDS = float(os.environ.get("SR_MULTI_STRESS_SECONDS", "10"))
 PROCESSES = 20
 CAPACITIES = {"st-a": 1, "st-b": 2, "st-c": 3}
 SESSION = 2  # seconds: a killed process's entries go within about that
@@ -58,7 +58,7 @@ def test_twenty_processes_with_kills_finish_within_every_capacity(
     end = time.monotonic() + SECONDS
     kills = 0
     while time.monotonic() < end - 3:
-        time.sleep(rng.uniform(1.0, 3.0))
+        time.sleep(rng.uniform(0.5, 1.5))
         victim = rng.choice([p for p in running if p.poll() is None])
         victim.kill()  # waiting or holding: its session ends with it
         victim.wait()
