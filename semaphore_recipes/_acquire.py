@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from ._core.deadline import Deadline
+from ._core.deadline import ONE_REPLY_FLOOR, Deadline, one_reply_deadline
 from ._core.protocol import Enqueue, MarkHeld, Step, acquire_protocol
 from ._core.queue import Entry
 from ._core.slots import ListSlots, Slot, TakeSlot
@@ -60,8 +60,9 @@ class StoreRequest:
 @dataclass(frozen=True)
 class Abandon:
     """Remove the waiter's entry (found by its id if the create's reply is still to
-    come) and wait for the store to confirm it, within the request timeout (then it goes
-    on in the background). Answer: None."""
+    come) and wait for the store to confirm it, at most ``_leave.CONFIRM_WAIT`` (then it
+    goes on in the background: the caller has its answer at its deadline). Answer:
+    None."""
 
 
 ABANDON = Abandon()
@@ -139,12 +140,12 @@ def _one_reply_request(
     step: Step, awaited: bool, store: QueueDriver, deadline: Deadline, clock: Callable[[], float]
 ) -> StoreRequest:
     """A step whose reply is ``awaited`` (the first try of an acquire; the slot steps
-    of an admitted entry) is given at least the request timeout, whatever the caller's
-    timeout: ``timeout=0`` needs one reply to decide."""
-    left = deadline.remaining()
-    if not awaited or left is None or left >= store.request_timeout:
+    of an admitted entry) is given at least ``one_reply_deadline``'s time, whatever the
+    caller's timeout: ``timeout=0`` needs one reply to decide."""
+    floor = one_reply_deadline(deadline, store.request_timeout, clock) if awaited else None
+    if floor is None:
         return StoreRequest(step, deadline)
-    return StoreRequest(step, Deadline(store.request_timeout, clock), first_try=True)
+    return StoreRequest(step, floor, first_try=True)
 
 
 def validate_slot(slot: object, backend: Backend) -> None:
@@ -157,10 +158,10 @@ def validate_slot(slot: object, backend: Backend) -> None:
 
 
 def first_try_failed(store: QueueDriver, exc: AcquireTimeout) -> BackendUnavailable:
-    """A first enqueue that ran out of the request timeout, not of the caller's deadline."""
+    """A first enqueue that ran out of its one-reply time, not of the caller's deadline."""
     error = BackendUnavailable(
-        f"semaphore {store.name!r}: no answer within the request timeout "
-        f"({store.request_timeout:g} s)"
+        f"semaphore {store.name!r}: no answer within "
+        f"{min(store.request_timeout, ONE_REPLY_FLOOR):g} s"
     )
     error.__cause__ = exc
     return error

@@ -9,7 +9,9 @@ asyncio face report the same events once, whatever the store:
   :class:`AcquireOutcome` after so many seconds (the wait, from the call to the grant or
   to the way out);
 * ``permit_held`` / ``permit_dropped``: permits granted to this process; given back, or
-  lost (the session or lease ended, or the entry was deleted: :class:`LostReason`).
+  lost (the session or lease ended, or the entry was deleted: :class:`LostReason`);
+* ``removal_deferred``: an acquire ended without a permit while the store had not
+  confirmed its entry's removal, which goes on in the background (``_leave``).
 
 The base class does nothing: subclass it and override what you need.
 :mod:`semaphore_recipes.prometheus` (the ``[metrics]`` extra) is one, built on
@@ -71,6 +73,11 @@ class Instrumentation:
 
     def permit_dropped(self, name: str, permits: int, lost: LostReason | None) -> None:
         """Those permits are no longer held: released (``lost`` None) or lost."""
+
+    def removal_deferred(self, name: str) -> None:
+        """An acquire of ``name`` ended without a permit before the store confirmed
+        its entry's removal: the removal goes on in the background (the store did not
+        answer in time; the session's end removes the entry in any case)."""
 
 
 NO_INSTRUMENTATION = Instrumentation()

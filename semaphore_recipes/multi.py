@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._core.deadline import Deadline, validate_timeout
+from ._core.deadline import ONE_REPLY_FLOOR, Deadline, one_reply_deadline, validate_timeout
 from ._core.multi import EnqueueAll, EnqueuedAll, InQueue, QueueEvent, multi_acquire_protocol
 from ._core.names import validate_name, validate_permits
 from ._core.program import run_program
 from ._core.protocol import Arm, AwaitEvent, BackendFailed, Event, MarkHeld, Relist, SessionLost
 from ._core.queue import Entry
+from ._leave import leave
 from ._permit import PermitBase, PermitState
 from .backend import MULTI, FencedTransaction, QueueDriver, Waiter, session_lost
 from .errors import AcquireTimeout, BackendUnavailable, NotSupported
@@ -234,17 +235,17 @@ def multi_acquisition(
 def _enqueue_all_request(
     backend: Backend, pairs: Pairs, deadline: Deadline, first: bool, clock: Callable[[], float]
 ) -> EnqueueAllRequest:
-    """The first try is given at least the request timeout, as for one acquire."""
-    left = deadline.remaining()
-    if not first or left is None or left >= backend.request_timeout:
+    """The first try is given at least ``one_reply_deadline``'s time, as for one acquire."""
+    floor = one_reply_deadline(deadline, backend.request_timeout, clock) if first else None
+    if floor is None:
         return EnqueueAllRequest(pairs, deadline, first_try=False)
-    return EnqueueAllRequest(pairs, Deadline(backend.request_timeout, clock), first_try=True)
+    return EnqueueAllRequest(pairs, floor, first_try=True)
 
 
 def first_try_failed(backend: Backend, pairs: Pairs, exc: AcquireTimeout) -> BackendUnavailable:
     error = BackendUnavailable(
-        f"semaphores {sorted(w.semaphore for _, w in pairs)}: no answer within the "
-        f"request timeout ({backend.request_timeout:g} s)"
+        f"semaphores {sorted(w.semaphore for _, w in pairs)}: no answer within "
+        f"{min(backend.request_timeout, ONE_REPLY_FLOOR):g} s"
     )
     error.__cause__ = exc
     return error
@@ -297,7 +298,7 @@ def acquire_all(
         Deadline(timeout if blocking else 0.0, time.monotonic),
         blocking=blocking,
         new_permit=lambda pairs, entries: MultiPermit(backend, pairs, entries),
-        abandon=backend.delete_all,
+        abandon=lambda pairs: _leave_all(backend, pairs),
         clock=time.monotonic,
     )
 
@@ -310,7 +311,7 @@ def acquire_all(
         if isinstance(request, AwaitEvent):
             return inbox.next_event(request.timeout)
         if isinstance(request, DeleteAll):
-            backend.delete_all(request.pairs)
+            _leave_all(backend, request.pairs)
             return None
         assert isinstance(request, EnqueueAllRequest)
         try:
@@ -321,6 +322,21 @@ def acquire_all(
             raise
 
     return run_program(program, answer)
+
+
+def _leave_all(backend: Backend, pairs: Pairs) -> None:
+    """Remove every entry of ``pairs``, waiting for it as ``_leave.leave`` does."""
+    leave(
+        lambda: backend.delete_all(pairs),
+        describe_pairs(pairs),
+        backend.request_timeout,
+        backend.instrumentation,
+    )
+
+
+def describe_pairs(pairs: Pairs) -> str:
+    """The semaphores of ``pairs``, for messages."""
+    return ",".join(sorted(w.semaphore for _, w in pairs))
 
 
 class _Names:

@@ -101,6 +101,13 @@ class PrometheusMetrics(Instrumentation):
             ["semaphore", "reason"],
             registry=registry,
         )
+        self.removals_deferred = Counter(
+            f"{PREFIX}_removals_deferred",
+            "Acquires that ended without a permit before the store confirmed their entry's "
+            "removal, which went on in the background (the store did not answer in time)",
+            ["semaphore"],
+            registry=registry,
+        )
         self._backends: list[Backend] = []
         self._lock = threading.Lock()
         registry.register(_SessionStates(self._session_states))
@@ -129,6 +136,9 @@ class PrometheusMetrics(Instrumentation):
         self.held.labels(name).dec(permits)
         if lost is not None:
             self.lost.labels(name, lost.value).inc(permits)
+
+    def removal_deferred(self, name: str) -> None:
+        self.removals_deferred.labels(name).inc()
 
     def _session_states(self) -> list[tuple[str, SessionState]]:
         with self._lock:

@@ -16,6 +16,8 @@ backend's queue store. What happens on trouble:
 Bounds: every call but a waiting ``acquire`` returns within the backend's request
 timeout (the URL's ``request_timeout``, default 5 s) or raises BackendUnavailable;
 ``release()`` never raises (what it cannot finish in time goes on in the background).
+``acquire(timeout=T)`` answers by ``T`` (plus at most 0.3 s to see its entry removed)
+even when the store stops answering.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ._core.protocol import Arm, AwaitEvent, Relist
 from ._core.queue import Entry
 from ._core.slots import ListSlots, TakeSlot
 from ._core.status import Status
-from ._interrupts import call_with_sigint_held
+from ._leave import leave
 from ._permit import PermitBase, PermitState
 from .backend import (
     FencedTransaction,
@@ -144,10 +146,13 @@ class Semaphore:
         (at most ``MAX_CAPACITY`` permits; before any I/O). ``timeout=0`` (or any
         timeout shorter than a round trip) tries exactly once, like ``blocking=False``
         but raising AcquireTimeout: the first try's reply is always awaited, for up to
-        the request timeout, after which it raises BackendUnavailable. BackendUnavailable
-        also ends the wait when the backend is closed or its client dies. On every way
-        out without a permit (timeout, exception, KeyboardInterrupt) the queue entry is
-        removed.
+        1 s (or the request timeout if shorter), after which it raises
+        BackendUnavailable. A timeout of 1 s or more is kept to the letter, also when
+        the store stops answering. BackendUnavailable also ends the wait when the
+        backend is closed or its client dies. On every way out without a permit
+        (timeout, exception, KeyboardInterrupt) the queue entry is removed: the call
+        waits at most 0.3 s for the store to confirm it, then the removal goes on in
+        the background (the session's end removes the entry in any case).
 
         While the service cannot be reached, the call keeps waiting (and retrying)
         until ``timeout``; with ``timeout=None`` it waits for the service to come back.
@@ -173,9 +178,13 @@ class Semaphore:
         store = self._store
 
         def abandon(waiter: Waiter) -> None:
-            # A second Ctrl-C (the first one may be why we are here) must not cut the
-            # delete short: it is raised once the delete is done (request timeout bound).
-            call_with_sigint_held(lambda: store.abandon(waiter))
+            # the caller has its answer by its deadline: an unconfirmed removal goes on
+            leave(
+                lambda: store.abandon(waiter),
+                store.name,
+                store.request_timeout,
+                self._session.instrumentation,
+            )
 
         program = acquisition(
             store,

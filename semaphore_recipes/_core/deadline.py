@@ -48,3 +48,23 @@ class Deadline:
         """``seconds``, shortened to the time left."""
         left = self.remaining()
         return seconds if left is None else min(seconds, left)
+
+
+#: The least time the one reply an acquire needs is awaited when the caller's timeout
+#: is shorter (``timeout=0``: "only if it can be granted now" takes one reply to know).
+#: A store that takes longer for one round trip is taken as unreachable.
+ONE_REPLY_FLOOR = 1.0
+
+
+def one_reply_deadline(
+    deadline: Deadline, request_timeout: float, clock: Callable[[], float]
+) -> Deadline | None:
+    """The deadline of a request whose reply an acquire must await (its first try, the
+    slot steps of an admitted entry), or None where the caller's ``deadline`` is long
+    enough: a caller's timeout of at least :data:`ONE_REPLY_FLOOR` (or the request
+    timeout, if shorter) is kept to the letter; a shorter one gets that much."""
+    floor = min(request_timeout, ONE_REPLY_FLOOR)
+    left = deadline.remaining()
+    if left is None or left >= floor:
+        return None
+    return Deadline(floor, clock)

@@ -24,6 +24,7 @@ from .._core.names import validate_permits
 from .._core.program import run_program_async
 from .._core.protocol import Arm, AwaitEvent
 from .._core.queue import Entry
+from .._leave import leave_async
 from ..backend import Backend, QueueDriver
 from ..errors import AcquireTimeout
 from ..multi import (
@@ -33,6 +34,7 @@ from ..multi import (
     Pairs,
     QueueRequest,
     _Inbox,
+    describe_pairs,
     first_try_failed,
     multi_acquisition,
 )
@@ -120,8 +122,13 @@ async def acquiring_all(
         if isinstance(request, AwaitEvent):
             return await bell.wait_for(lambda: inbox.next_event(0), request.timeout)
         if isinstance(request, DeleteAll):
-            # shielded: cancelled again, the task leaves at once and the delete goes on
-            await asyncio.shield(backend.delete_all_async(request.pairs))
+            # cancelled again, or not confirmed in time: the delete goes on
+            await leave_async(
+                backend.delete_all_async(request.pairs),
+                describe_pairs(request.pairs),
+                backend.request_timeout,
+                backend.instrumentation,
+            )
             return None
         assert isinstance(request, EnqueueAllRequest)
         try:

@@ -9,8 +9,8 @@ ended; a holder's permit goes SUSPENDED, then HELD or LOST.
 Cancellation is an exit like a timeout: a task cancelled (``task.cancel()``,
 ``asyncio.timeout()``, ``asyncio.wait_for``) at any await of an acquire leaves no entry
 in the store. Before the ``CancelledError`` goes on, the acquire deletes its entry and
-waits for the store to confirm it (one round trip; at most the request timeout when the
-store cannot be reached, after which the delete goes on in the background), so the
+waits for the store to confirm it (one round trip; at most 0.3 s when the store does not
+answer, after which the delete goes on in the background), so the
 successor is woken as by a release; a create whose reply is still on its way is found
 by its id and deleted. Cancelled again during that wait, the task leaves at once and the
 delete goes on in the background.
@@ -32,6 +32,7 @@ from .._core.protocol import Arm, AwaitEvent, Relist
 from .._core.queue import Entry
 from .._core.slots import ListSlots, TakeSlot
 from .._core.status import Status
+from .._leave import leave_async
 from ..backend import QueueDriver, Waiter, session_lost
 from ..errors import AcquireTimeout
 from ._waiter import AsyncWaiter
@@ -164,8 +165,13 @@ class AsyncSemaphore:
 
         async def answer(request: object) -> object:
             if isinstance(request, Abandon):
-                # shielded: cancelled again, the task leaves at once and the delete goes on
-                await asyncio.shield(store.abandon_async(waiter))
+                # cancelled again, or not confirmed in time: the delete goes on
+                await leave_async(
+                    store.abandon_async(waiter),
+                    store.name,
+                    store.request_timeout,
+                    self._backend.backend.instrumentation,
+                )
                 return None
             assert isinstance(request, StoreRequest)
             step = request.step

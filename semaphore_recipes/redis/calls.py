@@ -46,6 +46,9 @@ class Eval:
     args: tuple[Arg, ...]
     replicas: int = 0
     wait_ms: int = 0
+    #: a waiting acquire's time left (None: the socket's timeout, the request timeout):
+    #: a silent server must not keep the caller past its deadline
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ def call(
         try:
             # (half the time left: the WAIT's reply must beat the socket's timeout)
             wait_ms = (int(bound.cap(max_wait) * 500) or 1) if replicas else 0
-            return (yield Eval(name, args, replicas, wait_ms))
+            timeout = bound.remaining() if waiting else None
+            return (yield Eval(name, args, replicas, wait_ms, timeout))
         except TRANSIENT as exc:
             if (
                 not retry
@@ -120,6 +124,7 @@ class SyncRunner:
     def __init__(self, params: RedisParams) -> None:
         self.client = redis.Redis(**params.client_options(), retry=no_retries())  # type: ignore[arg-type]
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
+        self._socket_timeout = params.request_timeout
 
     def run(self, program: Generator[object, object, Any]) -> Any:
         return run_program(program, self._answer)
@@ -129,6 +134,8 @@ class SyncRunner:
             if not pending.replicas:
                 script = self._scripts[pending.name]
                 try:  # (EVALSHA itself: the Script object's checks cost each call more)
+                    if pending.timeout is not None and pending.timeout < self._socket_timeout:
+                        return self._evalsha_within(script.sha, pending.args, pending.timeout)
                     return self.client.evalsha(script.sha, 0, *pending.args)
                 except redis.exceptions.NoScriptError:  # a restarted server: load, run
                     return script(args=pending.args)
@@ -140,6 +147,25 @@ class SyncRunner:
         assert isinstance(pending, Pause)
         time.sleep(pending.seconds)
         return None
+
+    def _evalsha_within(self, sha: str, args: tuple[Arg, ...], timeout: float) -> Any:
+        """EVALSHA whose reply is awaited at most ``timeout`` seconds (the socket's own
+        timeout is the request timeout); a connection that missed it is closed, since a
+        late reply would be read as the next command's."""
+        pool = self.client.connection_pool
+        conn: Any = pool.get_connection()  # (redis-py's connection methods are untyped)
+        client: Any = self.client
+        try:
+            conn.send_command("EVALSHA", sha, 0, *args)
+            if not conn.can_read(timeout=timeout):
+                conn.disconnect()
+                raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
+            return client.parse_response(conn, "EVALSHA")
+        except TRANSIENT:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
 
     def close(self) -> None:
         self.client.close()
@@ -161,7 +187,15 @@ class AsyncRunner:
     async def _answer(self, pending: object) -> object:
         if isinstance(pending, Eval):
             if not pending.replicas:
-                return await self._scripts[pending.name](args=list(pending.args))
+                reply = self._scripts[pending.name](args=list(pending.args))
+                if pending.timeout is None:
+                    return await reply
+                try:  # (a cancelled command closes its connection: no late reply is read)
+                    return await asyncio.wait_for(reply, pending.timeout)
+                except asyncio.TimeoutError:
+                    raise redis.exceptions.TimeoutError(
+                        f"no reply within {pending.timeout:.2f} s"
+                    ) from None
             async with self.client.pipeline(transaction=False) as pipe:  # one connection
                 await self._scripts[pending.name](args=list(pending.args), client=pipe)
                 pipe.wait(pending.replicas, pending.wait_ms)
