@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._acquire import Abandon, StoreRequest, acquisition, first_try_failed, validate_slot
-from .._core.deadline import Deadline, validate_timeout
+from .._core.deadline import ONE_REPLY_FLOOR, Deadline, validate_timeout
 from .._core.names import validate_capacity, validate_permits
 from .._core.program import run_program_async
 from .._core.protocol import Arm, AwaitEvent, Relist
@@ -90,6 +90,20 @@ class AsyncSemaphore:
         await self._opened()
         return self
 
+    async def _opened_within(self, deadline: Deadline) -> QueueDriver:
+        """The opened queue, awaited at most until ``deadline`` (or ``ONE_REPLY_FLOOR``,
+        if later: opening needs one reply): AcquireTimeout then (the opening goes on,
+        for the next caller)."""
+        if self._store is not None:
+            return self._store
+        left = deadline.remaining()
+        if left is None:
+            return await self._opened()
+        try:
+            return await asyncio.wait_for(self._opened(), max(left, ONE_REPLY_FLOOR))
+        except asyncio.TimeoutError:
+            raise AcquireTimeout(f"semaphore {self._name!r}: not opened in time") from None
+
     async def _opened(self) -> QueueDriver:
         if self._store is not None:
             return self._store
@@ -136,7 +150,7 @@ class AsyncSemaphore:
     ) -> AsyncPermit:
         # the deadline starts before the opening: it is part of the wait
         deadline = Deadline(timeout if blocking else 0.0, self._clock)
-        store = await self._opened()
+        store = await self._opened_within(deadline)
         validate_permits(permits, store.capacity)
         loop = asyncio.get_running_loop()
         waiter = AsyncWaiter(permits, self.owner, loop)

@@ -68,6 +68,8 @@ def test_a_silent_store_answers_at_the_deadline(service: Harness, cut_while: str
         took, outcome = out[0] if out else (None, None)
         limit = TIMEOUT + MARGIN
     assert took is not None, "acquire did not return"
+    # (the figure, for the record: pytest -s prints it)
+    print(f"{service.kind}-{service.face.value} {cut_while}: {took:.2f} s ({outcome!r})")
     assert isinstance(outcome, (sr.AcquireTimeout, sr.BackendUnavailable)), outcome
     assert took <= limit, f"acquire(timeout) returned after {took:.2f} s (limit {limit:.1f})"
     service.restore(backend)
