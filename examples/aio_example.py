@@ -1,5 +1,6 @@
 """The asyncio face in one file: 30 requests share 3 permits; some time out (HTTP 503
-in a web server) and some are cancelled as a client hanging up would be. Runs on
+in a web server) and some are cancelled (as a handler is when its client hangs up, with
+the watch of docs/user-guide.md, "asyncio"). Runs on
 ``memory://`` (no server); pass a URL to run it on yours:
 
     python examples/aio_example.py [zookeeper://127.0.0.1:2181/demo | etcd://127.0.0.1:2379/demo]

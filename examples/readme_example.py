@@ -1,8 +1,11 @@
 """The README example, runnable: five workers share a semaphore of capacity 2.
 
-    python examples/readme_example.py [zookeeper://host:port/chroot]
+    python examples/readme_example.py [zookeeper://host:port/chroot | etcd://... | redis://...]
 
-Without a URL it starts a throwaway local ZooKeeper (Debian's `zookeeper` package).
+Without a URL it starts a throwaway local ZooKeeper (Debian's `zookeeper` package). The
+semaphore is one of the example's own, with a fresh name, deleted at the end: whatever
+the store already holds (a `db-pool` of another capacity, say) does not change what it
+shows, and what it prints at the end is measured, not assumed.
 """
 
 from __future__ import annotations
@@ -10,50 +13,68 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import uuid
 
 import semaphore_recipes as sr
 
 
 def main(url: str) -> None:
     with sr.connect(url) as backend:
-        sem = backend.semaphore("db-pool", capacity=2, adopt_capacity=True)
-        print(f"connected: {sem}")
-        lock = threading.Lock()
-        inside: list[str] = []
-
-        def worker(name: str, permits: int) -> None:
-            with sem.acquire(permits=permits, timeout=30) as permit:
-                with lock:
-                    inside.append(name)
-                    print(
-                        f"{time.strftime('%X')} {name} got {permits} permit(s), "
-                        f"fencing token {permit.token}; inside now: {inside}"
-                    )
-                time.sleep(0.5)
-                with lock:
-                    inside.remove(name)
-            print(f"{time.strftime('%X')} {name} released")
-
-        threads = []
-        for i, permits in enumerate([1, 1, 2, 1, 1]):
-            t = threading.Thread(target=worker, args=(f"worker-{i}", permits))
-            t.start()
-            threads.append(t)
-            time.sleep(0.05)  # arrive in order: grants follow this order (FIFO)
-        time.sleep(0.2)
-        st = sem.status()
-        print(
-            f"status: capacity {st.capacity}, used {st.used}, "
-            f"{len(st.holders)} holder(s), {len(st.waiters)} waiter(s)"
-        )
-        for t in threads:
-            t.join()
+        name = f"readme-example-{uuid.uuid4().hex[:8]}"
+        sem = backend.semaphore(name, capacity=2)
         try:
-            with sem.acquire(permits=2), sem.acquire(blocking=False):
-                pass
-        except sr.WouldBlock as exc:
-            print(f"non-blocking acquire refused as expected: {exc}")
-        print("done: never more than 2 permits held, granted in arrival order")
+            show(sem)
+        finally:
+            backend.delete_semaphore(name)
+
+
+def show(sem: sr.Semaphore) -> None:
+    print(f"connected: {sem}")
+    lock = threading.Lock()
+    inside: dict[str, int] = {}  # name -> permits held
+    peak = 0
+    granted: list[str] = []  # names in the order their permits came
+
+    def worker(name: str, permits: int) -> None:
+        nonlocal peak
+        with sem.acquire(permits=permits, timeout=30) as permit:
+            with lock:
+                inside[name] = permits
+                granted.append(name)
+                peak = max(peak, sum(inside.values()))
+                print(
+                    f"{time.strftime('%X')} {name} got {permits} permit(s), "
+                    f"fencing token {permit.token}; inside now: {list(inside)}"
+                )
+            time.sleep(0.5)
+            with lock:
+                del inside[name]
+        print(f"{time.strftime('%X')} {name} released")
+
+    threads = []
+    arrived = [f"worker-{i}" for i in range(5)]
+    for i, permits in enumerate([1, 1, 2, 1, 1]):
+        t = threading.Thread(target=worker, args=(arrived[i], permits))
+        t.start()
+        threads.append(t)
+        time.sleep(0.05)  # arrive in order: grants follow this order (FIFO)
+    time.sleep(0.2)
+    st = sem.status()
+    print(
+        f"status: capacity {st.capacity}, used {st.used}, "
+        f"{len(st.holders)} holder(s), {len(st.waiters)} waiter(s)"
+    )
+    for t in threads:
+        t.join()
+    try:
+        with sem.acquire(permits=2), sem.acquire(blocking=False):
+            pass
+    except sr.WouldBlock as exc:
+        print(f"non-blocking acquire refused as expected: {exc}")
+    print(
+        f"done: at most {peak} of {sem.capacity} permits held at once; "
+        f"granted in arrival order: {granted == arrived}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Fair FIFO distributed counting semaphores on ZooKeeper, etcd v3, and in memory.
+"""Fair FIFO distributed counting semaphores on ZooKeeper, etcd v3, Redis, and in memory.
 
 >>> import semaphore_recipes as sr
 >>> with sr.connect("zookeeper://127.0.0.1:2181/myapp") as backend:   # doctest: +SKIP

@@ -1,7 +1,8 @@
 """The user guide's example ("Testing code that uses semaphores"), run as a real test.
 
 Everything between the two marker lines below is shown in docs/user-guide.md, character
-for character; ``test_the_user_guide_shows_this_example`` fails when the two drift apart.
+for character (its ``doc-test: shown-by`` directive there makes tests/test_docs_code.py
+fail when the two drift apart).
 """
 
 # --- user guide example: start
@@ -65,24 +66,3 @@ def test_a_run_whose_session_expires_makes_way(zookeeper_backend: Callable[..., 
 
 
 # --- user guide example: end
-
-
-def test_the_user_guide_shows_this_example() -> None:
-    assert_the_guide_shows(__file__)
-
-
-def assert_the_guide_shows(path: str) -> None:
-    """The example between the markers of the test file ``path`` is a code block of the
-    user guide's testing section."""
-    import re
-    from pathlib import Path
-
-    source = Path(path).read_text()
-    example = source.split("# --- user guide example: start\n")[1]
-    example = example.split("# --- user guide example: end\n")[0]
-    guide = (Path(__file__).resolve().parents[1] / "docs" / "user-guide.md").read_text()
-    section = guide.split("## Testing code that uses semaphores")[1]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert example.strip() in [b.strip() for b in blocks], (
-        f"docs/user-guide.md does not show {Path(path).name}"
-    )

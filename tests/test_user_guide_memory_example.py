@@ -1,7 +1,8 @@
 """The user guide's first testing example ("In memory: no server"), run as a real test.
 
 Everything between the two marker lines below is shown in docs/user-guide.md, character
-for character; ``test_the_user_guide_shows_this_example`` fails when the two drift apart.
+for character (its ``doc-test: shown-by`` directive there makes tests/test_docs_code.py
+fail when the two drift apart).
 """
 
 # --- user guide example: start
@@ -45,9 +46,3 @@ def test_a_run_that_lost_its_permit_records_nothing(memory_backend: Callable[...
 
 
 # --- user guide example: end
-
-
-def test_the_user_guide_shows_this_example() -> None:
-    from .test_user_guide_example import assert_the_guide_shows
-
-    assert_the_guide_shows(__file__)

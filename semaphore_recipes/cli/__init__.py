@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser = _Parser(
         prog=PROG,
-        description="Fair FIFO distributed counting semaphores on ZooKeeper and etcd.",
+        description="Fair FIFO distributed counting semaphores on ZooKeeper, etcd and Redis.",
         epilog="docs/cli.md has the reference and the exit codes.",
     )
     from .. import __version__
