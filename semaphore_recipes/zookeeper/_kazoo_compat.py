@@ -81,7 +81,9 @@ def track_negotiated_session_timeout(client: Any) -> None:
     connect_timeout)`` in milliseconds, where ``read_timeout`` is two thirds of the
     negotiated session timeout. It runs on kazoo's connection thread and returns before
     that thread reads anything else, so the value is noted before any later state
-    change (the CONNECTED one is reported from within it, just before).
+    change (the CONNECTED one is reported from within it, just before). The same
+    wrapper notes why each failed connection attempt failed, for
+    :func:`last_connect_failure`.
     """
     connection = client._connection
     connect = connection._connect
@@ -89,13 +91,33 @@ def track_negotiated_session_timeout(client: Any) -> None:
         return
 
     def connect_and_record(*args: Any, **kwargs: Any) -> Any:
-        read_timeout, connect_timeout = connect(*args, **kwargs)
+        try:
+            read_timeout, connect_timeout = connect(*args, **kwargs)
+        except Exception as exc:
+            # kazoo turns a socket error (ssl.SSLError among them) into ConnectionDropped
+            # raised while handling it: the original is the context
+            _connect_failures[client] = exc.__context__ or exc
+            raise
+        _connect_failures.pop(client, None)
         # milliseconds, rounded: kazoo computes read_timeout as negotiated * 2.0 / 3.0
         _negotiated_timeouts[client] = round(read_timeout * 3 / 2) / 1000.0
         return read_timeout, connect_timeout
 
     connect_and_record._records_negotiated_timeout = True  # type: ignore[attr-defined]
     connection._connect = connect_and_record
+
+
+#: client -> why its last connection attempt failed (absent once one succeeded)
+_connect_failures: weakref.WeakKeyDictionary[Any, BaseException] = weakref.WeakKeyDictionary()
+
+
+def last_connect_failure(client: Any) -> BaseException | None:
+    """Why the client's last connection attempt failed (an ``ssl.SSLError`` when the
+    TLS handshake did, a kazoo error otherwise); None before any attempt failed and
+    after one succeeded. Noted by the wrapper :func:`track_negotiated_session_timeout`
+    installs: kazoo logs these failures and retries, but keeps none of them (a start
+    that never connects just times out)."""
+    return _connect_failures.get(client)
 
 
 def session_password(client: Any) -> bytes:

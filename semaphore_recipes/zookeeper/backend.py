@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 import time
 import weakref
@@ -57,6 +58,7 @@ from ..backend import (
 )
 from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
 from . import _kazoo_compat
+from ._tls import tls_failure, tls_options
 from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
 
 if TYPE_CHECKING:
@@ -224,7 +226,8 @@ class ZooKeeperBackend(Backend):
     def describe(self) -> str:
         chroot = self.client.chroot or ""
         hosts = ",".join(f"{host}:{port}" for host, port in self.client.hosts)
-        return f"ZooKeeper at {hosts}{chroot} (root {self.root})"
+        tls = " over TLS" if getattr(self.client, "use_ssl", False) else ""
+        return f"ZooKeeper at {hosts}{chroot}{tls} (root {self.root})"
 
     @property
     def session_state(self) -> SessionState:
@@ -606,14 +609,7 @@ class _Opening:
         self.user = params.get("username")
         if self.user is not None:
             self.kwargs["auth_data"] = [("digest", f"{self.user}:{params.get('password', '')}")]
-        if params.get("tls", "").lower() in ("1", "true", "yes") or "ca" in params:
-            self.kwargs.update(
-                use_ssl=True,
-                ca=params.get("ca"),
-                certfile=params.get("certfile"),
-                keyfile=params.get("keyfile"),
-                verify_certs=params.get("verify", "true").lower() not in ("0", "false", "no"),
-            )
+        self.kwargs.update(tls_options(params))
         self.deadline: Deadline | None = None
 
     def new_client(self) -> Any:
@@ -720,14 +716,19 @@ class _Opening:
     def failed(self, client: Any, exc: Exception) -> Exception:
         """The library's error for ``exc``, raised while connecting; the client is
         stopped in the background."""
+        last_failure = _kazoo_compat.last_connect_failure(client)
         _stop_in_background(client)
         if isinstance(exc, NoAuthError):
             return PermissionDenied("ZooKeeper", self.user, self.chroot, "cannot create the chroot")
         if isinstance(exc, AuthFailedError) or client.client_state == KeeperState.AUTH_FAILED:
             return AuthenticationFailed("ZooKeeper", self.user, self.hosts, f"{exc!r}")
         if isinstance(exc, KazooTimeoutError):
+            if isinstance(last_failure, ssl.SSLError):  # kazoo retried it until now
+                return BackendUnavailable(tls_failure(self.hosts, last_failure))
+            last = f" (last attempt: {last_failure})" if last_failure is not None else ""
             return BackendUnavailable(
-                f"no ZooKeeper server answered at {self.hosts} within {self.connect_timeout:g} s"
+                f"no ZooKeeper server answered at {self.hosts} within "
+                f"{self.connect_timeout:g} s{last}"
             )
         return BackendUnavailable(f"cannot use ZooKeeper at {self.hosts}: {exc}")
 
