@@ -58,7 +58,7 @@ from ..backend import (
 )
 from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
 from . import _kazoo_compat
-from ._tls import tls_failure, tls_options
+from ._tls import TLS_PARAMETERS, tls_failure, tls_options
 from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
 
 if TYPE_CHECKING:
@@ -74,6 +74,17 @@ DEFAULT_SESSION_TIMEOUT = 10.0
 #: then clamps it to its minSessionTimeout..maxSessionTimeout).
 MAX_SESSION_TIMEOUT = (2**31 - 1) / 1000
 MIN_SESSION_TIMEOUT = 0.1
+#: What a ``zookeeper://`` URL may say (docs/operations.md); anything else is a ValueError.
+URL_PARAMETERS = TLS_PARAMETERS | {
+    "session_timeout",
+    "connect_timeout",
+    "request_timeout",
+    "root",
+    "username",
+    "password",
+}
+#: The other stores' names for ZooKeeper's parameters, named in the ValueError.
+_OTHER_STORES_NAMES = {"cert": "certfile", "key": "keyfile", "user": "username"}
 
 
 class ZooKeeperBackend(Backend):
@@ -588,12 +599,25 @@ class _Reconnected:
     timeout."""
 
 
+def _refuse_unknown(params: dict[str, str]) -> None:
+    unknown = sorted(set(params) - URL_PARAMETERS)
+    if not unknown:
+        return
+    hints = [f"{_OTHER_STORES_NAMES[p]}, not {p}" for p in unknown if p in _OTHER_STORES_NAMES]
+    hint = f" (ZooKeeper says {'; '.join(hints)})" if hints else ""
+    raise ValueError(
+        f"ZooKeeper URL parameter(s) {', '.join(unknown)} not understood{hint}; "
+        f"known: {', '.join(sorted(URL_PARAMETERS))}"
+    )
+
+
 class _Opening:
     """``from_url`` and ``from_url_async``: the URL read once (ValueError before any
     I/O), the connecting program both run, its waits and its errors."""
 
     def __init__(self, url: ServiceURL) -> None:
         params = dict(url.params)
+        _refuse_unknown(params)
         self.session_timeout = url.seconds_param(
             "session_timeout",
             DEFAULT_SESSION_TIMEOUT,
