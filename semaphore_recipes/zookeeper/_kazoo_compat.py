@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import socket
 import weakref
 from collections.abc import Callable
@@ -83,7 +84,7 @@ def track_negotiated_session_timeout(client: Any) -> None:
     that thread reads anything else, so the value is noted before any later state
     change (the CONNECTED one is reported from within it, just before). The same
     wrapper notes why each failed connection attempt failed, for
-    :func:`last_connect_failure`.
+    :func:`last_connect_failure` and :func:`add_connect_failure_listener`.
     """
     connection = client._connection
     connect = connection._connect
@@ -96,7 +97,9 @@ def track_negotiated_session_timeout(client: Any) -> None:
         except Exception as exc:
             # kazoo turns a socket error (ssl.SSLError among them) into ConnectionDropped
             # raised while handling it: the original is the context
-            _connect_failures[client] = exc.__context__ or exc
+            failure = exc.__context__ or exc
+            _connect_failures[client] = failure
+            _tell_connect_failure(client, args, failure)
             raise
         _connect_failures.pop(client, None)
         # milliseconds, rounded: kazoo computes read_timeout as negotiated * 2.0 / 3.0
@@ -118,6 +121,38 @@ def last_connect_failure(client: Any) -> BaseException | None:
     installs: kazoo logs these failures and retries, but keeps none of them (a start
     that never connects just times out)."""
     return _connect_failures.get(client)
+
+
+ConnectFailureListener = Callable[[str, int, BaseException], None]
+#: client -> the functions told of each failed connection attempt
+_failure_listeners: weakref.WeakKeyDictionary[Any, list[ConnectFailureListener]] = (
+    weakref.WeakKeyDictionary()
+)
+_log = logging.getLogger("semaphore_recipes.zookeeper")
+
+
+def add_connect_failure_listener(client: Any, listener: ConnectFailureListener) -> None:
+    """Call ``listener(host, port, error)`` after each failed connection attempt of
+    ``client`` (``error`` as :func:`last_connect_failure` gives it; ``host`` and ``port``
+    as in ``client.hosts``), on kazoo's connection thread, before kazoo retries. Needs
+    :func:`track_negotiated_session_timeout`. An exception of the listener is logged
+    and dropped: raised there, it would end kazoo's connection loop."""
+    _failure_listeners.setdefault(client, []).append(listener)
+
+
+def remove_connect_failure_listener(client: Any, listener: ConnectFailureListener) -> None:
+    """Undo :func:`add_connect_failure_listener` (nothing if it is not there)."""
+    with contextlib.suppress(KeyError, ValueError):
+        _failure_listeners[client].remove(listener)
+
+
+def _tell_connect_failure(client: Any, args: tuple[Any, ...], failure: BaseException) -> None:
+    for listener in list(_failure_listeners.get(client, ())):
+        try:
+            host, port = args[0], args[-1]  # kazoo calls _connect(host, hostip, port)
+            listener(host, port, failure)
+        except Exception:
+            _log.exception("a connect failure listener failed")
 
 
 def session_password(client: Any) -> bytes:

@@ -7,7 +7,11 @@ true/1/yes or false/0/no. Anything else is a ValueError before any I/O.
 
 kazoo retries a failed handshake like any connection failure, and keeps none of them
 (its start just times out): :func:`tls_failure` words the last one (an
-``ssl.SSLError``) for the BackendUnavailable the connect raises at its timeout.
+``ssl.SSLError``) for the BackendUnavailable the connect raises. A refusal over a
+certificate (:func:`is_certificate_refusal`) does not change on retrying: once every
+server refused so, the connect gives up without waiting out its timeout. Other
+handshake failures (a connection closed mid-handshake: a server at its connection
+limit does that too) are retried until then.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import ssl
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["TLS_PARAMETERS", "tls_failure", "tls_options"]
+__all__ = ["TLS_PARAMETERS", "is_certificate_refusal", "tls_failure", "tls_options"]
 
 TLS_PARAMETERS = frozenset({"tls", "ca", "certfile", "keyfile", "verify"})
 _FILES = ("ca", "certfile", "keyfile")
@@ -69,6 +73,19 @@ def tls_options(params: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+def _refuses_client_certificate(exc: ssl.SSLError) -> bool:
+    reason = (exc.reason or str(exc)).upper()
+    return any(alert in reason for alert in _CLIENT_CERTIFICATE_ALERTS)
+
+
+def is_certificate_refusal(exc: BaseException) -> bool:
+    """Did the handshake fail over a certificate: the server's did not verify, or the
+    server refused ours (or its absence)?"""
+    return isinstance(exc, ssl.SSLCertVerificationError) or (
+        isinstance(exc, ssl.SSLError) and _refuses_client_certificate(exc)
+    )
+
+
 def tls_failure(hosts: str, exc: ssl.SSLError) -> str:
     """Why the TLS handshake with ``hosts`` failed, and what to check."""
     if isinstance(exc, ssl.SSLCertVerificationError):
@@ -78,7 +95,7 @@ def tls_failure(hosts: str, exc: ssl.SSLError) -> str:
             "given as `ca` (or, without `ca`, by one the system trusts)"
         )
     reason = exc.reason or str(exc)
-    if any(alert in reason.upper() for alert in _CLIENT_CERTIFICATE_ALERTS):
+    if _refuses_client_certificate(exc):
         return (
             f"TLS to ZooKeeper at {hosts} failed: the server refused the handshake "
             f"({reason}): it wants a client certificate (`certfile`, `keyfile`) signed by "
