@@ -790,7 +790,7 @@ class _Opening:
         if isinstance(exc, KazooTimeoutError):
             # a refusal over a certificate tells more than a later server's silence
             tls = self._refusal or last_failure
-            if isinstance(tls, ssl.SSLError):  # kazoo retried it until now
+            if isinstance(tls, ssl.SSLError):  # kazoo retried it: no error reached us
                 return BackendUnavailable(tls_failure(self.hosts, tls))
             last = f" (last attempt: {last_failure})" if last_failure is not None else ""
             return BackendUnavailable(

@@ -265,8 +265,8 @@ class ZooKeeperServer(ManagedProcess):
             # crash could lose acknowledged writes. Never use this in production.
             "forceSync=no",
         ]
-        # unknown zoo.cfg keys become system properties "zookeeper.<key>"
         lines += self._tls_config()
+        # unknown zoo.cfg keys become system properties "zookeeper.<key>"
         lines += [f"{key}={value}" for key, value in self.extra_config.items()]
         if self.quorum is not None:
             lines.append("reconfigEnabled=false")
