@@ -177,7 +177,7 @@ PROGRAMS: dict[str, ExternalProgram] = {
             "openssl",
             "openssl",
             Provider.APT,
-            "makes the certificates of the TLS tests (tests/etcd/test_tls.py)",
+            "makes the certificates of the TLS tests (semaphore_recipes/testing/certificates.py)",
         ),
         ExternalProgram(
             "setpriv",

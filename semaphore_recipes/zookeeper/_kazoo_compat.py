@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import socket
 import weakref
 from collections.abc import Callable
@@ -81,7 +82,9 @@ def track_negotiated_session_timeout(client: Any) -> None:
     connect_timeout)`` in milliseconds, where ``read_timeout`` is two thirds of the
     negotiated session timeout. It runs on kazoo's connection thread and returns before
     that thread reads anything else, so the value is noted before any later state
-    change (the CONNECTED one is reported from within it, just before).
+    change (the CONNECTED one is reported from within it, just before). The same
+    wrapper notes why each failed connection attempt failed, for
+    :func:`last_connect_failure` and :func:`add_connect_failure_listener`.
     """
     connection = client._connection
     connect = connection._connect
@@ -89,13 +92,67 @@ def track_negotiated_session_timeout(client: Any) -> None:
         return
 
     def connect_and_record(*args: Any, **kwargs: Any) -> Any:
-        read_timeout, connect_timeout = connect(*args, **kwargs)
+        try:
+            read_timeout, connect_timeout = connect(*args, **kwargs)
+        except Exception as exc:
+            # kazoo turns a socket error (ssl.SSLError among them) into ConnectionDropped
+            # raised while handling it: the original is the context
+            failure = exc.__context__ or exc
+            _connect_failures[client] = failure
+            _tell_connect_failure(client, args, failure)
+            raise
+        _connect_failures.pop(client, None)
         # milliseconds, rounded: kazoo computes read_timeout as negotiated * 2.0 / 3.0
         _negotiated_timeouts[client] = round(read_timeout * 3 / 2) / 1000.0
         return read_timeout, connect_timeout
 
     connect_and_record._records_negotiated_timeout = True  # type: ignore[attr-defined]
     connection._connect = connect_and_record
+
+
+#: client -> why its last connection attempt failed (absent once one succeeded)
+_connect_failures: weakref.WeakKeyDictionary[Any, BaseException] = weakref.WeakKeyDictionary()
+
+
+def last_connect_failure(client: Any) -> BaseException | None:
+    """Why the client's last connection attempt failed (an ``ssl.SSLError`` when the
+    TLS handshake did, a kazoo error otherwise); None before any attempt failed and
+    after one succeeded. Noted by the wrapper :func:`track_negotiated_session_timeout`
+    installs: kazoo logs these failures and retries, but keeps none of them (a start
+    that never connects just times out)."""
+    return _connect_failures.get(client)
+
+
+ConnectFailureListener = Callable[[str, int, BaseException], None]
+#: client -> the functions told of each failed connection attempt
+_failure_listeners: weakref.WeakKeyDictionary[Any, list[ConnectFailureListener]] = (
+    weakref.WeakKeyDictionary()
+)
+_log = logging.getLogger("semaphore_recipes.zookeeper")
+
+
+def add_connect_failure_listener(client: Any, listener: ConnectFailureListener) -> None:
+    """Call ``listener(host, port, error)`` after each failed connection attempt of
+    ``client`` (``error`` as :func:`last_connect_failure` gives it; ``host`` and ``port``
+    as in ``client.hosts``), on kazoo's connection thread, before kazoo retries. Needs
+    :func:`track_negotiated_session_timeout`. An exception of the listener is logged
+    and dropped: raised there, it would end kazoo's connection loop."""
+    _failure_listeners.setdefault(client, []).append(listener)
+
+
+def remove_connect_failure_listener(client: Any, listener: ConnectFailureListener) -> None:
+    """Undo :func:`add_connect_failure_listener` (nothing if it is not there)."""
+    with contextlib.suppress(KeyError, ValueError):
+        _failure_listeners[client].remove(listener)
+
+
+def _tell_connect_failure(client: Any, args: tuple[Any, ...], failure: BaseException) -> None:
+    for listener in list(_failure_listeners.get(client, ())):
+        try:
+            host, port = args[0], args[-1]  # kazoo calls _connect(host, hostip, port)
+            listener(host, port, failure)
+        except Exception:
+            _log.exception("a connect failure listener failed")
 
 
 def session_password(client: Any) -> bytes:

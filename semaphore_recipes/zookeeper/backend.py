@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,6 +58,7 @@ from ..backend import (
 )
 from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
 from . import _kazoo_compat
+from ._tls import TLS_PARAMETERS, is_certificate_refusal, tls_failure, tls_options
 from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
 
 if TYPE_CHECKING:
@@ -72,6 +74,17 @@ DEFAULT_SESSION_TIMEOUT = 10.0
 #: then clamps it to its minSessionTimeout..maxSessionTimeout).
 MAX_SESSION_TIMEOUT = (2**31 - 1) / 1000
 MIN_SESSION_TIMEOUT = 0.1
+#: What a ``zookeeper://`` URL may say (docs/operations.md); anything else is a ValueError.
+URL_PARAMETERS = TLS_PARAMETERS | {
+    "session_timeout",
+    "connect_timeout",
+    "request_timeout",
+    "root",
+    "username",
+    "password",
+}
+#: The other stores' names for ZooKeeper's parameters, named in the ValueError.
+_OTHER_STORES_NAMES = {"cert": "certfile", "key": "keyfile", "user": "username"}
 
 
 class ZooKeeperBackend(Backend):
@@ -224,7 +237,8 @@ class ZooKeeperBackend(Backend):
     def describe(self) -> str:
         chroot = self.client.chroot or ""
         hosts = ",".join(f"{host}:{port}" for host, port in self.client.hosts)
-        return f"ZooKeeper at {hosts}{chroot} (root {self.root})"
+        tls = " over TLS" if getattr(self.client, "use_ssl", False) else ""
+        return f"ZooKeeper at {hosts}{chroot}{tls} (root {self.root})"
 
     @property
     def session_state(self) -> SessionState:
@@ -573,7 +587,8 @@ def _wake_threadsafe(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None
 @dataclass(frozen=True)
 class _Started:
     """Yielded by the connecting program: kazoo's first connection, ``live`` being
-    what ``start_async()`` returned."""
+    what ``start_async()`` returned (the waits use a state listener instead, which
+    they can also wake when every server refused the TLS handshake)."""
 
     live: threading.Event
 
@@ -585,12 +600,25 @@ class _Reconnected:
     timeout."""
 
 
+def _refuse_unknown(params: dict[str, str]) -> None:
+    unknown = sorted(set(params) - URL_PARAMETERS)
+    if not unknown:
+        return
+    hints = [f"{_OTHER_STORES_NAMES[p]}, not {p}" for p in unknown if p in _OTHER_STORES_NAMES]
+    hint = f" (ZooKeeper says {'; '.join(hints)})" if hints else ""
+    raise ValueError(
+        f"ZooKeeper URL parameter(s) {', '.join(unknown)} not understood{hint}; "
+        f"known: {', '.join(sorted(URL_PARAMETERS))}"
+    )
+
+
 class _Opening:
     """``from_url`` and ``from_url_async``: the URL read once (ValueError before any
     I/O), the connecting program both run, its waits and its errors."""
 
     def __init__(self, url: ServiceURL) -> None:
         params = dict(url.params)
+        _refuse_unknown(params)
         self.session_timeout = url.seconds_param(
             "session_timeout",
             DEFAULT_SESSION_TIMEOUT,
@@ -606,22 +634,50 @@ class _Opening:
         self.user = params.get("username")
         if self.user is not None:
             self.kwargs["auth_data"] = [("digest", f"{self.user}:{params.get('password', '')}")]
-        if params.get("tls", "").lower() in ("1", "true", "yes") or "ca" in params:
-            self.kwargs.update(
-                use_ssl=True,
-                ca=params.get("ca"),
-                certfile=params.get("certfile"),
-                keyfile=params.get("keyfile"),
-                verify_certs=params.get("verify", "true").lower() not in ("0", "false", "no"),
-            )
+        self.kwargs.update(tls_options(params))
         self.deadline: Deadline | None = None
+        self._lock = threading.Lock()
 
     def new_client(self) -> Any:
         client = KazooClient(hosts=self.hosts, timeout=self.session_timeout, **self.kwargs)
         _kazoo_compat.track_negotiated_session_timeout(client)
         self.client = client
         self.deadline = Deadline(self.connect_timeout, time.monotonic)
+        # servers that refused the TLS handshake over a certificate: when all have, the
+        # waits end at once (retrying does not change that), through these wakers
+        self._refused_by: set[tuple[str, int]] = set()
+        self._refusal: ssl.SSLError | None = None  # the last of them
+        self._refused_everywhere = False
+        self._wakers: set[Callable[[], None]] = set()
+        _kazoo_compat.add_connect_failure_listener(client, self._connect_failed)
         return client
+
+    def _connect_failed(self, host: str, port: int, failure: BaseException) -> None:
+        """On kazoo's connection thread, after each failed connection attempt."""
+        if not (isinstance(failure, ssl.SSLError) and is_certificate_refusal(failure)):
+            return
+        with self._lock:
+            self._refusal = failure
+            self._refused_by.add((host, port))
+            if not self._refused_by >= set(self.client.hosts):
+                return
+            self._refused_everywhere = True
+            wakers = list(self._wakers)
+        for wake in wakers:
+            wake()
+
+    @contextlib.contextmanager
+    def _waking(self, wake: Callable[[], None]) -> Iterator[bool]:
+        """While in the block, ``wake()`` is called when every server refused us over a
+        certificate; the block gets whether they all did already."""
+        with self._lock:
+            self._wakers.add(wake)
+            refused = self._refused_everywhere
+        try:
+            yield refused
+        finally:
+            with self._lock:
+                self._wakers.discard(wake)
 
     def connecting(self, client: Any) -> ZkProgram[None]:
         # Not client.start(timeout): when it times out it stops the client and waits
@@ -654,19 +710,23 @@ class _Opening:
                     raise
                 yield _Reconnected()
 
-    def _wait_reconnected(self) -> None:
-        assert self.deadline is not None
+    def _wait_connected(self, timeout: float | None, *, until_lost: bool) -> None:
+        """Until kazoo connects (with ``until_lost``, or gives up: LOST), or every server
+        refused us over a certificate; then KazooTimeoutError unless connected."""
         client = self.client
         settled = threading.Event()
+        ends = (KazooState.CONNECTED, KazooState.LOST) if until_lost else (KazooState.CONNECTED,)
 
         def listener(state: Any) -> None:  # on kazoo's connection thread
-            if state in (KazooState.CONNECTED, KazooState.LOST):
+            if state in ends:
                 settled.set()
 
         client.add_listener(listener)
         try:
-            if not client.connected:  # a change before the listener was added is seen here
-                settled.wait(self.deadline.remaining())
+            with self._waking(settled.set) as refused:
+                # a change before the listener was added is seen here
+                if not client.connected and not refused:
+                    settled.wait(timeout)
         finally:
             client.remove_listener(listener)
         if not client.connected:
@@ -675,12 +735,10 @@ class _Opening:
     def wait(self, request: object) -> object:
         assert self.deadline is not None
         if isinstance(request, _Started):
-            request.live.wait(self.connect_timeout)
-            if not self.client.connected:
-                raise KazooTimeoutError("no connection")
+            self._wait_connected(self.connect_timeout, until_lost=False)
             return None
         if isinstance(request, _Reconnected):
-            self._wait_reconnected()
+            self._wait_connected(self.deadline.remaining(), until_lost=True)
             return None
         return request.get(timeout=self.deadline.remaining())  # type: ignore[attr-defined]
 
@@ -707,11 +765,13 @@ class _Opening:
 
         client.add_listener(listener)
         try:
-            # A change before the listener was added is seen here.
-            if client.connected or client.client_state == KeeperState.AUTH_FAILED:
-                return
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(settled, deadline.remaining())
+            with self._waking(lambda: _wake_threadsafe(loop, settled)) as refused:
+                # A change before the listener was added is seen here.
+                if client.connected or client.client_state == KeeperState.AUTH_FAILED:
+                    return
+                if not refused:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(settled, deadline.remaining())
         finally:
             client.remove_listener(listener)
         if not client.connected:
@@ -720,18 +780,27 @@ class _Opening:
     def failed(self, client: Any, exc: Exception) -> Exception:
         """The library's error for ``exc``, raised while connecting; the client is
         stopped in the background."""
+        _kazoo_compat.remove_connect_failure_listener(client, self._connect_failed)
+        last_failure = _kazoo_compat.last_connect_failure(client)
         _stop_in_background(client)
         if isinstance(exc, NoAuthError):
             return PermissionDenied("ZooKeeper", self.user, self.chroot, "cannot create the chroot")
         if isinstance(exc, AuthFailedError) or client.client_state == KeeperState.AUTH_FAILED:
             return AuthenticationFailed("ZooKeeper", self.user, self.hosts, f"{exc!r}")
         if isinstance(exc, KazooTimeoutError):
+            # a refusal over a certificate tells more than a later server's silence
+            tls = self._refusal or last_failure
+            if isinstance(tls, ssl.SSLError):  # kazoo retried it: no error reached us
+                return BackendUnavailable(tls_failure(self.hosts, tls))
+            last = f" (last attempt: {last_failure})" if last_failure is not None else ""
             return BackendUnavailable(
-                f"no ZooKeeper server answered at {self.hosts} within {self.connect_timeout:g} s"
+                f"no ZooKeeper server answered at {self.hosts} within "
+                f"{self.connect_timeout:g} s{last}"
             )
         return BackendUnavailable(f"cannot use ZooKeeper at {self.hosts}: {exc}")
 
     def backend(self, cls: type[B], client: Any, owner: str | None) -> B:
+        _kazoo_compat.remove_connect_failure_listener(client, self._connect_failed)
         return cls(
             client,
             root=self.root,

@@ -4,7 +4,9 @@ Starts Apache ZooKeeper (the Debian ``zookeeper`` package, 3.8) as a child JVM o
 loopback, either standalone (:class:`ZooKeeperServer`) or as a small quorum
 (:class:`ZooKeeperEnsemble`); :func:`start_dev_server` is what ``semaphore-recipes
 dev-server --backend zookeeper`` runs. The settings suit development and tests only
-(no fsync, short ticks, every four-letter word allowed), never production data.
+(no fsync, short ticks, every four-letter word allowed), never production data. A
+standalone server started with ``tls`` also serves a TLS client port that requires a
+client certificate (the zoo.cfg lines docs/operations.md shows).
 
 The module imports without kazoo and without Java; errors only happen on use. Process
 handling (work directory, log, start and stop, cleanup at exit, dying with this
@@ -49,6 +51,12 @@ INSTALL_HINT = (
     "environment variable at the ZooKeeper jars"
 )
 SLF4J_SIMPLE_JAR = "/usr/share/java/slf4j-simple.jar"
+#: Netty's TLS handler needs these two, which the Class-Path of Debian's zookeeper.jar
+#: manifest leaves out (its server then closes every TLS connection, logging
+#: NoClassDefFoundError io/netty/handler/codec/ByteToMessageDecoder). Debian's zookeeper
+#: depends on libnetty-java, which installs them.
+NETTY_TLS_JARS = ("/usr/share/java/netty-codec.jar", "/usr/share/java/netty-resolver.jar")
+NETTY_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 #: How long ``dev-server`` waits for the JVM to serve.
 DEV_START_TIMEOUT = 60.0
@@ -88,14 +96,14 @@ def _find_java() -> str:
         ) from exc
 
 
-def find_zookeeper_classpath() -> str:
+def find_zookeeper_classpath(*, tls: bool = False) -> str:
     """Return the Java classpath for the ZooKeeper server.
 
     ``$ZOOKEEPER_CLASSPATH`` wins when set; otherwise the Debian jar
     ``/usr/share/java/zookeeper.jar`` (``zookeeper.jar`` in :mod:`semaphore_recipes._programs`;
     its manifest pulls in the dependencies), plus ``/usr/share/java/slf4j-simple.jar`` when
-    present so that server logs appear. Raises :class:`ZooKeeperNotFound` when the jar
-    or ``java`` is missing.
+    present so that server logs appear, and with ``tls`` the :data:`NETTY_TLS_JARS` the
+    manifest misses. Raises :class:`ZooKeeperNotFound` when the jar or ``java`` is missing.
     """
     env = os.environ.get("ZOOKEEPER_CLASSPATH")
     if env:
@@ -107,6 +115,8 @@ def find_zookeeper_classpath() -> str:
             raise ZooKeeperNotFound(f"ZooKeeper not found ({exc}); {INSTALL_HINT}") from exc
         if Path(SLF4J_SIMPLE_JAR).is_file():
             parts.append(SLF4J_SIMPLE_JAR)
+        if tls:
+            parts += [jar for jar in NETTY_TLS_JARS if Path(jar).is_file()]
         classpath = os.pathsep.join(parts)
     _find_java()
     return classpath
@@ -139,9 +149,15 @@ class ZooKeeperServer(ManagedProcess):
     Standalone by default. :class:`ZooKeeperEnsemble` creates members with ``myid``
     and ``quorum`` (``{myid: (peer_port, election_port)}`` for every member).
 
+    ``tls`` (certificate, key, CA: PEM files) adds a TLS client port,
+    :attr:`tls_port`, beside the plain one (which the readiness check and the
+    four-letter words use): Netty serves both; a client must present a certificate the
+    CA signed (``ssl.clientAuth=need``). Standalone servers only.
+
     Files live in ``workdir`` (a temporary directory removed by :meth:`close` when
-    none is given): ``zoo.cfg``, ``data/`` and ``zookeeper.log`` (JVM stdout+stderr,
-    appended across restarts).
+    none is given): ``zoo.cfg``, ``data/``, ``zookeeper.log`` (JVM stdout+stderr,
+    appended across restarts) and, with ``tls``, ``tls-keystore.pem`` (the key and the
+    certificate in one file, as ZooKeeper's PEM key store wants them).
     """
 
     def __init__(
@@ -158,7 +174,10 @@ class ZooKeeperServer(ManagedProcess):
         sync_limit: int = 10,
         classpath: str | None = None,
         extra_config: Mapping[str, str] | None = None,
+        tls: tuple[str, str, str] | None = None,
     ) -> None:
+        if tls is not None and quorum is not None:
+            raise ValueError("tls is for a standalone server (not an ensemble member)")
         if min_session_timeout_ms > max_session_timeout_ms:
             raise ValueError("min_session_timeout_ms must not exceed max_session_timeout_ms")
         if quorum is not None and (myid is None or myid not in quorum):
@@ -178,9 +197,12 @@ class ZooKeeperServer(ManagedProcess):
         self.extra_config = dict(extra_config or {})  # more zoo.cfg lines
         self._auto_port = port is None
         self._port = port if port is not None else free_port()
+        self.tls = tls
+        self._tls_port = free_port() if tls is not None else None
         super().__init__(workdir=workdir, temp_prefix="zk-", log_name="zookeeper.log")
         self.data_dir = self.workdir / "data"
         self.config_path = self.workdir / "zoo.cfg"
+        self.keystore_path = self.workdir / "tls-keystore.pem"
 
     # ------------------------------------------------------------ properties
 
@@ -195,13 +217,25 @@ class ZooKeeperServer(ManagedProcess):
         return f"127.0.0.1:{self._port}"
 
     @property
+    def tls_port(self) -> int:
+        """The TLS client port (on 127.0.0.1); ValueError for a server without ``tls``."""
+        if self._tls_port is None:
+            raise ValueError(f"{self.label} was started without tls")
+        return self._tls_port
+
+    @property
+    def tls_host_port(self) -> str:
+        """``"127.0.0.1:TLS_PORT"``."""
+        return f"127.0.0.1:{self.tls_port}"
+
+    @property
     def label(self) -> str:
         role = f" (myid {self.myid})" if self.myid is not None else ""
         return f"ZooKeeper on {self.host_port}{role}"
 
     def bound_ports(self) -> tuple[int, ...]:
         if self.quorum is None or self.myid is None:
-            return (self._port,)
+            return (self._port,) if self._tls_port is None else (self._port, self._tls_port)
         return (self._port, *self.quorum[self.myid])
 
     # ------------------------------------------------------------ config
@@ -231,6 +265,7 @@ class ZooKeeperServer(ManagedProcess):
             # crash could lose acknowledged writes. Never use this in production.
             "forceSync=no",
         ]
+        lines += self._tls_config()
         # unknown zoo.cfg keys become system properties "zookeeper.<key>"
         lines += [f"{key}={value}" for key, value in self.extra_config.items()]
         if self.quorum is not None:
@@ -240,14 +275,34 @@ class ZooKeeperServer(ManagedProcess):
                 lines.append(f"server.{sid}=127.0.0.1:{peer}:{election}")
         return "\n".join(lines) + "\n"
 
+    def _tls_config(self) -> list[str]:
+        if self.tls is None:
+            return []
+        ca = self.tls[2]
+        return [
+            f"secureClientPort={self._tls_port}",
+            "secureClientPortAddress=127.0.0.1",
+            f"serverCnxnFactory={NETTY_FACTORY}",
+            f"ssl.keyStore.location={self.keystore_path}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={ca}",
+            "ssl.trustStore.type=PEM",
+            "ssl.clientAuth=need",
+        ]
+
     def prepare(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.myid is not None:
             (self.data_dir / "myid").write_text(f"{self.myid}\n")
+        if self.tls is not None:
+            certificate, key, _ = self.tls
+            pem = Path(key).read_text() + Path(certificate).read_text()
+            self.keystore_path.write_text(pem)
+            self.keystore_path.chmod(0o600)
         self.config_path.write_text(self.config_text())
 
     def command(self) -> list[str]:
-        classpath = self._classpath or find_zookeeper_classpath()
+        classpath = self._classpath or find_zookeeper_classpath(tls=self.tls is not None)
         return [_find_java(), *JVM_FLAGS, "-cp", classpath, MAIN_CLASS, str(self.config_path)]
 
     # ------------------------------------------------------------ lifecycle
@@ -264,6 +319,8 @@ class ZooKeeperServer(ManagedProcess):
 
     def move_ports(self) -> None:
         self._port = free_port()
+        if self._tls_port is not None:
+            self._tls_port = free_port()
 
     # ------------------------------------------------------------ inspection
 

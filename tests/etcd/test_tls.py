@@ -1,4 +1,5 @@
-"""TLS to etcd: a CA, a server certificate and a client certificate made with openssl."""
+"""TLS to etcd: a CA, a server certificate and a client certificate made with openssl
+(:mod:`semaphore_recipes.testing.certificates`)."""
 
 from __future__ import annotations
 
@@ -14,73 +15,12 @@ import pytest
 import semaphore_recipes as sr
 from semaphore_recipes._process import free_port
 from semaphore_recipes.etcd.server import find_etcd_binary
-from semaphore_recipes.testing.programs import find_program
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(
-        [find_program("openssl"), *args], cwd=cwd, check=True, capture_output=True, timeout=60
-    )
-
-
-def _make_certs(d: Path) -> None:
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=sr-test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        cwd=d,
-    )
-    for name, ext in (
-        ("server", "subjectAltName=IP:127.0.0.1"),
-        ("client", "extendedKeyUsage=clientAuth"),
-    ):
-        _openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            f"/CN={name}",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            cwd=d,
-        )
-        (d / f"{name}.ext").write_text(ext + "\n")
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            f"{name}.ext",
-            "-out",
-            f"{name}.crt",
-            cwd=d,
-        )
+from semaphore_recipes.testing.certificates import make_certificates
 
 
 @pytest.fixture
 def tls_etcd(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    _make_certs(tmp_path)
+    make_certificates(tmp_path)
     client_port, peer_port = free_port(), free_port()
     url = f"https://127.0.0.1:{client_port}"
     peer = f"http://127.0.0.1:{peer_port}"

@@ -100,6 +100,18 @@ def test_classpath_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
     assert find_zookeeper_classpath() == "/opt/zk/lib/*"
 
 
+def test_a_tls_classpath_adds_the_netty_jars_the_debian_manifest_misses() -> None:
+    # without them the server closes every TLS connection (tests/zookeeper/test_tls.py)
+    plain, tls = find_zookeeper_classpath(), find_zookeeper_classpath(tls=True)
+    assert "netty-codec.jar" not in plain
+    assert "netty-codec.jar" in tls and "netty-resolver.jar" in tls
+
+
+def test_tls_is_for_a_standalone_server() -> None:
+    with pytest.raises(ValueError, match="standalone"):
+        ZooKeeperServer(myid=1, quorum={1: (1, 2)}, tls=("c", "k", "ca"))
+
+
 def test_not_found_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ZOOKEEPER_CLASSPATH", raising=False)
     no_jar = dataclasses.replace(

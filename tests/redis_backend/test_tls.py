@@ -9,13 +9,12 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.redis.server import RedisServer
-
-from ..etcd.test_tls import _make_certs
+from semaphore_recipes.testing.certificates import make_certificates
 
 
 @pytest.fixture
 def tls_redis(tmp_path: Path) -> Iterator[tuple[Path, RedisServer]]:
-    _make_certs(tmp_path)
+    make_certificates(tmp_path)
     files = (str(tmp_path / "server.crt"), str(tmp_path / "server.key"), str(tmp_path / "ca.crt"))
     with RedisServer(tls=files).start() as server:
         yield tmp_path, server

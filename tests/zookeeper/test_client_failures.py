@@ -38,6 +38,8 @@ MARGIN = 3.0  # a loaded machine may start things late
         "request_timeout=0",
         "request_timeout=x",
         "request_timeout=1e12",
+        "sesion_timeout=4",  # misspelt: not understood
+        "cert=client.crt",  # etcd's and Redis's name: "certfile, not cert"
     ],
 )
 def test_out_of_range_parameters_fail_before_any_io(param: str) -> None:

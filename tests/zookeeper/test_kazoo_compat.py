@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionClosedError, ConnectionLoss
+from kazoo.exceptions import ConnectionClosedError, ConnectionDropped, ConnectionLoss
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from semaphore_recipes.testing.proxy import FaultProxy
@@ -232,6 +232,25 @@ def test_the_backend_reports_the_negotiated_session_timeout(
     negotiated_ms = _server_sessions(zookeeper_server)[backend.session_id]
     assert negotiated_ms < 100_000
     assert backend.session_timeout == negotiated_ms / 1000
+
+
+def test_last_connect_failure_is_why_attempts_failed_until_one_succeeds(
+    proxy: FaultProxy, clients: list[KazooClient]
+) -> None:
+    retry_forever = {"max_tries": -1, "delay": 0.05, "max_delay": 0.2}
+    client = KazooClient(hosts=proxy.address, timeout=4, connection_retry=retry_forever)
+    compat.track_negotiated_session_timeout(client)
+    clients.append(client)
+    assert compat.last_connect_failure(client) is None
+    proxy.cut()  # every connection closed at once: kazoo retries, keeping no error
+    client.start_async()
+    wait_until(lambda: compat.last_connect_failure(client) is not None)
+    # the socket error kazoo wrapped in ConnectionDropped (a reset), or its own (a close)
+    assert isinstance(compat.last_connect_failure(client), (OSError, ConnectionDropped))
+    proxy.restore()
+    wait_until(lambda: client.connected)
+    assert compat.last_connect_failure(client) is None
+    # the TLS case (an ssl.SSLError under kazoo's ConnectionDropped): tests/zookeeper/test_tls.py
 
 
 # ---- watches and kazoo's threads --------------------------------------------------
