@@ -485,8 +485,8 @@ class RedisQueue(QueueDriver):
 
     def _status(self) -> Generator[object, object, Status]:
         reply = yield from self._run_script(ScriptName.STATUS)
-        if not reply:  # deleted: as etcd does, the capacity we knew
-            return split_queue(self.name, self.capacity, [])
+        if not reply:  # deleted, or the store lost its data: not the capacity we knew
+            raise SemaphoreNotFound(self.name, self.backend.describe())
         self.apply_capacity(int(reply[0]), int(reply[1]))
         rows = [
             EntryStatus(
