@@ -19,7 +19,7 @@ What happens on connection loss: ``run`` keeps waiting while disconnected; while
 runs, a lost connection only suspends the permit (a warning), and a *lost* permit
 (session expired, lease gone, entry deleted) stops CMD with SIGTERM/SIGKILL and exits
 76 (``--on-lost`` chooses: terminate, kill or ignore). ``status`` and ``set-capacity``
-exit 69 when the server cannot be reached; ``watch`` shows the error and retries.
+exit 69 when the server cannot be reached; ``watch`` marks its last table stale, retries.
 ``hold`` keeps waiting while disconnected; holding, a lost connection makes ``/readyz``
 fail until the session is back, and a lost permit exits 76 (``--on-lost=exit``) or
 leaves it unready. ``exporter`` reports ``status_up`` 0 for what it cannot read.
