@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -52,7 +51,6 @@ from .transaction import RedisFencedTransaction
 if TYPE_CHECKING:
     from .backend import RedisBackend
 
-log = logging.getLogger("semaphore_recipes.redis")
 
 #: a look after the lease a waiter depends on would have expired comes this much later
 CHECK_MARGIN = 0.05
@@ -419,8 +417,9 @@ class RedisQueue(QueueDriver):
         try:
             self.backend.run(self._removal(key))
         except BackendUnavailable as exc:
-            log.warning("semaphore %r: removing %s failed (%s); retrying", self.name, key, exc)
-            self.backend.in_background(lambda: self._removal(key))
+            self.backend.retry_removal(
+                f"semaphore {self.name!r}: removing {key}", exc, lambda: self._removal(key)
+            )
 
     def abandon(self, waiter: Waiter) -> None:
         key = waiter.key or waiter.entry_id  # the id is chosen before the create
@@ -447,8 +446,9 @@ class RedisQueue(QueueDriver):
             self.backend.in_background(lambda: self._removal(key))
             raise
         except BackendUnavailable as exc:
-            log.warning("semaphore %r: removing %s failed (%s); retrying", self.name, key, exc)
-            self.backend.in_background(lambda: self._removal(key))
+            self.backend.retry_removal(
+                f"semaphore {self.name!r}: removing {key}", exc, lambda: self._removal(key)
+            )
             return
         asyncio.get_running_loop().call_soon(self._sweep_soon)
 
@@ -473,8 +473,9 @@ class RedisQueue(QueueDriver):
             self.backend.in_background(lambda: self._removal(key))
             raise
         except BackendUnavailable as exc:
-            log.warning("semaphore %r: removing %s failed (%s); retrying", self.name, key, exc)
-            self.backend.in_background(lambda: self._removal(key))
+            self.backend.retry_removal(
+                f"semaphore {self.name!r}: removing {key}", exc, lambda: self._removal(key)
+            )
 
     # ---- reading and fencing -----------------------------------------------------------------
     def status(self) -> Status:
