@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
+from ..errors import SemaphoreNotFound
 from ._common import (
     check_name,
     connect,
@@ -31,6 +32,7 @@ from ._common import (
     status_json,
     status_table,
 )
+from ._name_argument import add_name_argument
 from .run import non_negative_float, positive_int
 from .watch import quiet_library, watch
 
@@ -43,7 +45,7 @@ def add_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         description="Show capacity, use, holders and waiters (queue order) with owner, "
         "permits, fencing token and age. Exits 66 if the semaphore does not exist.",
     )
-    p.add_argument("name", metavar="NAME")
+    add_name_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON document (for scripts)")
     p.set_defaults(handler=cmd_status)
 
@@ -55,7 +57,7 @@ def add_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "On a terminal the table is redrawn in place; otherwise a new table is printed "
         "when something changed. Waits for NAME to be created if it does not exist.",
     )
-    p.add_argument("name", metavar="NAME")
+    add_name_argument(p)
     p.add_argument(
         "--interval",
         "-n",
@@ -74,7 +76,7 @@ def add_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         description="Store a new capacity for an existing semaphore. Holders keep what "
         "they hold; after a decrease new grants wait until the use fits.",
     )
-    p.add_argument("name", metavar="NAME")
+    add_name_argument(p)
     p.add_argument("capacity", metavar="N", type=positive_int)
     p.set_defaults(handler=cmd_set_capacity)
 
@@ -92,10 +94,15 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     name = check_name(args.name)
     url, _ = resolve_url(args.url)
     with _backend(url) as backend:
-        st = backend.semaphore(name, create=False).status()
+        try:
+            st = backend.semaphore(name, create=False).status()
+        except SemaphoreNotFound:
+            if args.json:  # a document for scripts too, then the error (exit 66)
+                print(dumps({"name": name, "exists": False, "time": time.time()}), flush=True)
+            raise
     now = time.time()
     if args.json:
-        print(dumps(status_json(st, now)), flush=True)
+        print(dumps({**status_json(st, now), "exists": True}), flush=True)
     else:
         print("\n".join(status_table(st, now)), flush=True)
     return 0
