@@ -501,7 +501,8 @@ class QueueDriver(ABC):
 
     @abstractmethod
     def status(self) -> Status:
-        """Capacity, holders and waiters in queue order, within the request timeout."""
+        """Capacity, holders and waiters in queue order, within the request timeout;
+        SemaphoreNotFound once the capacity record is gone (never a cached capacity)."""
 
     @abstractmethod
     def set_capacity(self, capacity: int) -> None:

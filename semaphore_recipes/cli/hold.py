@@ -45,7 +45,7 @@ from ._common import (
     status_json,
 )
 from ._http import ProbeServer, Reply, add_listen_argument, metrics_route, parse_listen
-from .run import add_semaphore_arguments, check_permits, slot_env
+from .run import add_semaphore_arguments, check_permits, open_semaphore, slot_env
 
 DEFAULT_LISTEN = "0.0.0.0:8479"
 POLL = 0.05  # seconds between checks of the permit and of the stop signal
@@ -181,8 +181,8 @@ class Sidecar:
             "permits": self.permits,
             "token": None if permit is None else permit.token,
             "key": None if permit is None else permit.key,
-            "slots": None if permit is None else [s.index for s in permit.slots],
-            "slot_tokens": None if permit is None else [s.token for s in permit.slots],
+            "slots": [] if permit is None else [s.index for s in permit.slots],
+            "slot_tokens": [] if permit is None else [s.token for s in permit.slots],
             "owner": None if self.backend is None else self.backend.owner,
             "semaphore": None,
             "error": None,
@@ -235,7 +235,7 @@ def cmd_hold(args: argparse.Namespace, command: list[str]) -> int:
             sidecar.backend = connect(url)
             if instrumentation is not None:
                 sidecar.backend.instrument(instrumentation)
-            sem = sidecar.backend.semaphore(name, args.capacity, adopt_capacity=args.adopt_capacity)
+            sem = open_semaphore(sidecar.backend, name, args)
             sidecar.semaphore = sem
             sidecar.phase = Phase.WAITING
             say(f"hold: waiting for {args.permits} of {name!r} at {describe_url(parsed)}")
@@ -265,8 +265,9 @@ def cmd_hold(args: argparse.Namespace, command: list[str]) -> int:
         sidecar.phase = Phase.STOPPING
         if sidecar.permit is not None:
             token_file.remove()
+            lost = sidecar.permit.lost.is_set()
             sidecar.permit.release()
-            say(f"hold: released {name!r}")
+            say(f"hold: lost {name!r}: nothing to release" if lost else f"hold: released {name!r}")
         if sidecar.backend is not None:
             sidecar.backend.close()
         server.close()

@@ -43,6 +43,7 @@ from ..backend import MULTI
 from ..errors import AcquireTimeout, NotSupported, WouldBlock
 from ..semaphore import PermitState
 from ._common import ENV_URL, CliError, ExitCode, check_name, connect, resolve_url, say
+from ._name_argument import add_name_argument
 
 FORWARDED = (
     signal.SIGINT,
@@ -103,19 +104,20 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def add_semaphore_arguments(p: argparse.ArgumentParser) -> None:
     """NAME, --capacity, --adopt-capacity and --permits (``run`` and ``hold``)."""
-    p.add_argument("name", metavar="NAME", help="semaphore name: [A-Za-z0-9._-]{1,128}")
+    add_name_argument(p, "semaphore name: [A-Za-z0-9._-]{1,128}")
     p.add_argument(
         "--capacity",
         "-c",
         type=positive_int,
-        required=True,
         metavar="N",
-        help="permits in the semaphore (stored on first use; others must agree)",
+        help="permits in the semaphore (stored on first use; others must agree); "
+        "required unless --adopt-capacity",
     )
     p.add_argument(
         "--adopt-capacity",
         action="store_true",
-        help="use the stored capacity if it differs from --capacity (else exit 65)",
+        help="use the stored capacity if it differs from --capacity (else exit 65); "
+        "without --capacity the semaphore must exist (else exit 66)",
     )
     p.add_argument(
         "--permits", "-p", type=positive_int, default=1, metavar="K", help="permits to take"
@@ -129,12 +131,28 @@ def add_semaphore_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_permits(args: argparse.Namespace) -> None:
-    """Before any I/O: no more permits than the capacity (unless the stored one decides)."""
+    """Before any I/O: a capacity unless the stored one is adopted, and no more permits
+    than the capacity (unless the stored one decides)."""
+    if args.capacity is None and not args.adopt_capacity:
+        raise CliError(
+            ExitCode.USAGE,
+            "--capacity N is required (or --adopt-capacity: the stored one, which must exist)",
+        )
+    if args.capacity is None:
+        return
     if args.permits > args.capacity and not args.adopt_capacity:
         raise CliError(
             ExitCode.USAGE,
             f"--permits {args.permits} is more than --capacity {args.capacity}",
         )
+
+
+def open_semaphore(backend: Any, name: str, args: argparse.Namespace) -> Any:
+    """``NAME`` with ``--capacity`` (created if missing), or without it (``--adopt-capacity``
+    alone) the existing one, whatever its capacity: SemaphoreNotFound if none."""
+    if args.capacity is None:
+        return backend.semaphore(name, create=False)
+    return backend.semaphore(name, args.capacity, adopt_capacity=args.adopt_capacity)
 
 
 def slot_env(permit: Any) -> dict[str, str]:
@@ -258,7 +276,7 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
             backend = connect(url)
             if also and not backend.supports_acquire_all:  # before NAME is created
                 raise NotSupported(backend.scheme, MULTI)
-            sem = backend.semaphore(name, args.capacity, adopt_capacity=args.adopt_capacity)
+            sem = open_semaphore(backend, name, args)
             started = time.monotonic()
             if also:
                 # (a multi-permit follows its session; an entry deleted by hand is seen

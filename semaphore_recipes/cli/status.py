@@ -6,8 +6,9 @@ create=False)``, which writes nothing and uses the stored capacity, so ``status`
 semaphore" (exit 66; ``watch`` waits for it to appear); a refused read exits 77.
 
 Connection loss: ``status`` and ``set-capacity`` fail with exit 69 when the server cannot
-be reached (etcd requests are retried for up to 30 s first). ``watch`` shows the error
-in place of the table and tries again at every refresh until it is stopped.
+be reached (etcd requests are retried for up to 30 s first). ``watch`` (:mod:`.watch`)
+keeps the last table marked stale, with since when the store has not answered, and
+tries again at every refresh until it is stopped.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from .._url import ServiceURL
-from ..errors import BackendUnavailable, SemaphoreNotFound
+from ..errors import SemaphoreNotFound
 from ._common import (
     check_name,
     connect,
@@ -32,7 +32,9 @@ from ._common import (
     status_json,
     status_table,
 )
+from ._name_argument import add_name_argument
 from .run import non_negative_float, positive_int
+from .watch import quiet_library, watch
 
 
 def add_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -43,7 +45,7 @@ def add_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         description="Show capacity, use, holders and waiters (queue order) with owner, "
         "permits, fencing token and age. Exits 66 if the semaphore does not exist.",
     )
-    p.add_argument("name", metavar="NAME")
+    add_name_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON document (for scripts)")
     p.set_defaults(handler=cmd_status)
 
@@ -55,7 +57,7 @@ def add_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "On a terminal the table is redrawn in place; otherwise a new table is printed "
         "when something changed. Waits for NAME to be created if it does not exist.",
     )
-    p.add_argument("name", metavar="NAME")
+    add_name_argument(p)
     p.add_argument(
         "--interval",
         "-n",
@@ -74,7 +76,7 @@ def add_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         description="Store a new capacity for an existing semaphore. Holders keep what "
         "they hold; after a decrease new grants wait until the use fits.",
     )
-    p.add_argument("name", metavar="NAME")
+    add_name_argument(p)
     p.add_argument("capacity", metavar="N", type=positive_int)
     p.set_defaults(handler=cmd_set_capacity)
 
@@ -92,10 +94,15 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     name = check_name(args.name)
     url, _ = resolve_url(args.url)
     with _backend(url) as backend:
-        st = backend.semaphore(name, create=False).status()
+        try:
+            st = backend.semaphore(name, create=False).status()
+        except SemaphoreNotFound:
+            if args.json:  # a document for scripts too, then the error (exit 66)
+                print(dumps({"name": name, "exists": False, "time": time.time()}), flush=True)
+            raise
     now = time.time()
     if args.json:
-        print(dumps(status_json(st, now)), flush=True)
+        print(dumps({**status_json(st, now), "exists": True}), flush=True)
     else:
         print("\n".join(status_table(st, now)), flush=True)
     return 0
@@ -124,10 +131,11 @@ def cmd_watch(args: argparse.Namespace, command: list[str]) -> int:
     name = check_name(args.name)
     url, parsed = resolve_url(args.url)
     tty = sys.stdout.isatty()
+    log = quiet_library(args.verbose, tty and not args.json)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with _backend(url) as backend:
-            _watch_loop(backend, parsed, name, args.interval, args.json, tty)
+            watch(backend, name, describe_url(parsed), args.interval, args.json, tty, log)
     except KeyboardInterrupt:
         if tty and not args.json:
             print(flush=True)
@@ -135,42 +143,3 @@ def cmd_watch(args: argparse.Namespace, command: list[str]) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0  # pragma: no cover - the loop only ends by an interrupt
-
-
-def _watch_loop(
-    backend: Any, parsed: ServiceURL, name: str, interval: float, as_json: bool, tty: bool
-) -> None:
-    sem: Any = None
-    last_shown: object = None
-    while True:
-        now = time.time()
-        key: object
-        try:
-            if sem is None:
-                with contextlib.suppress(SemaphoreNotFound):
-                    sem = backend.semaphore(name, create=False)
-            if sem is None:
-                doc: dict[str, Any] = {"name": name, "exists": False, "time": now}
-                lines = [f"{name}: no such semaphore at {describe_url(parsed)} (yet); waiting"]
-                key = ("missing",)
-            else:
-                st = sem.status()
-                doc = {**status_json(st, now), "exists": True}
-                lines = status_table(st, now)
-                key = (st.capacity, st.holders, st.waiters)
-        except BackendUnavailable as exc:
-            doc = {"name": name, "error": str(exc), "time": now}
-            lines = [f"{name}: server unreachable ({exc}); retrying"]
-            key = ("error", str(exc))
-        stamp = time.strftime("%H:%M:%S", time.localtime(now))
-        if as_json:
-            if key != last_shown:
-                print(dumps(doc), flush=True)
-        elif tty:
-            header = f"every {interval:g}s: {describe_url(parsed)}  {stamp}"
-            sys.stdout.write("\x1b[H\x1b[J" + "\n".join([header, "", *lines]) + "\n")
-            sys.stdout.flush()
-        elif key != last_shown:
-            print("\n".join([f"-- {stamp}", *lines]), flush=True)
-        last_shown = key
-        time.sleep(max(interval, 0.05))

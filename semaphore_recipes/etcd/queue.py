@@ -902,7 +902,9 @@ class EtcdQueue(QueueDriver):
             lambda timeout: Call.txn([], [*self._reads, self._slots], [], timeout=timeout)
         )
         config = reply.responses[1].response_range.kvs
-        capacity = decode_capacity(self.name, config[0].value) if config else self.capacity
+        if not config:  # deleted, or the store lost its data: not the capacity we knew
+            raise SemaphoreNotFound(self.name, f"etcd key {self.config_key.decode()}")
+        capacity = decode_capacity(self.name, config[0].value)
         slots: dict[tuple[str, int | None], list[int]] = {}  # (entry, its token) -> slots
         for kv in reply.responses[2].response_range.kvs:
             index = self._slot_index(kv.key)

@@ -302,7 +302,10 @@ class MemoryQueue(QueueDriver):
 
     def _status(self) -> Generator[object, object, Status]:
         stored, entries, slots = yield from self.call(lambda: self.store.queue(self.path))
-        capacity = self.capacity if stored is None else stored  # (deleted: as etcd does)
+        if stored is None:  # deleted (or never stored): not the capacity we knew
+            where = f"memory store {self.store.name!r} at {self.path}"
+            raise SemaphoreNotFound(self.name, where)
+        capacity = stored
         rows = [
             EntryStatus(
                 e.key,

@@ -84,6 +84,7 @@ class RedisBackend(Backend):
         self._state = SessionState.CONNECTED
         self._closed = False
         self._reported_lost: str | None = None  # the lease whose end was told
+        self._removals_dropped = False  # closed: removals not retried (logged once)
         self._background = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="semaphore-recipes-redis-bg"
         )
@@ -95,8 +96,9 @@ class RedisBackend(Backend):
     @classmethod
     def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> RedisBackend:
         """A backend for a ``redis://`` or ``rediss://`` URL (params.py lists the
-        parameters): ValueError before any I/O, BackendUnavailable when the server does
-        not answer within ``connect_timeout``, AuthenticationFailed when it refuses."""
+        parameters): ValueError before any I/O (and for a database number the server
+        says is out of range), BackendUnavailable when the server does not answer within
+        ``connect_timeout``, AuthenticationFailed when it refuses."""
         backend = cls(RedisParams.from_url(url), owner=owner)
         try:
             backend.keeper.create(
@@ -188,6 +190,26 @@ class RedisBackend(Backend):
 
         with contextlib.suppress(RuntimeError):  # closed: the lease's end removes the rest
             self._background.submit(attempt)
+
+    def retry_removal(
+        self,
+        what: str,
+        exc: BackendUnavailable,
+        program: Callable[[], Generator[object, object, Any]],
+    ) -> None:
+        """A removal (``what``) that failed with ``exc``: tried again in the background
+        (:meth:`in_background`), with a warning. Not once the backend is closed: its
+        close deleted the lease, or the lease runs out, and its entries go with it; a
+        client that will never answer again is not retried, and one line says so for
+        all the waiters a close woke."""
+        if self._closed:
+            with self._state_lock:
+                first, self._removals_dropped = not self._removals_dropped, True
+            if first:
+                log.info("%s: not retried, the backend is closed (its lease ends them)", what)
+            return
+        log.warning("%s failed (%s); retrying", what, exc)
+        self.in_background(program)
 
     def await_new_lease(self, old: str, deadline: Deadline) -> Generator[object, object, None]:
         """Wait (within ``deadline``) until the keeper replaced the lease ``old``."""

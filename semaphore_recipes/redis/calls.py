@@ -71,6 +71,13 @@ def translate(exc: BaseException, where: str, user: str | None = None) -> BaseEx
         "NOPERM" in text or "can't run this command" in text  # (inside a script)
     ):
         return PermissionDenied("redis", user, where, str(exc))
+    if "DB index is out of range" in text:
+        # the URL's /db is above the server's `databases` setting: bad input, not an
+        # outage (known only from the server's reply to SELECT)
+        return ValueError(
+            f"{where}: the URL's database number is out of this server's range "
+            f"({exc}; its `databases` setting, 16 by default: 0..15)"
+        )
     return BackendUnavailable(f"{where}: {exc}")
 
 

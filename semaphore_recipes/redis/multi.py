@@ -136,8 +136,9 @@ async def delete_all_async(backend: RedisBackend, pairs: Pairs) -> None:
 def _retry(
     backend: RedisBackend, entries: list[tuple[RedisQueue, str]], exc: BackendUnavailable
 ) -> None:
-    log.warning("removing %s failed (%s); retrying", [k for _, k in entries], exc)
-    backend.in_background(lambda: removing_all(backend, entries))
+    backend.retry_removal(
+        f"removing {[k for _, k in entries]}", exc, lambda: removing_all(backend, entries)
+    )
 
 
 def transaction_all(

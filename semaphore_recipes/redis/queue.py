@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -52,7 +51,6 @@ from .transaction import RedisFencedTransaction
 if TYPE_CHECKING:
     from .backend import RedisBackend
 
-log = logging.getLogger("semaphore_recipes.redis")
 
 #: a look after the lease a waiter depends on would have expired comes this much later
 CHECK_MARGIN = 0.05
@@ -419,8 +417,9 @@ class RedisQueue(QueueDriver):
         try:
             self.backend.run(self._removal(key))
         except BackendUnavailable as exc:
-            log.warning("semaphore %r: removing %s failed (%s); retrying", self.name, key, exc)
-            self.backend.in_background(lambda: self._removal(key))
+            self.backend.retry_removal(
+                f"semaphore {self.name!r}: removing {key}", exc, lambda: self._removal(key)
+            )
 
     def abandon(self, waiter: Waiter) -> None:
         key = waiter.key or waiter.entry_id  # the id is chosen before the create
@@ -447,8 +446,9 @@ class RedisQueue(QueueDriver):
             self.backend.in_background(lambda: self._removal(key))
             raise
         except BackendUnavailable as exc:
-            log.warning("semaphore %r: removing %s failed (%s); retrying", self.name, key, exc)
-            self.backend.in_background(lambda: self._removal(key))
+            self.backend.retry_removal(
+                f"semaphore {self.name!r}: removing {key}", exc, lambda: self._removal(key)
+            )
             return
         asyncio.get_running_loop().call_soon(self._sweep_soon)
 
@@ -473,8 +473,9 @@ class RedisQueue(QueueDriver):
             self.backend.in_background(lambda: self._removal(key))
             raise
         except BackendUnavailable as exc:
-            log.warning("semaphore %r: removing %s failed (%s); retrying", self.name, key, exc)
-            self.backend.in_background(lambda: self._removal(key))
+            self.backend.retry_removal(
+                f"semaphore {self.name!r}: removing {key}", exc, lambda: self._removal(key)
+            )
 
     # ---- reading and fencing -----------------------------------------------------------------
     def status(self) -> Status:
@@ -485,8 +486,8 @@ class RedisQueue(QueueDriver):
 
     def _status(self) -> Generator[object, object, Status]:
         reply = yield from self._run_script(ScriptName.STATUS)
-        if not reply:  # deleted: as etcd does, the capacity we knew
-            return split_queue(self.name, self.capacity, [])
+        if not reply:  # deleted, or the store lost its data: not the capacity we knew
+            raise SemaphoreNotFound(self.name, self.backend.describe())
         self.apply_capacity(int(reply[0]), int(reply[1]))
         rows = [
             EntryStatus(

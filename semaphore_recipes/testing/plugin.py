@@ -236,12 +236,13 @@ def _with_param(url: str, name: str, value: str) -> str:
 
 
 def _backend_factory(
-    default_url: str, leftovers: Callable[[], list[str]]
+    default_url: str, leftovers: Callable[[], list[str]], settle: float = 12.0
 ) -> Iterator[Callable[..., Any]]:
     """Yield ``make(url=None, session_timeout=None, face=Face.SYNC, **connect_kwargs)``
     (``Face.ASYNC``: a blocking view of an asyncio backend, ``testing.faces``); at
-    teardown close every backend made, then fail if queue entries remain (waiting out the
-    sessions of killed processes)."""
+    teardown close every backend made, then fail if queue entries remain (waiting up to
+    ``settle`` seconds for the sessions of killed processes to run out: by default the
+    longest session timeout the tests use, plus a margin)."""
     import semaphore_recipes as sr
 
     from .faces import BlockingAsyncBackend, Face, LoopThread
@@ -276,7 +277,7 @@ def _backend_factory(
         backend.close()
     for loop in loops:
         loop.close()
-    deadline = time.monotonic() + 12.0  # longest session timeout the tests use + margin
+    deadline = time.monotonic() + settle
     left = leftovers()
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -695,7 +696,9 @@ def memory_backend(memory_url: str) -> Iterator[Callable[..., Any]]:
     from ..memory import store_named
 
     store = store_named(memory_url.removeprefix("memory://"))
-    yield from _backend_factory(memory_url, store.entry_paths)
+    # (no session of a memory store ends by itself, and a close deletes its entries at
+    # once: what is left now stays, so the check does not wait)
+    yield from _backend_factory(memory_url, store.entry_paths, settle=0.0)
 
 
 @pytest.fixture

@@ -924,8 +924,9 @@ class ZooKeeperQueue(QueueDriver):
         return capacity, rows
 
     def _status_of(self, found: tuple[int, list[tuple[int, EntryStatus]]] | None) -> Status:
-        if found is None:
-            return Status(self.name, self.capacity, (), ())
+        if found is None:  # deleted, or the store lost its data: not the capacity we knew
+            where = f"ZooKeeper node {(self.client.chroot or '') + self.path}"
+            raise SemaphoreNotFound(self.name, where)
         capacity, rows = found
         rows.sort(key=lambda r: r[0])
         return split_queue(self.name, capacity, (r[1] for r in rows))

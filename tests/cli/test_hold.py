@@ -117,6 +117,8 @@ def test_probes_token_file_and_metrics_then_sigterm_grants_the_waiter(
     code, text = b.get("/readyz")
     assert code == 503 and "waiting" in text
     assert b.get("/healthz")[0] == 200  # waiting is alive
+    waiting = b.status()
+    assert (waiting["slots"], waiting["slot_tokens"], waiting["token"]) == ([], [], None)
     assert not token_b.exists()
     wait_for(lambda: len(store.entries("side")) == 2, 10, "the waiter's entry")
     m = b.metrics()
@@ -205,6 +207,8 @@ def test_on_lost_exit_exits_76_and_removes_the_token(
     store.revoke("gone")  # ZooKeeper: the entry deleted; etcd: the lease revoked
     assert s.spawned.wait(10) == 76, s.spawned.stderr()
     assert "lost" in s.spawned.stderr() and "Traceback" not in s.spawned.stderr()
+    assert "hold: lost 'gone': nothing to release" in s.spawned.stderr()
+    assert "released" not in s.spawned.stderr()  # what happened: it was lost
     assert not token.exists()
 
 
