@@ -119,7 +119,13 @@ class RedisBackend(Backend):
         bound = Deadline(backend.params.connect_timeout, time.monotonic)
         try:
             await backend.aio.run(
-                call(ScriptName.NEW_LEASE, args, where=backend.describe(), bound=bound)
+                call(
+                    ScriptName.NEW_LEASE,
+                    args,
+                    where=backend.describe(),
+                    bound=bound,
+                    params=backend.params,
+                )
             )
         except BaseException:
             backend._shut()
@@ -167,7 +173,7 @@ class RedisBackend(Backend):
             bound=bound,
             waiting=deadline is not None,
             retry=retry,
-            user=self.params.username,
+            params=self.params,
             replicas=replicas,
             max_wait=self.request_timeout,
         )
@@ -323,7 +329,7 @@ class RedisBackend(Backend):
         try:
             value = cast("bytes | None", self.sync.client.get(key))
         except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe()) from exc
+            raise translate(exc, self.describe(), self.params) from exc
         return value
 
     async def read_async(self, key: str) -> bytes | None:
@@ -332,7 +338,7 @@ class RedisBackend(Backend):
         try:
             value = cast("bytes | None", await self.aio.client.get(key))
         except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe()) from exc
+            raise translate(exc, self.describe(), self.params) from exc
         return value
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
@@ -346,10 +352,10 @@ class RedisBackend(Backend):
             for key in self.sync.client.scan_iter(match=pattern, count=500):
                 self.sync.client.delete(key)
         except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe()) from exc
+            raise translate(exc, self.describe(), self.params) from exc
         bound = Deadline(self.request_timeout, time.monotonic)
         self.run(call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
-                      where=self.describe(), bound=bound))  # fmt: skip
+                      where=self.describe(), bound=bound, params=self.params))  # fmt: skip
 
     async def delete_semaphore_async(self, name: str) -> None:
         validate_name(name)
@@ -360,10 +366,11 @@ class RedisBackend(Backend):
             async for key in self.aio.client.scan_iter(match=pattern, count=500):
                 await self.aio.client.delete(key)
         except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe()) from exc
+            raise translate(exc, self.describe(), self.params) from exc
         bound = Deadline(self.request_timeout, time.monotonic)
-        await self.run_async(call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
-                                  where=self.describe(), bound=bound))  # fmt: skip
+        deleting = call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
+                        where=self.describe(), bound=bound, params=self.params)  # fmt: skip
+        await self.run_async(deleting)
 
     def _end_lease(self) -> Generator[object, object, None]:
         """Delete the lease (our entries are dead at once), then let each open queue
@@ -371,10 +378,10 @@ class RedisBackend(Backend):
         bound = Deadline(self.request_timeout, time.monotonic)
         prefix = self.params.prefix
         yield from call(ScriptName.END_LEASE, (prefix, "", self.lease),
-                        where=self.describe(), bound=bound)  # fmt: skip
+                        where=self.describe(), bound=bound, params=self.params)  # fmt: skip
         for name in {q.name for q in self.queues()}:
             yield from call(ScriptName.REMOVE, (prefix, name, "", self.lease),
-                            where=self.describe(), bound=bound)  # fmt: skip
+                            where=self.describe(), bound=bound, params=self.params)  # fmt: skip
 
     def _closing(self) -> bool:
         with self._state_lock:
