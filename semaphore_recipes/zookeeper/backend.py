@@ -58,6 +58,7 @@ from ..backend import (
 from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
 from . import _kazoo_compat
 from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
+from .log_masking import mask_credentials
 
 if TYPE_CHECKING:
     from .queue import ZooKeeperQueue
@@ -115,6 +116,7 @@ class ZooKeeperBackend(Backend):
         if client.state == KazooState.CONNECTED:
             self._connected.set()
         _kazoo_compat.track_negotiated_session_timeout(client)  # seen from its next connect
+        mask_credentials(client)  # (a client given to connect(): from its next connect)
         client.add_listener(self._on_state)
 
     # ---- construction -------------------------------------------------------
@@ -618,6 +620,7 @@ class _Opening:
 
     def new_client(self) -> Any:
         client = KazooClient(hosts=self.hosts, timeout=self.session_timeout, **self.kwargs)
+        mask_credentials(client)  # before its first Auth packet
         _kazoo_compat.track_negotiated_session_timeout(client)
         self.client = client
         self.deadline = Deadline(self.connect_timeout, time.monotonic)
