@@ -137,7 +137,7 @@ class RedisBackend(Backend):
     def _start(self) -> None:
         self.keeper.start()
         self.notifier.start()
-        log.info("redis backend at %s: lease %s", self.describe(), self.lease)
+        log.info("%s: lease %s", self.describe(), self.lease)
 
     # ---- running programs --------------------------------------------------------------------
     def run(self, program: Generator[object, object, Any]) -> Any:
@@ -255,7 +255,7 @@ class RedisBackend(Backend):
                 lambda entry_id: entry_id is not None and entry_id.startswith(old + ".")
             )
         if new is not None:
-            log.info("redis backend at %s: new lease %s", self.describe(), new)
+            log.info("%s: new lease %s", self.describe(), new)
 
     def check_holders(self, runner: SyncRunner) -> None:
         """After a renewal: report watched holder entries that are gone."""
@@ -399,7 +399,7 @@ class RedisBackend(Backend):
         try:
             self.sync.run(self._end_lease())
         except SemaphoreError as exc:
-            log.warning("redis backend at %s: closing: %s", self.describe(), exc)
+            log.warning("%s: closing: %s", self.describe(), exc)
         self._shut()
         self.fail("the redis backend was closed")
 
@@ -410,7 +410,7 @@ class RedisBackend(Backend):
         try:
             await self.aio.run(self._end_lease())
         except SemaphoreError as exc:
-            log.warning("redis backend at %s: closing: %s", self.describe(), exc)
+            log.warning("%s: closing: %s", self.describe(), exc)
         self._shut()
         await self.aio.close()
         self.fail("the redis backend was closed")
