@@ -6,6 +6,7 @@ checks the syntax every backend shares."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -18,6 +19,9 @@ DEFAULT_REQUEST_TIMEOUT = 5.0
 #: day is a mistake, and waits of much longer overflow the platform's timeouts.
 MIN_SECONDS = 0.01
 MAX_SECONDS = 86400.0
+#: a host name (at most 253 characters, as DNS allows), an IPv4 or a bracketed IPv6
+#: address (with a zone)
+_HOST = re.compile(r"[A-Za-z0-9._-]{1,253}|\[[0-9A-Za-z:.%]{2,64}\]")
 
 
 @dataclass(frozen=True)
@@ -95,12 +99,12 @@ def parse_url(url: str, default_port: int | None = None) -> ServiceURL:
         host, sep, port_s = item.rpartition(":")
         if not sep:
             host, port_s = item, str(default_port)
-        if not host or "@" in host or "/" in host:
-            raise ValueError(f"URL {shown}: bad host {quoted_url(item)}")
+        if not _HOST.fullmatch(host):
+            raise ValueError(f"URL {shown}: bad host {quoted(redact_url(item))}")
         try:
             port = int(port_s)
         except ValueError:
-            raise ValueError(f"URL {shown}: bad port in {quoted_url(item)}") from None
+            raise ValueError(f"URL {shown}: bad port in {quoted(redact_url(item))}") from None
         if not 0 < port < 65536:
             raise ValueError(f"URL {shown}: port {port} out of range")
         hosts.append((host.strip("[]"), port))
