@@ -705,7 +705,8 @@ class Backend(ABC):
 
     @abstractmethod
     def describe(self) -> str:
-        """Where this backend is, for people: ``etcd at h1:2379 (prefix /app/)``."""
+        """Where this backend is, for people: ``etcd at h1:2379 (prefix /app/)``; never
+        a password or a token (:func:`redact_url` masks them in a URL)."""
 
     @property
     @abstractmethod
