@@ -6,9 +6,11 @@ checks the syntax every backend shares."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from ._shown import quoted, quoted_url, redact_url
 from .errors import InvalidName
 
 DEFAULT_CONNECT_TIMEOUT = 15.0
@@ -17,6 +19,9 @@ DEFAULT_REQUEST_TIMEOUT = 5.0
 #: day is a mistake, and waits of much longer overflow the platform's timeouts.
 MIN_SECONDS = 0.01
 MAX_SECONDS = 86400.0
+#: a host name (at most 253 characters, as DNS allows), an IPv4 or a bracketed IPv6
+#: address (with a zone)
+_HOST = re.compile(r"[A-Za-z0-9._-]{1,253}|\[[0-9A-Za-z:.%]{2,64}\]")
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,16 @@ class ServiceURL:
     path: str  # where the backend keeps its semaphores (chroot, key prefix); "" when absent
     params: dict[str, str] = field(default_factory=dict)
     netloc: str = ""  # as written (a backend without hosts names its store here)
+
+    def __repr__(self) -> str:  # (the parameters and the netloc may hold a password)
+        return f"ServiceURL({self.redacted()!r})"
+
+    def redacted(self) -> str:
+        """The URL with its passwords and tokens replaced by ``***``, for people."""
+        query = "&".join(f"{key}={value}" for key, value in self.params.items())
+        return redact_url(
+            f"{self.scheme}://{self.netloc}{self.path}" + (f"?{query}" if query else "")
+        )
 
     @property
     def hosts_string(self) -> str:
@@ -49,10 +64,11 @@ class ServiceURL:
         try:
             value = float(raw)
         except ValueError:
-            raise ValueError(f"URL parameter {key}={raw!r} is not a number") from None
+            raise ValueError(f"URL parameter {key}={quoted(raw)} is not a number") from None
         if not (math.isfinite(value) and minimum <= value <= maximum):
             raise ValueError(
-                f"URL parameter {key}={raw!r} must be between {minimum:g} and {maximum:g} seconds"
+                f"URL parameter {key}={quoted(raw)} must be between {minimum:g} and "
+                f"{maximum:g} seconds"
             )
         return value
 
@@ -73,27 +89,28 @@ def parse_url(url: str, default_port: int | None = None) -> ServiceURL:
     if not isinstance(url, str):
         raise TypeError(f"URL must be a str, not {type(url).__name__}")
     parts = urlsplit(url)
+    shown = quoted_url(url)  # (an error names the URL without its secrets)
     if not parts.scheme:
-        raise ValueError(f"URL {url!r}: no scheme (e.g. etcd://host:2379)")
+        raise ValueError(f"URL {shown}: no scheme (e.g. etcd://host:2379)")
     hosts: list[tuple[str, int]] = []
     for item in parts.netloc.split(",") if default_port is not None else ():
         if not item:
-            raise ValueError(f"URL {url!r}: empty host")
+            raise ValueError(f"URL {shown}: empty host")
         host, sep, port_s = item.rpartition(":")
         if not sep:
             host, port_s = item, str(default_port)
-        if not host or "@" in host or "/" in host:
-            raise ValueError(f"URL {url!r}: bad host {item!r}")
+        if not _HOST.fullmatch(host):
+            raise ValueError(f"URL {shown}: bad host {quoted(redact_url(item))}")
         try:
             port = int(port_s)
         except ValueError:
-            raise ValueError(f"URL {url!r}: bad port in {item!r}") from None
+            raise ValueError(f"URL {shown}: bad port in {quoted(redact_url(item))}") from None
         if not 0 < port < 65536:
-            raise ValueError(f"URL {url!r}: port {port} out of range")
+            raise ValueError(f"URL {shown}: port {port} out of range")
         hosts.append((host.strip("[]"), port))
     path = unquote(parts.path).rstrip("/")
     if path and (".." in path.split("/") or "\x00" in path):
-        raise InvalidName(f"URL {url!r}: bad path {path!r}")
+        raise InvalidName(f"URL {shown}: bad path {quoted(path)}")
     params = dict(parse_qsl(parts.query, keep_blank_values=True))
     return ServiceURL(
         scheme=parts.scheme, hosts=tuple(hosts), path=path, params=params, netloc=parts.netloc

@@ -51,6 +51,7 @@ from ._core.queue import Entry, EntryState, nearest_needed
 from ._core.slots import Slot
 from ._core.status import EntryStatus, Status, split_queue
 from ._interrupts import call_with_sigint_held
+from ._shown import quoted, quoted_url, redact_url
 from ._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from .errors import NotSupported, SlotsNotSupported
 from .instrumentation import NO_INSTRUMENTATION, Instrumentation
@@ -90,6 +91,9 @@ __all__ = [
     "default_owner",
     "nearest_needed",
     "queues_of",
+    "quoted",
+    "quoted_url",
+    "redact_url",
     "run_program",
     "run_program_async",
     "session_lost",
@@ -702,7 +706,8 @@ class Backend(ABC):
 
     @abstractmethod
     def describe(self) -> str:
-        """Where this backend is, for people: ``etcd at h1:2379 (prefix /app/)``."""
+        """Where this backend is, for people: ``etcd at h1:2379 (prefix /app/)``; never
+        a password or a token (:func:`redact_url` masks them in a URL)."""
 
     @property
     @abstractmethod

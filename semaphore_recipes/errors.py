@@ -100,7 +100,8 @@ class SemaphoreNotFound(SemaphoreError, LookupError):
 
 class PermissionDenied(SemaphoreError, PermissionError):
     """The server refused an operation: a ZooKeeper ACL (``NoAuth``) or an etcd role
-    without the permission. ``user`` is the URL's user (None: anonymous), ``target`` the
+    without the permission. ``user`` is the URL's user (None: anonymous; on Redis,
+    ``default`` when the URL names none, as the server does), ``target`` the
     ZooKeeper path or etcd key (or key prefix) refused. Raised ``from`` the client
     library's error. Retrying does not help: the credentials, the ACLs or the roles must
     change. (The CLI exits 77.)"""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, cast
 
+from ._shown import quoted_url
 from ._url import ServiceURL
 from ._url import parse_url as _parse_url
 from .errors import BackendNotInstalled
@@ -116,7 +117,9 @@ def spec(scheme: str) -> BackendSpec:
         with _lock:
             found = _specs.get(scheme)
     if found is None:
-        raise ValueError(f"unknown URL scheme {scheme!r}: known are {', '.join(schemes())}")
+        raise ValueError(
+            f"unknown URL scheme {quoted_url(scheme)}: known are {', '.join(schemes())}"
+        )
     return found
 
 
@@ -138,7 +141,7 @@ def parse_url(url: str) -> ServiceURL:
         raise TypeError(f"URL must be a str, not {type(url).__name__}")
     scheme = url.partition("://")[0] if "://" in url else ""
     if not scheme:
-        raise ValueError(f"URL {url!r}: no scheme; known are {', '.join(schemes())}")
+        raise ValueError(f"URL {quoted_url(url)}: no scheme; known are {', '.join(schemes())}")
     found = spec(scheme)
     port = found.default_port
     if found.entry_point:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 
+from .._shown import quoted
 from ..errors import CorruptState, InvalidName
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -28,7 +29,7 @@ def validate_name(name: object) -> str:
         raise InvalidName(f"semaphore name must be a str, not {type(name).__name__}")
     if not NAME_PATTERN.fullmatch(name) or name in (".", ".."):
         raise InvalidName(
-            f"invalid semaphore name {name!r}: use 1-128 characters from "
+            f"invalid semaphore name {quoted(name)}: use 1-128 characters from "
             "A-Z a-z 0-9 . _ - (not '.' or '..')"
         )
     return name
@@ -39,13 +40,13 @@ def validate_root(root: object) -> str:
     if not isinstance(root, str):
         raise InvalidName(f"root must be a str, not {type(root).__name__}")
     if not root.startswith("/"):
-        raise InvalidName(f"root {root!r} must start with '/'")
+        raise InvalidName(f"root {quoted(root)} must start with '/'")
     segments = [s for s in root.split("/") if s]
     for seg in segments:
         if not _ROOT_SEGMENT.fullmatch(seg) or seg in (".", ".."):
-            raise InvalidName(f"invalid segment {seg!r} in root {root!r}")
+            raise InvalidName(f"invalid segment {quoted(seg)} in root {quoted(root)}")
     if root.rstrip("/") != "/" + "/".join(segments) and root != "/":
-        raise InvalidName(f"root {root!r} has empty segments")
+        raise InvalidName(f"root {quoted(root)} has empty segments")
     return "/" + "/".join(segments)
 
 

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from .. import registry
 from .._core.names import validate_name
 from .._core.status import EntryStatus, Status
+from .._shown import redact_url
 from .._url import ServiceURL
 from ..backend import Backend
 from ..errors import (
@@ -141,8 +142,8 @@ def connect(url: str, *, owner: str | None = None) -> Backend:
 
 
 def describe_url(parsed: ServiceURL) -> str:
-    """The URL without its parameters (they may hold a password)."""
-    where = parsed.hosts_string if parsed.hosts else parsed.netloc
+    """The URL without its parameters, its password masked (``redis://user:***@host``)."""
+    where = parsed.hosts_string if parsed.hosts else redact_url(parsed.netloc)
     return f"{parsed.scheme}://{where}{parsed.path}"
 
 

@@ -1,6 +1,6 @@
 """One worker process of ``semaphore-recipes demo`` (not a public interface).
 
-    python -m semaphore_recipes.cli._demo_worker '{"url": ..., "name": ..., ...}'
+    SEMAPHORE_RECIPES_URL=... python -m semaphore_recipes.cli._demo_worker '{"name": ..., ...}'
 
 It connects, says ``ready``, waits for ``go`` on stdin, acquires, and reports every step
 as one JSON line on stdout with a ``time.monotonic()`` stamp (the same clock in every
@@ -23,6 +23,8 @@ import time
 from typing import Any
 
 import semaphore_recipes as sr
+
+from ._common import ENV_URL
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -55,7 +57,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format=f"{cfg['label']}: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     owner = f"worker-{cfg['label']} pid {os.getpid()}"
-    backend = sr.connect(cfg["url"], owner=owner)
+    backend = sr.connect(os.environ[ENV_URL], owner=owner)
     try:
         sem = backend.semaphore(cfg["name"], cfg["capacity"])
         emit("ready", owner=owner, pid=os.getpid())

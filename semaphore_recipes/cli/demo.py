@@ -42,7 +42,7 @@ from urllib.parse import parse_qsl, urlencode
 from ..backend import Backend
 from ..devserver import DevServer
 from ..semaphore import Semaphore
-from ._common import CliError, ExitCode, describe_url, resolve_url, status_table
+from ._common import ENV_URL, CliError, ExitCode, describe_url, resolve_url, status_table
 
 SESSION = 2  # seconds: the session timeout / lease TTL of the workers that crash or pause
 WAIT = 30.0  # seconds any single step may take before the demo gives up
@@ -154,8 +154,8 @@ class Demo:
     def start_worker(
         self, label: str, scene: Scene, permits: int, mode: str, hold: float, short: bool
     ) -> Worker:
+        url = with_param(self.url, "session_timeout", str(SESSION)) if short else self.url
         cfg = {
-            "url": with_param(self.url, "session_timeout", str(SESSION)) if short else self.url,
             "name": scene.semaphore,
             "capacity": scene.capacity,
             "label": label,
@@ -166,6 +166,9 @@ class Demo:
         }
         proc = subprocess.Popen(
             [sys.executable, "-m", "semaphore_recipes.cli._demo_worker", json.dumps(cfg)],
+            # the URL (it may hold a password) in the environment, not the command line
+            # every user of the machine can read
+            env={**os.environ, ENV_URL: url},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -12,7 +12,7 @@ leaves as an :class:`~.errors.EtcdError`. No I/O here.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -39,7 +39,7 @@ class Send:
     """Make ``call`` on the channel with ``metadata``, as is (no retry, no mapping)."""
 
     call: Call
-    metadata: Metadata
+    metadata: Metadata = field(repr=False)  # (holds the auth token)
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Login:
     """Log in, unless the token is no longer ``stale`` (someone else logged in): the
     reply is the token to use."""
 
-    stale: str | None
+    stale: str | None = field(repr=False)  # (an auth token)
 
 
 class AuthToken:

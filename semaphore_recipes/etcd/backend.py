@@ -29,12 +29,13 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core.deadline import Deadline
 from .._core.names import etcd_entry_key, parse_etcd_entry, validate_name
 from .._core.program import Program
+from .._shown import quoted
 from .._url import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..backend import (
     RESTORED,
@@ -93,7 +94,7 @@ URL_PARAMETERS = frozenset(
 
 def validate_prefix(prefix: str) -> str:
     if not prefix.startswith("/") or "\x00" in prefix or "/../" in prefix + "/":
-        raise InvalidName(f"invalid etcd key prefix {prefix!r}")
+        raise InvalidName(f"invalid etcd key prefix {quoted(prefix)}")
     return prefix if prefix.endswith("/") else prefix + "/"
 
 
@@ -526,7 +527,7 @@ class _Settings:
     """What an ``etcd://`` URL says, for either client and the backend."""
 
     endpoints: list[str]
-    client_options: dict[str, Any]
+    client_options: dict[str, Any] = field(repr=False)  # (holds the password)
     backend_options: dict[str, Any]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._proto import etcd_api_pb2 as pb
@@ -53,7 +53,7 @@ class Call:
     it (gRPC does not order calls, and a cancelled call may still reach the server)."""
 
     rpc: Rpc
-    request: Any
+    request: Any = field(repr=False)  # (an Authenticate request holds the password)
     timeout: float | None = None
     creates: str | None = None
 

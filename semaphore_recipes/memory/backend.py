@@ -43,6 +43,7 @@ from ..backend import (
     Waiter,
     call_with_sigint_held,
     default_owner,
+    quoted_url,
     run_program,
     run_program_async,
     session_lost,
@@ -106,8 +107,8 @@ class MemoryBackend(Backend):
         request_timeout = url.request_timeout()
         if not _STORE_NAME.fullmatch(url.netloc):
             raise InvalidName(
-                f"invalid memory store name {url.netloc!r}: use up to 128 characters "
-                "from A-Z a-z 0-9 . _ -"
+                f"invalid memory store name {quoted_url(url.netloc)}: use up to 128 "
+                "characters from A-Z a-z 0-9 . _ -"
             )
         return cls(
             store_named(url.netloc), prefix=url.path, owner=owner, request_timeout=request_timeout

@@ -121,7 +121,13 @@ class RedisBackend(Backend):
         bound = Deadline(backend.params.connect_timeout, time.monotonic)
         try:
             await backend.aio.run(
-                call(ScriptName.NEW_LEASE, args, where=backend.describe(), bound=bound)
+                call(
+                    ScriptName.NEW_LEASE,
+                    args,
+                    where=backend.describe(),
+                    bound=bound,
+                    params=backend.params,
+                )
             )
         except BaseException:
             backend._shut()
@@ -133,7 +139,7 @@ class RedisBackend(Backend):
     def _start(self) -> None:
         self.keeper.start()
         self.notifier.start()
-        log.info("redis backend at %s: lease %s", self.describe(), self.lease)
+        log.info("%s: lease %s", self.describe(), self.lease)
 
     # ---- running programs --------------------------------------------------------------------
     def run(self, program: Generator[object, object, Any]) -> Any:
@@ -169,7 +175,7 @@ class RedisBackend(Backend):
             bound=bound,
             waiting=deadline is not None,
             retry=retry,
-            user=self.params.username,
+            params=self.params,
             replicas=replicas,
             max_wait=self.request_timeout,
         )
@@ -271,7 +277,7 @@ class RedisBackend(Backend):
                 lambda entry_id: entry_id is not None and entry_id.startswith(old + ".")
             )
         if new is not None:
-            log.info("redis backend at %s: new lease %s", self.describe(), new)
+            log.info("%s: new lease %s", self.describe(), new)
 
     def check_holders(self, runner: SyncRunner) -> None:
         """After a renewal: report watched holder entries that are gone."""
@@ -345,7 +351,7 @@ class RedisBackend(Backend):
         try:
             value = cast("bytes | None", self.sync.client.get(key))
         except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe()) from exc
+            raise translate(exc, self.describe(), self.params) from exc
         return value
 
     async def read_async(self, key: str) -> bytes | None:
@@ -354,7 +360,7 @@ class RedisBackend(Backend):
         try:
             value = cast("bytes | None", await self.aio.client.get(key))
         except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe()) from exc
+            raise translate(exc, self.describe(), self.params) from exc
         return value
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
@@ -368,10 +374,10 @@ class RedisBackend(Backend):
             for key in self.sync.client.scan_iter(match=pattern, count=500):
                 self.sync.client.delete(key)
         except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe()) from exc
+            raise translate(exc, self.describe(), self.params) from exc
         bound = Deadline(self.request_timeout, time.monotonic)
         self.run(call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
-                      where=self.describe(), bound=bound))  # fmt: skip
+                      where=self.describe(), bound=bound, params=self.params))  # fmt: skip
 
     async def delete_semaphore_async(self, name: str) -> None:
         validate_name(name)
@@ -382,10 +388,11 @@ class RedisBackend(Backend):
             async for key in self.aio.client.scan_iter(match=pattern, count=500):
                 await self.aio.client.delete(key)
         except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe()) from exc
+            raise translate(exc, self.describe(), self.params) from exc
         bound = Deadline(self.request_timeout, time.monotonic)
-        await self.run_async(call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
-                                  where=self.describe(), bound=bound))  # fmt: skip
+        deleting = call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
+                        where=self.describe(), bound=bound, params=self.params)  # fmt: skip
+        await self.run_async(deleting)
 
     def _end_lease(self) -> Generator[object, object, None]:
         """Delete the lease (our entries are dead at once), then let each open queue
@@ -393,10 +400,10 @@ class RedisBackend(Backend):
         bound = Deadline(self.request_timeout, time.monotonic)
         prefix = self.params.prefix
         yield from call(ScriptName.END_LEASE, (prefix, "", self.lease),
-                        where=self.describe(), bound=bound)  # fmt: skip
+                        where=self.describe(), bound=bound, params=self.params)  # fmt: skip
         for name in {q.name for q in self.queues()}:
             yield from call(ScriptName.REMOVE, (prefix, name, "", self.lease),
-                            where=self.describe(), bound=bound)  # fmt: skip
+                            where=self.describe(), bound=bound, params=self.params)  # fmt: skip
 
     def _closing(self) -> bool:
         with self._state_lock:
@@ -414,7 +421,7 @@ class RedisBackend(Backend):
         try:
             self.sync.run(self._end_lease())
         except SemaphoreError as exc:
-            log.warning("redis backend at %s: closing: %s", self.describe(), exc)
+            log.warning("%s: closing: %s", self.describe(), exc)
         self._shut()
         self.fail("the redis backend was closed")
 
@@ -425,7 +432,7 @@ class RedisBackend(Backend):
         try:
             await self.aio.run(self._end_lease())
         except SemaphoreError as exc:
-            log.warning("redis backend at %s: closing: %s", self.describe(), exc)
+            log.warning("%s: closing: %s", self.describe(), exc)
         self._shut()
         await self.aio.close()
         self.fail("the redis backend was closed")

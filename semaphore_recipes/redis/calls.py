@@ -61,16 +61,28 @@ class Pause:
 TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
-def translate(exc: BaseException, where: str, user: str | None = None) -> BaseException:
-    """The library's error for a redis-py one (the caller raises it ``from`` it);
-    ``user`` is the URL's (None: the default user)."""
-    if isinstance(exc, redis.exceptions.AuthenticationError):
-        return AuthenticationFailed("redis", user, where, str(exc))
+#: what a server that wants a password answers a client that sent none
+_NO_CREDENTIALS = ("NOAUTH", "HELLO must be called with the client already authenticated")
+
+
+def translate(exc: BaseException, where: str, params: RedisParams | None = None) -> BaseException:
+    """The library's error for a redis-py one (the caller raises it ``from`` it).
+    ``params``, the URL's, name its user (Redis's ``default`` user when it names none)
+    and its server in an authentication error."""
+    user = (params.username or "default") if params is not None else None
     text = str(exc)
+    if isinstance(exc, redis.exceptions.AuthenticationError) or text.startswith("NOAUTH"):
+        server = f"{params.address}/{params.db}" if params is not None else where
+        if params is not None and params.password is None and text.startswith(_NO_CREDENTIALS):
+            text = (
+                "the server requires a password and the URL gives none "
+                "(redis://:PASSWORD@host or redis://USER:PASSWORD@host)"
+            )
+        return AuthenticationFailed("redis", user, server, text)
     if isinstance(exc, redis.exceptions.NoPermissionError) or (
         "NOPERM" in text or "can't run this command" in text  # (inside a script)
     ):
-        return PermissionDenied("redis", user, where, str(exc))
+        return PermissionDenied("redis", user, where, text)
     if "DB index is out of range" in text:
         # the URL's /db is above the server's `databases` setting: bad input, not an
         # outage (known only from the server's reply to SELECT)
@@ -89,7 +101,7 @@ def call(
     bound: Deadline,
     waiting: bool = False,
     retry: bool = True,
-    user: str | None = None,
+    params: RedisParams | None = None,
     replicas: int = 0,
     max_wait: float = 0.0,
 ) -> Generator[object, object, Any]:
@@ -99,7 +111,7 @@ def call(
     them follows on the same connection, for at most half of ``max_wait`` (the request
     timeout) and of the time left. When the bound passes:
     AcquireTimeout if it is a waiting acquire's deadline (``waiting``), else
-    BackendUnavailable."""
+    BackendUnavailable. ``params``: the URL's (:func:`translate`)."""
     while True:
         try:
             # (half the time left: the WAIT's reply must beat the socket's timeout)
@@ -114,10 +126,10 @@ def call(
             ):
                 if waiting and not isinstance(exc, redis.exceptions.AuthenticationError):
                     raise AcquireTimeout(f"{where}: unreachable ({exc})") from exc
-                raise translate(exc, where, user) from exc
+                raise translate(exc, where, params) from exc
             yield Pause(bound.cap(RETRY_PAUSE))
         except redis.exceptions.ResponseError as exc:
-            raise translate(exc, where, user) from exc
+            raise translate(exc, where, params) from exc
 
 
 def no_retries() -> Retry:

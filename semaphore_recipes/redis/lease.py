@@ -66,7 +66,13 @@ class LeaseKeeper:
 
     def _new_lease(self, lease: str, bound: Deadline) -> Generator[object, object, Any]:
         args = (self.backend.params.prefix, "", lease, int(self.ttl * 1000), self.backend.owner)
-        return call(ScriptName.NEW_LEASE, args, where=self.backend.describe(), bound=bound)
+        return call(
+            ScriptName.NEW_LEASE,
+            args,
+            where=self.backend.describe(),
+            bound=bound,
+            params=self.backend.params,
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -96,7 +102,14 @@ class LeaseKeeper:
         where = f"renewing lease {lease}"
         try:
             renewed = self.runner.run(
-                call(ScriptName.RENEW, args, where=where, bound=bound, retry=False)
+                call(
+                    ScriptName.RENEW,
+                    args,
+                    where=where,
+                    bound=bound,
+                    retry=False,
+                    params=self.backend.params,
+                )
             )
         except BackendUnavailable as exc:
             if self._stop.is_set():

@@ -8,9 +8,10 @@ listed in docs/operations.md.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from .._shown import quoted
 from ..backend import ServiceURL
 from ..errors import InvalidName
 
@@ -45,7 +46,7 @@ class RedisParams:
     port: int
     db: int
     username: str | None
-    password: str | None
+    password: str | None = field(repr=False)
     tls: bool
     ca: str | None
     cert: str | None
@@ -75,6 +76,11 @@ class RedisParams:
             raise ValueError("ca, cert and key are TLS parameters: use a rediss:// URL")
         if ("cert" in url.params) != ("key" in url.params):
             raise ValueError("a client certificate needs both cert and key")
+        if "@" in url.path:  # (not echoed: the rest of the password is before it)
+            raise ValueError(
+                "the redis URL has an '@' after its host: percent-encode '/', '?', '#' "
+                "and '@' in the user and the password (%2F, %3F, %23, %40)"
+            )
         userinfo, _, hostport = url.netloc.rpartition("@")
         username: str | None = None
         password: str | None = None
@@ -90,20 +96,21 @@ class RedisParams:
             try:
                 db = int(url.path.strip("/"))
             except ValueError:
-                raise ValueError(f"redis URL path {url.path!r} is not a database number") from None
+                shown = quoted(url.path)
+                raise ValueError(f"redis URL path {shown} is not a database number") from None
             if db < 0:
                 raise ValueError(f"redis database {db} is negative")
         prefix = url.params.get("prefix", DEFAULT_PREFIX)
         if not _PREFIX.fullmatch(prefix):
             raise InvalidName(
-                f"invalid redis key prefix {prefix!r}: up to 128 characters from "
+                f"invalid redis key prefix {quoted(prefix)}: up to 128 characters from "
                 "A-Z a-z 0-9 . _ / -"
             )
         raw_replicas = url.params.get("wait_replicas", "0")
         try:
             wait_replicas = int(raw_replicas)
         except ValueError:
-            raise ValueError(f"wait_replicas={raw_replicas!r} is not a number") from None
+            raise ValueError(f"wait_replicas={quoted(raw_replicas)} is not a number") from None
         if not 0 <= wait_replicas <= 100:
             raise ValueError(f"wait_replicas={wait_replicas} must be between 0 and 100")
         return cls(
@@ -152,11 +159,11 @@ def _host_port(text: str) -> tuple[str, int]:
     if not sep or host.endswith(":") or ("[" in text and not host.endswith("]")):
         host, port_s = text, str(DEFAULT_PORT)
     if not _HOST.fullmatch(host):
-        raise ValueError(f"bad redis host {host!r}")
+        raise ValueError(f"bad redis host {quoted(host)}")
     try:
         port = int(port_s)
     except ValueError:
-        raise ValueError(f"bad redis port {port_s!r}") from None
+        raise ValueError(f"bad redis port {quoted(port_s)}") from None
     if not 0 < port < 65536:
         raise ValueError(f"redis port {port} out of range")
     return host.strip("[]"), port

@@ -60,6 +60,7 @@ from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, P
 from . import _kazoo_compat
 from ._tls import TLS_PARAMETERS, is_certificate_refusal, tls_failure, tls_options
 from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
+from .log_masking import mask_credentials
 
 if TYPE_CHECKING:
     from .queue import ZooKeeperQueue
@@ -128,6 +129,7 @@ class ZooKeeperBackend(Backend):
         if client.state == KazooState.CONNECTED:
             self._connected.set()
         _kazoo_compat.track_negotiated_session_timeout(client)  # seen from its next connect
+        mask_credentials(client)  # (a client given to connect(): from its next connect)
         client.add_listener(self._on_state)
 
     # ---- construction -------------------------------------------------------
@@ -640,6 +642,7 @@ class _Opening:
 
     def new_client(self) -> Any:
         client = KazooClient(hosts=self.hosts, timeout=self.session_timeout, **self.kwargs)
+        mask_credentials(client)  # before its first Auth packet
         _kazoo_compat.track_negotiated_session_timeout(client)
         self.client = client
         self.deadline = Deadline(self.connect_timeout, time.monotonic)

@@ -187,8 +187,23 @@ class ZooKeeperQueue(QueueDriver):
             capacity = decode_capacity(self.name, raw)
         except NoNodeError:
             return
-        except Exception as exc:  # CorruptState or a connection error: keep the old value
-            log.error("semaphore %r: cannot read the new capacity: %s", self.name, exc)
+        except (ConnectionLoss, SessionExpiredError) as exc:
+            # Expected after an outage: kazoo fails the requests in flight on a dropped
+            # connection or an expired session (with no message). Not settled, the
+            # cached value is not trusted: the next acquire lists the queue and reads
+            # the capacity if it changed; a new session arms the watch again.
+            what = "session ended" if isinstance(exc, SessionExpiredError) else "connection dropped"
+            log.info(
+                "semaphore %r: a capacity read was cut off (%s: the %s); "
+                "the next acquire checks the stored capacity",
+                self.name,
+                type(exc).__name__,
+                what,
+            )
+            return
+        except Exception as exc:  # CorruptState, an ACL, ...: keep the old value
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            log.error("semaphore %r: cannot read the new capacity: %s", self.name, detail)
             return
         self.apply_capacity(capacity, stat.mzxid)
         self._capacity_settled = True
