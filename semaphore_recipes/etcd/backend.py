@@ -10,7 +10,8 @@ grants the new lease; the others wait for it (each within its own deadline) and 
 enqueue on it. The old lease's keeper is stopped, and a report about an old lease
 (from its keeper or from a refused request) never ends the lease that replaced it.
 
-Bounds: opening waits at most ``connect_timeout``; every later call but a waiting
+Bounds: opening waits at most ``connect_timeout`` (at once BackendUnavailable when
+every address refuses: :mod:`.._reachability`); every later call but a waiting
 acquire at most ``request_timeout`` (requests retried on UNAVAILABLE until then), then
 raises BackendUnavailable; ``close()`` leaves a lease it could not revoke in time to
 expire.
@@ -32,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .. import _reachability
 from .._core.deadline import Deadline
 from .._core.names import etcd_entry_key, parse_etcd_entry, validate_name
 from .._core.program import Program
@@ -150,9 +152,16 @@ class EtcdBackend(Backend):
         parameter etcd does not take (a ZooKeeper one such as ``root``, or a typo): the
         key prefix is the URL's path, and a silently ignored setting is a wrong one."""
         settings = _settings(url)
+        _reachability.refuse_early("etcd", url.hosts)  # every address refused: now
         client = EtcdClient(settings.endpoints, **settings.client_options)
         try:
             return cls(client, owner=owner, **settings.backend_options)
+        except BackendUnavailable as exc:
+            client.close()
+            if not isinstance(exc.__cause__, EtcdUnavailable):
+                raise
+            said = _reachability.diagnose("etcd", _reachability.HTTP2, url.hosts, settings.tls)
+            raise BackendUnavailable(f"{exc}: {said}") from exc.__cause__
         except BaseException:
             client.close()
             raise
@@ -162,12 +171,21 @@ class EtcdBackend(Backend):
         """:meth:`from_url` for the asyncio face: a ``grpc.aio`` channel, the lease
         granted without blocking the loop, its keepalive a task of the loop."""
         settings = _settings(url)
+        await _reachability.refuse_early_async("etcd", url.hosts)
         client = AioEtcdClient(settings.endpoints, **settings.client_options)
         try:
             backend = cls(client, owner=owner, **settings.backend_options)
             await backend.run_async(
                 backend._new_lease(Deadline(backend.connect_timeout, _monotonic))
             )
+        except BackendUnavailable as exc:
+            await client.close()
+            if not isinstance(exc.__cause__, EtcdUnavailable):
+                raise
+            said = await _reachability.diagnose_async(
+                "etcd", _reachability.HTTP2, url.hosts, settings.tls
+            )
+            raise BackendUnavailable(f"{exc}: {said}") from exc.__cause__
         except BaseException:
             await client.close()
             raise
@@ -528,6 +546,7 @@ class _Settings:
     endpoints: list[str]
     client_options: dict[str, Any]
     backend_options: dict[str, Any]
+    tls: bool
 
 
 def _settings(url: ServiceURL) -> _Settings:
@@ -559,6 +578,7 @@ def _settings(url: ServiceURL) -> _Settings:
             connect_timeout=connect_timeout,
             request_timeout=request_timeout,
         ),
+        tls=any(params.get(name) for name in ("ca", "cert", "key")),
     )
 
 

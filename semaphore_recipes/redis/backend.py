@@ -36,6 +36,7 @@ from typing import Any, cast
 
 import redis
 
+from .. import _reachability
 from ..backend import (
     RESTORED,
     SUSPENDED,
@@ -97,20 +98,27 @@ class RedisBackend(Backend):
         """A backend for a ``redis://`` or ``rediss://`` URL (params.py lists the
         parameters): ValueError before any I/O, BackendUnavailable when the server does
         not answer within ``connect_timeout``, AuthenticationFailed when it refuses."""
-        backend = cls(RedisParams.from_url(url), owner=owner)
+        params = RedisParams.from_url(url)
+        _reachability.refuse_early("Redis", [(params.host, params.port)])  # refused: now
+        backend = cls(params, owner=owner)
         try:
             backend.keeper.create(
                 backend.lease, Deadline(backend.params.connect_timeout, time.monotonic)
             )
-        except BaseException:
+        except BaseException as exc:
             backend._shut()
+            if _unreachable(exc):
+                said = _reachability.diagnose(*_diagnosis_of(params))
+                raise BackendUnavailable(f"{str(exc).rstrip('.')}: {said}") from exc.__cause__
             raise
         backend._start()
         return backend
 
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> RedisBackend:
-        backend = cls(RedisParams.from_url(url), owner=owner)
+        params = RedisParams.from_url(url)
+        await _reachability.refuse_early_async("Redis", [(params.host, params.port)])
+        backend = cls(params, owner=owner)
         backend.aio = AsyncRunner(backend.params)
         args = (
             backend.params.prefix, "", backend.lease,
@@ -121,9 +129,12 @@ class RedisBackend(Backend):
             await backend.aio.run(
                 call(ScriptName.NEW_LEASE, args, where=backend.describe(), bound=bound)
             )
-        except BaseException:
+        except BaseException as exc:
             backend._shut()
             await backend.aio.close()
+            if _unreachable(exc):
+                said = await _reachability.diagnose_async(*_diagnosis_of(params))
+                raise BackendUnavailable(f"{str(exc).rstrip('.')}: {said}") from exc.__cause__
             raise
         backend._start()
         return backend
@@ -415,6 +426,17 @@ class RedisBackend(Backend):
         self._background.shutdown(wait=False, cancel_futures=True)
         for runner in (self.sync, self.keeper.runner, self.notifier.runner):
             runner.close()
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Did connecting fail because the server could not be talked to (no answer, or
+    one that is not Redis's), rather than refusing us?"""
+    return isinstance(exc, BackendUnavailable) and isinstance(exc.__cause__, TRANSIENT)
+
+
+def _diagnosis_of(params: RedisParams) -> tuple[str, str, list[tuple[str, int]], bool]:
+    """The arguments of :func:`.._reachability.diagnose` for these parameters."""
+    return "Redis", _reachability.REDIS, [(params.host, params.port)], params.tls
 
 
 class TlsRedisBackend(RedisBackend):

@@ -1,6 +1,7 @@
 """One ZooKeeper session shared by every semaphore of a backend object.
 
-Bounds: opening waits at most ``connect_timeout``; every later call but a waiting
+Bounds: opening waits at most ``connect_timeout`` (at once BackendUnavailable when
+every address refuses: :mod:`.._reachability`); every later call but a waiting
 acquire at most ``request_timeout`` (kazoo's async calls with a bounded wait), then
 raises BackendUnavailable. If kazoo's connection loop dies (it never reconnects then),
 held permits are LOST, waiters raise BackendUnavailable, and so does every later call.
@@ -39,6 +40,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, KeeperState
 
+from .. import _reachability
 from .._core.deadline import Deadline
 from .._core.names import join_path, validate_name, validate_root
 from .._core.program import run_program, run_program_async
@@ -121,11 +123,15 @@ class ZooKeeperBackend(Backend):
     @classmethod
     def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> ZooKeeperBackend:
         opening = _Opening(url)  # ValueError on a bad parameter, before any I/O
+        _reachability.refuse_early("ZooKeeper", url.hosts)  # every address refused: now
         client = opening.new_client()
         try:
             run_program(opening.connecting(client), opening.wait)
         except Exception as exc:
-            raise opening.failed(client, exc) from exc
+            diagnosis = None
+            if isinstance(exc, KazooTimeoutError):
+                diagnosis = _reachability.diagnose(*opening.diagnosis_of(url))
+            raise opening.failed(client, exc, diagnosis) from exc
         except BaseException:  # interrupted: the client is not the caller's to stop
             _stop_in_background(client)
             raise
@@ -136,11 +142,15 @@ class ZooKeeperBackend(Backend):
         """:meth:`from_url` without blocking the event loop: kazoo's connection thread
         connects; a connection listener wakes the loop (within the connect timeout)."""
         opening = _Opening(url)
+        await _reachability.refuse_early_async("ZooKeeper", url.hosts)
         client = opening.new_client()
         try:
             await run_program_async(opening.connecting(client), opening.wait_async)
         except Exception as exc:
-            raise opening.failed(client, exc) from exc
+            diagnosis = None
+            if isinstance(exc, KazooTimeoutError):
+                diagnosis = await _reachability.diagnose_async(*opening.diagnosis_of(url))
+            raise opening.failed(client, exc, diagnosis) from exc
         except BaseException:  # cancelled: the client is not the caller's to stop
             _stop_in_background(client)
             raise
@@ -717,17 +727,24 @@ class _Opening:
         if not client.connected:
             raise KazooTimeoutError("no connection")
 
-    def failed(self, client: Any, exc: Exception) -> Exception:
-        """The library's error for ``exc``, raised while connecting; the client is
-        stopped in the background."""
+    def diagnosis_of(self, url: ServiceURL) -> tuple[str, str, tuple[tuple[str, int], ...], bool]:
+        """The arguments of :func:`.._reachability.diagnose` for this URL."""
+        return "ZooKeeper", _reachability.ZOOKEEPER, url.hosts, "use_ssl" in self.kwargs
+
+    def failed(self, client: Any, exc: Exception, diagnosis: str | None = None) -> Exception:
+        """The library's error for ``exc``, raised while connecting (``diagnosis``: what
+        the addresses answered, after a time-out); the client is stopped in the
+        background."""
         _stop_in_background(client)
         if isinstance(exc, NoAuthError):
             return PermissionDenied("ZooKeeper", self.user, self.chroot, "cannot create the chroot")
         if isinstance(exc, AuthFailedError) or client.client_state == KeeperState.AUTH_FAILED:
             return AuthenticationFailed("ZooKeeper", self.user, self.hosts, f"{exc!r}")
         if isinstance(exc, KazooTimeoutError):
+            said = f": {diagnosis}" if diagnosis else ""
             return BackendUnavailable(
-                f"no ZooKeeper server answered at {self.hosts} within {self.connect_timeout:g} s"
+                f"no ZooKeeper server answered at {self.hosts} within "
+                f"{self.connect_timeout:g} s{said}"
             )
         return BackendUnavailable(f"cannot use ZooKeeper at {self.hosts}: {exc}")
 
