@@ -89,13 +89,59 @@ def track_negotiated_session_timeout(client: Any) -> None:
         return
 
     def connect_and_record(*args: Any, **kwargs: Any) -> Any:
-        read_timeout, connect_timeout = connect(*args, **kwargs)
+        try:
+            read_timeout, connect_timeout = connect(*args, **kwargs)
+        except Exception as exc:
+            if _closed_at_handshake(client, exc):
+                for listener in list(_handshake_listeners.get(client, ())):
+                    listener()
+            raise
         # milliseconds, rounded: kazoo computes read_timeout as negotiated * 2.0 / 3.0
         _negotiated_timeouts[client] = round(read_timeout * 3 / 2) / 1000.0
         return read_timeout, connect_timeout
 
     connect_and_record._records_negotiated_timeout = True  # type: ignore[attr-defined]
     connection._connect = connect_and_record
+
+
+#: client -> what to call when a server closes its connection at the handshake
+_handshake_listeners: weakref.WeakKeyDictionary[Any, list[Callable[[], None]]]
+_handshake_listeners = weakref.WeakKeyDictionary()
+
+
+def on_handshake_closed(client: Any, listener: Callable[[], None]) -> None:
+    """Call ``listener()`` each time a server closes ``client``'s connection in answer
+    to its session request, before any reply; on kazoo's connection thread (it must not
+    block). ZooKeeper does that to a client that has seen a zxid newer than the server's
+    own ("Refusing session request for client ... as it has seen zxid"), to every client
+    while it is not serving (no quorum), and past ``maxClientCnxns``. Call it before
+    ``start()``, as :func:`track_negotiated_session_timeout` (which it calls).
+
+    kazoo's ``_connect`` opens the socket, sends the Connect request and reads the
+    reply; a closed socket there raises ConnectionDropped ("socket connection broken",
+    or a socket error such as a reset) while the client's state is still CONNECTING
+    (kazoo reports CONNECTED just after the reply is read).
+    """
+    track_negotiated_session_timeout(client)
+    _handshake_listeners.setdefault(client, []).append(listener)
+
+
+def _closed_at_handshake(client: Any, exc: BaseException) -> bool:
+    from kazoo.exceptions import ConnectionDropped
+    from kazoo.protocol.states import KeeperState
+
+    if not isinstance(exc, ConnectionDropped) or client.client_state != KeeperState.CONNECTING:
+        return False
+    # a refused TCP connection is no handshake: the server never saw the request
+    return "connection broken" in str(exc) or isinstance(exc.__context__, ConnectionResetError)
+
+
+def last_zxid(client: Any) -> int:
+    """The newest zxid (ZooKeeper transaction id) the client has seen in a reply: kazoo
+    sends it in each session request, and a server whose own last zxid is older refuses
+    the client. kazoo keeps it as ``last_zxid`` (an attribute outside its documented
+    API), 0 before the first reply."""
+    return int(getattr(client, "last_zxid", 0) or 0)
 
 
 def session_password(client: Any) -> bytes:

@@ -10,6 +10,9 @@ Connection loss: kazoo reconnects by itself; held permits are SUSPENDED, then HE
 with the same session, or LOST when the session expired or stayed unreachable for a
 whole session timeout; waiters wait for the connection (within their deadline) and keep
 their place. Session expiry: waiters enter the queue again with kazoo's new session.
+A server that refuses the session because its history is older than the client's (wiped,
+or restored from a backup; :mod:`._history`) ends the backend at once, as a dead
+connection loop does, with StoreHistoryReset.
 
 The asyncio face (``from_url_async`` and the ``*_async`` methods) is the same backend:
 the same programs, awaited; kazoo's state listener and callback thread wake the event
@@ -57,8 +60,14 @@ from ..backend import (
     default_owner,
     session_lost,
 )
-from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
-from . import _kazoo_compat
+from ..errors import (
+    AcquireTimeout,
+    AuthenticationFailed,
+    BackendUnavailable,
+    PermissionDenied,
+    StoreHistoryReset,
+)
+from . import _history, _kazoo_compat
 from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
 
 if TYPE_CHECKING:
@@ -111,12 +120,15 @@ class ZooKeeperBackend(Backend):
         self._expiry_timer: threading.Timer | None = None
         self._closed = False
         self._failure: str | None = None  # why this backend can no longer be used
+        self._failure_error: type[BackendUnavailable] = BackendUnavailable
+        self._checking_history = False  # a thread asks the server for its last zxid
         # tasks of the asyncio face waiting for the connection: (their loop, their future)
         self._connection_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]
         self._connection_waiters = set()
         if client.state == KazooState.CONNECTED:
             self._connected.set()
         _kazoo_compat.track_negotiated_session_timeout(client)  # seen from its next connect
+        _kazoo_compat.on_handshake_closed(client, self._handshake_closed)
         client.add_listener(self._on_state)
 
     # ---- construction -------------------------------------------------------
@@ -462,25 +474,58 @@ class ZooKeeperBackend(Backend):
         if self._failure is None and _kazoo_compat.connection_loop_died(self.client):
             self._fail()
         if self._failure is not None:
-            raise BackendUnavailable(self._failure)
+            raise self._failure_error(self._failure)
         if self.client.client_state in (KeeperState.CLOSED, KeeperState.AUTH_FAILED):
             raise BackendUnavailable(f"the kazoo client is {self.client.client_state}")
 
-    def _fail(self) -> None:
-        """kazoo's connection loop ended by itself: nothing will reconnect. Permits are
-        lost, waiters end with BackendUnavailable; the server expires the session."""
+    def _fail(
+        self, reason: str | None = None, error: type[BackendUnavailable] = BackendUnavailable
+    ) -> None:
+        """Nothing will reconnect: kazoo's connection loop ended by itself, or (with
+        ``reason``) the server refuses this client for good. Permits are lost, waiters
+        end with BackendUnavailable, later calls raise ``error``; the server expires the
+        session (if it still knows it)."""
         with self._lock:
             if self._failure is not None:
                 return
-            self._failure = (
+            self._failure = reason or (
                 "kazoo's connection loop ended by itself (kazoo logged why): this ZooKeeper "
                 "client will not reconnect; its session expires on the server"
             )
+            self._failure_error = error
         self._connected.clear()
         self._cancel_expiry_timer()
         self._wake_connection_waiters()
         log.error("%s; held permits are lost, waiters fail", self._failure)
         self.fail(self._failure)
+
+    # ---- a store whose history restarted (_history.py) ------------------------------
+    def _handshake_closed(self) -> None:
+        """A server closed the connection at the handshake (on kazoo's connection
+        thread: never block here): ask it, on a thread of its own, whether its history
+        went back behind ours. One question at a time."""
+        if self.client.use_ssl or _kazoo_compat.last_zxid(self.client) == 0:
+            return  # no srvr over TLS; a client that saw nothing cannot be refused for it
+        with self._lock:
+            if self._checking_history or self._failure is not None or self._closed:
+                return
+            self._checking_history = True
+        threading.Thread(target=self._check_history, name="sr-zk-history", daemon=True).start()
+
+    def _check_history(self) -> None:
+        try:
+            seen = _kazoo_compat.last_zxid(self.client)
+            for host, port in self.client.hosts:
+                theirs = _history.server_zxid(host, port)
+                if theirs is not None and theirs < seen:
+                    reason = _history.history_reset_reason(f"{host}:{port}", theirs, seen)
+                    self._fail(reason, StoreHistoryReset)
+                    if self._own_client:  # it would knock for ever: the server refuses it
+                        _stop_in_background(self.client)
+                    return
+        finally:
+            with self._lock:
+                self._checking_history = False
 
     def register_queue(self, queue: ZooKeeperQueue) -> None:
         with self._lock:
