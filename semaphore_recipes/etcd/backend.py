@@ -57,11 +57,13 @@ from ..errors import (
     BackendUnavailable,
     InvalidName,
     PermissionDenied,
+    StoreHistoryReset,
 )
 from .aio_client import AioEtcdClient
 from .aio_lease import AsyncLeaseKeeper
 from .client import EtcdClient
 from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, EtcdUnavailable
+from .history import StoreHistory
 from .lease import LeaseKeeper
 from .ops import prefix_range_end
 from .retry import retrying
@@ -140,10 +142,12 @@ class EtcdBackend(Backend):
         self._keeper: LeaseKeeper | AsyncLeaseKeeper | None = None
         self._sync: SyncRunner | None = None
         self._aio: AsyncRunner | None = None
+        self._history = StoreHistory()  # the cluster id and newest revision seen
+        self._failure: str | None = None  # the store's history restarted: why
         if isinstance(client, AioEtcdClient):
-            self._aio = AsyncRunner(client, self._answer_async)
+            self._aio = AsyncRunner(client, self._answer_async, self._history.seen)
         else:
-            self._sync = SyncRunner(client, self._answer_sync)
+            self._sync = SyncRunner(client, self._answer_sync, self._history.seen)
             self.run(self._new_lease(Deadline(connect_timeout, _monotonic)))
 
     @classmethod
@@ -247,6 +251,7 @@ class EtcdBackend(Backend):
                 max_backoff=0.5,
             )
             lease_id, ttl = granted_lease(reply)
+            went_back = self._history.went_back(reply, ", ".join(self.client.endpoints))
         except EtcdUnavailable as exc:
             raise BackendUnavailable(
                 f"no etcd member answered at {', '.join(self.client.endpoints)}"
@@ -258,6 +263,10 @@ class EtcdBackend(Backend):
             ) from exc
         except EtcdError as exc:
             raise BackendUnavailable(f"etcd refused a lease: {exc}") from exc
+        if went_back is not None:
+            self._history_restarted(went_back)
+            yield from self._revoke(lease_id, deadline)  # a lease of the new store: not ours
+            raise StoreHistoryReset(went_back)
         # Every report of this keeper names its lease: a late one about a lease that was
         # already replaced must not touch the new lease or its permits.
         keeper: LeaseKeeper | AsyncLeaseKeeper
@@ -284,6 +293,17 @@ class EtcdBackend(Backend):
         log.info("etcd session: lease %x, TTL %d s", lease_id, ttl)
         return lease_id
 
+    def _history_restarted(self, reason: str) -> None:
+        """The store's history went back (:mod:`.history`): nothing of this backend's
+        session survives there. Permits are LOST, waiters fail, later calls raise
+        StoreHistoryReset."""
+        with self._lock:
+            if self._failure is not None:
+                return
+            self._failure = reason
+        log.error("%s", reason)
+        self.fail(reason)
+
     def current_lease(self, deadline: Deadline) -> int:
         """The live lease, granting a new one after an expiry (within ``deadline``); see
         :meth:`lease`."""
@@ -301,6 +321,8 @@ class EtcdBackend(Backend):
             with self._lock:
                 if self._closed:
                     raise BackendUnavailable("the etcd backend is closed")
+                if self._failure is not None:
+                    raise StoreHistoryReset(self._failure)
                 if self.lease_id:
                     return self.lease_id
                 if deadline.expired():
@@ -340,7 +362,7 @@ class EtcdBackend(Backend):
         permits are lost and waiters enter the queue again. A no-op unless ``lease_id``
         is the current lease (its successor is not touched)."""
         with self._lock:
-            if self._closed or not lease_id or self.lease_id != lease_id:
+            if self._closed or self._failure or not lease_id or self.lease_id != lease_id:
                 return
             self.lease_id = 0
             keeper, self._keeper = self._keeper, None
@@ -434,6 +456,8 @@ class EtcdBackend(Backend):
         with self._lock:
             if self._closed:
                 return SessionState.CLOSED
+            if self._failure is not None:
+                return SessionState.FAILED
             keeper = self._keeper
             if not self.lease_id or keeper is None:
                 return SessionState.EXPIRED
@@ -477,6 +501,8 @@ class EtcdBackend(Backend):
     def _bounded(self, make: Callable[[float], Call], target: str) -> Program[Any]:
         """A retry-safe call of this backend's own, retried on UNAVAILABLE within the
         request timeout (then BackendUnavailable); PermissionDenied naming ``target``."""
+        if self._failure is not None:
+            raise StoreHistoryReset(self._failure)
         deadline = Deadline(self.request_timeout, _monotonic)
         try:
             return (yield from retrying(make, deadline, attempt_timeout=2.0))

@@ -52,9 +52,10 @@ from ..backend import (
     session_lost,
     validate_name,
 )
-from ..errors import BackendUnavailable, SemaphoreError
+from ..errors import BackendUnavailable, SemaphoreError, StoreHistoryReset
 from . import multi
 from .calls import TRANSIENT, Arg, AsyncRunner, Pause, SyncRunner, call, translate
+from .history import StoreHistory
 from .lease import LeaseKeeper, new_lease_id
 from .notifier import Notifier
 from .params import DEFAULT_PORT, RedisParams
@@ -85,6 +86,8 @@ class RedisBackend(Backend):
         self._state = SessionState.CONNECTED
         self._closed = False
         self._reported_lost: str | None = None  # the lease whose end was told
+        self.history = StoreHistory(params.prefix)  # the counter's highest value seen
+        self._failure: str | None = None  # the store's history restarted: why
         self._background = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="semaphore-recipes-redis-bg"
         )
@@ -262,6 +265,19 @@ class RedisBackend(Backend):
         if new is not None:
             log.info("redis backend at %s: new lease %s", self.describe(), new)
 
+    def history_restarted(self, reason: str) -> None:
+        """The data set's history went back (:mod:`.history`): permits are LOST with
+        ``reason``, waiters fail with it, later calls raise StoreHistoryReset; the lease
+        keeper makes no new lease."""
+        with self._state_lock:
+            if self._failure is not None:
+                return
+            self._failure = reason
+            self._state = SessionState.FAILED
+        log.error("%s", reason)
+        self.keeper.stop()
+        self.fail(reason)
+
     def check_holders(self, runner: SyncRunner) -> None:
         """After a renewal: report watched holder entries that are gone."""
         for queue in self.queues():
@@ -328,6 +344,8 @@ class RedisBackend(Backend):
     def _check_open(self) -> None:
         if self._closed:
             raise BackendUnavailable(f"the backend of {self.describe()} is closed")
+        if self._failure is not None:
+            raise StoreHistoryReset(self._failure)
 
     def read(self, key: str) -> bytes | None:
         self._check_open()
