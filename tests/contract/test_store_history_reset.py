@@ -9,6 +9,7 @@ and a few seconds, instead of "no answer" for minutes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import threading
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes import aio
 
 from ..conftest import wait_until
 
@@ -119,3 +121,22 @@ def test_a_wiped_store_is_named_plainly(wiped: _Wiped, caplog: pytest.LogCapture
             assert any("lost: " in m and "history restarted" in m for m in said), said
     finally:
         backend.close()
+
+
+def test_the_asyncio_face_is_told_too(wiped: _Wiped) -> None:
+    """The same through ``sr.aio``: a held permit is lost, a later acquire raises
+    StoreHistoryReset, and the loop is not blocked meanwhile."""
+
+    async def main() -> None:
+        url = f"{wiped.url}?session_timeout={SESSION_TIMEOUT:g}"
+        async with aio.connect(url) as backend:
+            sem = await backend.semaphore("wiped", capacity=1).open()
+            for _ in range(5):
+                await (await sem.acquire()).release()
+            held = await sem.acquire()
+            wiped.wipe_and_restart()  # (blocks the loop while the server restarts)
+            await asyncio.wait_for(held.lost.wait(), SESSION_TIMEOUT + SLACK)
+            with pytest.raises(sr.StoreHistoryReset, match="history restarted"):
+                await sem.acquire(timeout=SESSION_TIMEOUT + SLACK)
+
+    asyncio.run(main())
