@@ -515,14 +515,16 @@ class ZooKeeperBackend(Backend):
     def _check_history(self) -> None:
         try:
             seen = _kazoo_compat.last_zxid(self.client)
-            for host, port in self.client.hosts:
-                theirs = _history.server_zxid(host, port)
-                if theirs is not None and theirs < seen:
-                    reason = _history.history_reset_reason(f"{host}:{port}", theirs, seen)
-                    self._fail(reason, StoreHistoryReset)
-                    if self._own_client:  # it would knock for ever: the server refuses it
-                        _stop_in_background(self.client)
-                    return
+            older = _history.all_older(self.client.hosts, seen)
+            if older is None:
+                return
+            time.sleep(_history.CONFIRM_AFTER)  # not a member catching up: ask again
+            older = _history.all_older(self.client.hosts, seen)
+            if older is None:
+                return
+            self._fail(_history.history_reset_reason(*older, seen), StoreHistoryReset)
+            if self._own_client:  # it would knock for ever: the servers refuse it
+                _stop_in_background(self.client)
         finally:
             with self._lock:
                 self._checking_history = False
