@@ -61,6 +61,7 @@ TLS = "a TLS server"
 
 ACCEPTED = "accepted"
 SILENT = "silent"
+REFUSED = "connection refused"
 
 # four letters ZooKeeper answers (or says it may not answer); Redis and HTTP say "error"
 _FOUR_LETTERS = b"srvr\r\n"
@@ -91,23 +92,26 @@ def _address(host: str, port: int) -> str:
 def _refusal(store: str, knocks: Sequence[Knock]) -> BackendUnavailable | None:
     if not knocks or any(k.answered for k in knocks):
         return None
-    said = "; ".join(f"{k.address}: {k.outcome}" for k in _unique(knocks))
-    if len(said.split("; ")) == 1:
-        return BackendUnavailable(f"cannot connect to {store}: {said} (no server listens there)")
-    return BackendUnavailable(f"cannot connect to {store}: every address said no: {said}")
+    unique = list(_unique(knocks))
+    said = "; ".join(f"{k.address}: {k.outcome}" for k in unique)
+    if len(unique) > 1:
+        return BackendUnavailable(f"cannot connect to {store}: every address said no: {said}")
+    if unique[0].outcome == REFUSED:
+        said += " (no server listens there)"
+    return BackendUnavailable(f"cannot connect to {store}: {said}")
 
 
 def _unique(knocks: Sequence[Knock]) -> Iterator[Knock]:
     seen: set[tuple[str, str]] = set()
-    for knock in knocks:
-        if (knock.address, knock.outcome) not in seen:
-            seen.add((knock.address, knock.outcome))
-            yield knock
+    for one in knocks:
+        if (one.address, one.outcome) not in seen:
+            seen.add((one.address, one.outcome))
+            yield one
 
 
 def _failure(code: int) -> str:
     if code == errno.ECONNREFUSED:
-        return "connection refused"
+        return REFUSED
     return os.strerror(code).lower()
 
 
