@@ -1,12 +1,14 @@
 """What a store's addresses answer when ``connect()`` cannot reach the store.
 
-Before a store's client starts, :func:`refuse_early` (:func:`refuse_early_async`)
+Before an etcd or Redis client starts, :func:`refuse_early` (:func:`refuse_early_async`)
 knocks: one TCP connection to each address at once, closed without a byte sent. When
 every address refused (or did not resolve, or is unreachable) it raises
 BackendUnavailable at once, naming each address and what it said, instead of letting
 the client retry for the whole connect timeout. As soon as one address accepts, or after
 at most :data:`KNOCK_WAIT` seconds with an address still silent, the client is left to
-connect within the connect timeout (a silent member may be on its way back).
+connect within the connect timeout (a silent member may be on its way back). Not before
+ZooKeeper's client: ZooKeeper logs a warning with a stack trace for a connection closed
+without a byte; ``zookeeper/_refusals.py`` watches kazoo's own attempts instead.
 
 When the client then fails to connect, :func:`diagnose` (:func:`diagnose_async`) tells
 what each address answered: refused, silent, or "answered but does not speak etcd (it
@@ -39,9 +41,12 @@ __all__ = [
     "IDENTIFY_BUDGET",
     "KNOCK_WAIT",
     "REDIS",
+    "REFUSED",
     "ZOOKEEPER",
+    "Knock",
     "diagnose",
     "diagnose_async",
+    "refusal_error",
     "refuse_early",
     "refuse_early_async",
 ]
@@ -89,7 +94,9 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _refusal(store: str, knocks: Sequence[Knock]) -> BackendUnavailable | None:
+def refusal_error(store: str, knocks: Sequence[Knock]) -> BackendUnavailable | None:
+    """BackendUnavailable naming each address and what it said, when every one of
+    ``knocks`` said no at once (refused, did not resolve); else None."""
     if not knocks or any(k.answered for k in knocks):
         return None
     unique = list(_unique(knocks))
@@ -245,14 +252,14 @@ async def knock_async(hosts: Sequence[tuple[str, int]], wait: float = KNOCK_WAIT
 def refuse_early(store: str, hosts: Sequence[tuple[str, int]]) -> None:
     """BackendUnavailable at once when every address of ``hosts`` refused (or does not
     resolve, or is unreachable); else return (within :data:`KNOCK_WAIT`)."""
-    refusal = _refusal(store, knock(hosts))
+    refusal = refusal_error(store, knock(hosts))
     if refusal is not None:
         raise refusal
 
 
 async def refuse_early_async(store: str, hosts: Sequence[tuple[str, int]]) -> None:
     """:func:`refuse_early` on the running loop."""
-    refusal = _refusal(store, await knock_async(hosts))
+    refusal = refusal_error(store, await knock_async(hosts))
     if refusal is not None:
         raise refusal
 

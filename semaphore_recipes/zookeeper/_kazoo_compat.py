@@ -95,6 +95,10 @@ def track_negotiated_session_timeout(client: Any) -> None:
             if _closed_at_handshake(client, exc):
                 for listener in list(_handshake_listeners.get(client, ())):
                     listener()
+            elif isinstance(exc.__context__, OSError) and len(args) == 3:
+                _, hostip, port = args
+                for refusal in list(_refusal_listeners.get(client, ())):
+                    refusal(str(hostip), int(port), exc.__context__)
             raise
         # milliseconds, rounded: kazoo computes read_timeout as negotiated * 2.0 / 3.0
         _negotiated_timeouts[client] = round(read_timeout * 3 / 2) / 1000.0
@@ -124,6 +128,24 @@ def on_handshake_closed(client: Any, listener: Callable[[], None]) -> None:
     """
     track_negotiated_session_timeout(client)
     _handshake_listeners.setdefault(client, []).append(listener)
+
+
+#: client -> what to call when a connection attempt fails before reaching a server
+_refusal_listeners: weakref.WeakKeyDictionary[Any, list[Callable[[str, int, OSError], None]]]
+_refusal_listeners = weakref.WeakKeyDictionary()
+
+
+def on_connection_failed(client: Any, listener: Callable[[str, int, OSError], None]) -> None:
+    """Call ``listener(ip, port, error)`` each time one of ``client``'s connection
+    attempts fails at the socket (a refused connection: ``ConnectionRefusedError``), on
+    kazoo's connection thread (it must not block). Call it before ``start()``.
+
+    kazoo's ``_connect(host, hostip, port)`` opens the socket inside a handler that turns
+    a socket error into ConnectionDropped, raised while that error is being handled: it
+    is the ConnectionDropped's ``__context__``.
+    """
+    track_negotiated_session_timeout(client)
+    _refusal_listeners.setdefault(client, []).append(listener)
 
 
 def _closed_at_handshake(client: Any, exc: BaseException) -> bool:

@@ -1,7 +1,7 @@
 """One ZooKeeper session shared by every semaphore of a backend object.
 
 Bounds: opening waits at most ``connect_timeout`` (at once BackendUnavailable when
-every address refuses: :mod:`.._reachability`); every later call but a waiting
+every address refuses: :mod:`._refusals`); every later call but a waiting
 acquire at most ``request_timeout`` (kazoo's async calls with a bounded wait), then
 raises BackendUnavailable. If kazoo's connection loop dies (it never reconnects then),
 held permits are LOST, waiters raise BackendUnavailable, and so does every later call.
@@ -68,6 +68,7 @@ from ..errors import (
     StoreHistoryReset,
 )
 from . import _history, _kazoo_compat
+from ._refusals import Refusals
 from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
 
 if TYPE_CHECKING:
@@ -83,6 +84,9 @@ DEFAULT_SESSION_TIMEOUT = 10.0
 #: then clamps it to its minSessionTimeout..maxSessionTimeout).
 MAX_SESSION_TIMEOUT = (2**31 - 1) / 1000
 MIN_SESSION_TIMEOUT = 0.1
+#: seconds between two looks, while the first connection is awaited, at whether every
+#: address has refused
+REFUSALS_POLL = 0.05
 
 
 class ZooKeeperBackend(Backend):
@@ -135,7 +139,6 @@ class ZooKeeperBackend(Backend):
     @classmethod
     def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> ZooKeeperBackend:
         opening = _Opening(url)  # ValueError on a bad parameter, before any I/O
-        _reachability.refuse_early("ZooKeeper", url.hosts)  # every address refused: now
         client = opening.new_client()
         try:
             run_program(opening.connecting(client), opening.wait)
@@ -154,7 +157,6 @@ class ZooKeeperBackend(Backend):
         """:meth:`from_url` without blocking the event loop: kazoo's connection thread
         connects; a connection listener wakes the loop (within the connect timeout)."""
         opening = _Opening(url)
-        await _reachability.refuse_early_async("ZooKeeper", url.hosts)
         client = opening.new_client()
         try:
             await run_program_async(opening.connecting(client), opening.wait_async)
@@ -642,6 +644,10 @@ class _Reconnected:
     timeout."""
 
 
+class _RefusedEverywhere(Exception):
+    """Raised by the connect's waits: every address refused (:class:`._refusals.Refusals`)."""
+
+
 class _Opening:
     """``from_url`` and ``from_url_async``: the URL read once (ValueError before any
     I/O), the connecting program both run, its waits and its errors."""
@@ -659,6 +665,7 @@ class _Opening:
         self.root = validate_root(params.get("root", DEFAULT_ROOT))
         self.chroot = url.path
         self.hosts = url.hosts_string
+        self.refusals = Refusals(url.hosts)  # (host names resolved here, as kazoo does)
         self.kwargs: dict[str, Any] = {}
         self.user = params.get("username")
         if self.user is not None:
@@ -674,8 +681,11 @@ class _Opening:
         self.deadline: Deadline | None = None
 
     def new_client(self) -> Any:
+        if self.refusals.everywhere():  # no host name resolves
+            raise self.refusals.error()
         client = KazooClient(hosts=self.hosts, timeout=self.session_timeout, **self.kwargs)
         _kazoo_compat.track_negotiated_session_timeout(client)
+        _kazoo_compat.on_connection_failed(client, self.refusals.failed)
         self.client = client
         self.deadline = Deadline(self.connect_timeout, time.monotonic)
         return client
@@ -732,7 +742,12 @@ class _Opening:
     def wait(self, request: object) -> object:
         assert self.deadline is not None
         if isinstance(request, _Started):
-            request.live.wait(self.connect_timeout)
+            # in slices: every address refusing ends the wait at once
+            while not request.live.wait(self.deadline.cap(REFUSALS_POLL)):
+                if self.refusals.everywhere():
+                    raise _RefusedEverywhere
+                if self.deadline.expired():
+                    break
             if not self.client.connected:
                 raise KazooTimeoutError("no connection")
             return None
@@ -763,14 +778,18 @@ class _Opening:
                 _wake_threadsafe(loop, settled)
 
         client.add_listener(listener)
+        self.refusals.on_everywhere(lambda: _wake_threadsafe(loop, settled))
         try:
             # A change before the listener was added is seen here.
             if client.connected or client.client_state == KeeperState.AUTH_FAILED:
                 return
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(settled, deadline.remaining())
+            if not self.refusals.everywhere():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(settled, deadline.remaining())
         finally:
             client.remove_listener(listener)
+        if not client.connected and self.refusals.everywhere():
+            raise _RefusedEverywhere
         if not client.connected:
             raise KazooTimeoutError("no connection")
 
@@ -783,6 +802,8 @@ class _Opening:
         the addresses answered, after a time-out); the client is stopped in the
         background."""
         _stop_in_background(client)
+        if isinstance(exc, _RefusedEverywhere):
+            return self.refusals.error()
         if isinstance(exc, NoAuthError):
             return PermissionDenied("ZooKeeper", self.user, self.chroot, "cannot create the chroot")
         if isinstance(exc, AuthFailedError) or client.client_state == KeeperState.AUTH_FAILED:
