@@ -12,6 +12,7 @@ Run by the runner: ``python -m chaos.client URL OWNER LOG --threads 3 --seed 1 .
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -147,7 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", default="0")
     parser.add_argument("--capacity", type=int, default=4)
     parser.add_argument("--request-bound", type=float, default=2.0)
-    parser.add_argument("--connect-attempts", type=int, default=10)
+    # (a refused connection fails at once: retry for a time, not a number of attempts)
+    parser.add_argument("--connect-within", type=float, default=150.0)
     parser.add_argument("--mutation", choices=sorted(MUTATIONS), default=None)
     args = parser.parse_args(argv)
     if args.mutation is not None:
@@ -158,8 +160,9 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: terminate.set())
     signal.signal(signal.SIGUSR1, lambda *_: idle.set())
     backend = None
-    for attempt in range(args.connect_attempts):  # the cluster may be restarting
-        if terminate.is_set():
+    connect_until = time.monotonic() + args.connect_within
+    for attempt in itertools.count():  # the cluster may be restarting
+        if terminate.is_set() or time.monotonic() > connect_until:
             return
         try:
             backend = sr.connect(args.url, owner=args.owner)

@@ -27,6 +27,7 @@ from .errors import (
     SemaphoreError,
     SemaphoreNotFound,
     SlotsNotSupported,
+    StoreHistoryReset,
     WouldBlock,
     WriteConflict,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "Slot",
     "SlotsNotSupported",
     "Status",
+    "StoreHistoryReset",
     "WouldBlock",
     "WriteConflict",
     "connect",

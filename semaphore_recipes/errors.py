@@ -21,6 +21,7 @@ __all__ = [
     "SemaphoreError",
     "SemaphoreNotFound",
     "SlotsNotSupported",
+    "StoreHistoryReset",
     "WouldBlock",
     "WriteConflict",
 ]
@@ -80,6 +81,16 @@ class InvalidName(SemaphoreError, ValueError):
 
 class BackendUnavailable(SemaphoreError, ConnectionError):
     """The coordination service could not be reached (raised ``from`` the client error)."""
+
+
+class StoreHistoryReset(BackendUnavailable):
+    """The store's history went back behind this client: it was wiped, replaced, or
+    restored from an older backup (a ZooKeeper server whose last transaction is older
+    than one the client saw, an etcd cluster with another id or an older revision, a
+    Redis server that restarted without its data). Every session, entry and fencing
+    token of before is gone and tokens start again, so a fence that kept old tokens
+    refuses the new holders until it is reset (docs/operations.md). Held permits are
+    LOST with this reason. Open a new backend."""
 
 
 class CorruptState(SemaphoreError):

@@ -10,7 +10,8 @@ grants the new lease; the others wait for it (each within its own deadline) and 
 enqueue on it. The old lease's keeper is stopped, and a report about an old lease
 (from its keeper or from a refused request) never ends the lease that replaced it.
 
-Bounds: opening waits at most ``connect_timeout``; every later call but a waiting
+Bounds: opening waits at most ``connect_timeout`` (at once BackendUnavailable when
+every address refuses: :mod:`.._reachability`); every later call but a waiting
 acquire at most ``request_timeout`` (requests retried on UNAVAILABLE until then), then
 raises BackendUnavailable; ``close()`` leaves a lease it could not revoke in time to
 expire.
@@ -32,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .. import _reachability
 from .._core.deadline import Deadline
 from .._core.names import etcd_entry_key, parse_etcd_entry, validate_name
 from .._core.program import Program
@@ -56,11 +58,13 @@ from ..errors import (
     BackendUnavailable,
     InvalidName,
     PermissionDenied,
+    StoreHistoryReset,
 )
 from .aio_client import AioEtcdClient
 from .aio_lease import AsyncLeaseKeeper
 from .client import EtcdClient
 from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, EtcdUnavailable
+from .history import StoreHistory
 from .lease import LeaseKeeper
 from .ops import prefix_range_end
 from .retry import retrying
@@ -139,10 +143,12 @@ class EtcdBackend(Backend):
         self._keeper: LeaseKeeper | AsyncLeaseKeeper | None = None
         self._sync: SyncRunner | None = None
         self._aio: AsyncRunner | None = None
+        self._history = StoreHistory()  # the cluster id and newest revision seen
+        self._failure: str | None = None  # the store's history restarted: why
         if isinstance(client, AioEtcdClient):
-            self._aio = AsyncRunner(client, self._answer_async)
+            self._aio = AsyncRunner(client, self._answer_async, self._history.seen)
         else:
-            self._sync = SyncRunner(client, self._answer_sync)
+            self._sync = SyncRunner(client, self._answer_sync, self._history.seen)
             self.run(self._new_lease(Deadline(connect_timeout, _monotonic)))
 
     @classmethod
@@ -151,9 +157,16 @@ class EtcdBackend(Backend):
         parameter etcd does not take (a ZooKeeper one such as ``root``, or a typo): the
         key prefix is the URL's path, and a silently ignored setting is a wrong one."""
         settings = _settings(url)
+        _reachability.refuse_early("etcd", url.hosts)  # every address refused: now
         client = EtcdClient(settings.endpoints, **settings.client_options)
         try:
             return cls(client, owner=owner, **settings.backend_options)
+        except BackendUnavailable as exc:
+            client.close()
+            if not isinstance(exc.__cause__, EtcdUnavailable):
+                raise
+            said = _reachability.diagnose("etcd", _reachability.HTTP2, url.hosts, settings.tls)
+            raise BackendUnavailable(f"{exc}: {said}") from exc.__cause__
         except BaseException:
             client.close()
             raise
@@ -163,12 +176,21 @@ class EtcdBackend(Backend):
         """:meth:`from_url` for the asyncio face: a ``grpc.aio`` channel, the lease
         granted without blocking the loop, its keepalive a task of the loop."""
         settings = _settings(url)
+        await _reachability.refuse_early_async("etcd", url.hosts)
         client = AioEtcdClient(settings.endpoints, **settings.client_options)
         try:
             backend = cls(client, owner=owner, **settings.backend_options)
             await backend.run_async(
                 backend._new_lease(Deadline(backend.connect_timeout, _monotonic))
             )
+        except BackendUnavailable as exc:
+            await client.close()
+            if not isinstance(exc.__cause__, EtcdUnavailable):
+                raise
+            said = await _reachability.diagnose_async(
+                "etcd", _reachability.HTTP2, url.hosts, settings.tls
+            )
+            raise BackendUnavailable(f"{exc}: {said}") from exc.__cause__
         except BaseException:
             await client.close()
             raise
@@ -230,6 +252,7 @@ class EtcdBackend(Backend):
                 max_backoff=0.5,
             )
             lease_id, ttl = granted_lease(reply)
+            went_back = self._history.went_back(reply, ", ".join(self.client.endpoints))
         except EtcdUnavailable as exc:
             raise BackendUnavailable(
                 f"no etcd member answered at {', '.join(self.client.endpoints)}"
@@ -241,6 +264,10 @@ class EtcdBackend(Backend):
             ) from exc
         except EtcdError as exc:
             raise BackendUnavailable(f"etcd refused a lease: {exc}") from exc
+        if went_back is not None:
+            self._history_restarted(went_back)
+            yield from self._revoke(lease_id, deadline)  # a lease of the new store: not ours
+            raise StoreHistoryReset(went_back)
         # Every report of this keeper names its lease: a late one about a lease that was
         # already replaced must not touch the new lease or its permits.
         keeper: LeaseKeeper | AsyncLeaseKeeper
@@ -267,6 +294,17 @@ class EtcdBackend(Backend):
         log.info("etcd session: lease %x, TTL %d s", lease_id, ttl)
         return lease_id
 
+    def _history_restarted(self, reason: str) -> None:
+        """The store's history went back (:mod:`.history`): nothing of this backend's
+        session survives there. Permits are LOST, waiters fail, later calls raise
+        StoreHistoryReset."""
+        with self._lock:
+            if self._failure is not None:
+                return
+            self._failure = reason
+        log.error("%s", reason)
+        self.fail(reason)
+
     def current_lease(self, deadline: Deadline) -> int:
         """The live lease, granting a new one after an expiry (within ``deadline``); see
         :meth:`lease`."""
@@ -284,6 +322,8 @@ class EtcdBackend(Backend):
             with self._lock:
                 if self._closed:
                     raise BackendUnavailable("the etcd backend is closed")
+                if self._failure is not None:
+                    raise StoreHistoryReset(self._failure)
                 if self.lease_id:
                     return self.lease_id
                 if deadline.expired():
@@ -323,7 +363,7 @@ class EtcdBackend(Backend):
         permits are lost and waiters enter the queue again. A no-op unless ``lease_id``
         is the current lease (its successor is not touched)."""
         with self._lock:
-            if self._closed or not lease_id or self.lease_id != lease_id:
+            if self._closed or self._failure or not lease_id or self.lease_id != lease_id:
                 return
             self.lease_id = 0
             keeper, self._keeper = self._keeper, None
@@ -417,6 +457,8 @@ class EtcdBackend(Backend):
         with self._lock:
             if self._closed:
                 return SessionState.CLOSED
+            if self._failure is not None:
+                return SessionState.FAILED
             keeper = self._keeper
             if not self.lease_id or keeper is None:
                 return SessionState.EXPIRED
@@ -460,6 +502,8 @@ class EtcdBackend(Backend):
     def _bounded(self, make: Callable[[float], Call], target: str) -> Program[Any]:
         """A retry-safe call of this backend's own, retried on UNAVAILABLE within the
         request timeout (then BackendUnavailable); PermissionDenied naming ``target``."""
+        if self._failure is not None:
+            raise StoreHistoryReset(self._failure)
         deadline = Deadline(self.request_timeout, _monotonic)
         try:
             return (yield from retrying(make, deadline, attempt_timeout=2.0))
@@ -529,6 +573,7 @@ class _Settings:
     endpoints: list[str]
     client_options: dict[str, Any] = field(repr=False)  # (holds the password)
     backend_options: dict[str, Any]
+    tls: bool
 
 
 def _settings(url: ServiceURL) -> _Settings:
@@ -560,6 +605,7 @@ def _settings(url: ServiceURL) -> _Settings:
             connect_timeout=connect_timeout,
             request_timeout=request_timeout,
         ),
+        tls=any(params.get(name) for name in ("ca", "cert", "key")),
     )
 
 

@@ -37,15 +37,23 @@ class SyncRunner:
     held until each call returns, so a KeyboardInterrupt never lands inside grpc's code
     (``_interrupts``) and an interrupted create is over before its undo is sent."""
 
-    def __init__(self, client: EtcdClient, extra: Callable[[object], object]) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        extra: Callable[[object], object],
+        seen: Callable[[object], None] = lambda reply: None,
+    ) -> None:
         self.client = client
         self._extra = extra
+        self._seen = seen  # told every reply (the backend reads its header)
         # fire-and-forget programs (held marks, deletes that must be retried)
         self.background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sr-etcd")
 
     def answer(self, request: object) -> object:
         if isinstance(request, Call):
-            return call_with_sigint_held(lambda: self.client.execute(request))
+            reply = call_with_sigint_held(lambda: self.client.execute(request))
+            self._seen(reply)
+            return reply
         if isinstance(request, Pause):
             time.sleep(request.seconds)
             return None
@@ -74,15 +82,23 @@ class SyncRunner:
 class AsyncRunner:
     """Programs answered awaited, in the event loop; background programs as its tasks."""
 
-    def __init__(self, client: AioEtcdClient, extra: Callable[[object], Awaitable[object]]) -> None:
+    def __init__(
+        self,
+        client: AioEtcdClient,
+        extra: Callable[[object], Awaitable[object]],
+        seen: Callable[[object], None] = lambda reply: None,
+    ) -> None:
         self.client = client
         self._extra = extra
+        self._seen = seen  # told every reply (the backend reads its header)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
 
     async def answer(self, request: object) -> object:
         if isinstance(request, Call):
-            return await self.client.execute(request)
+            reply = await self.client.execute(request)
+            self._seen(reply)
+            return reply
         if isinstance(request, Pause):
             await asyncio.sleep(request.seconds)
             return None

@@ -36,6 +36,7 @@ from typing import Any, cast
 
 import redis
 
+from .. import _reachability
 from ..backend import (
     RESTORED,
     SUSPENDED,
@@ -51,9 +52,10 @@ from ..backend import (
     session_lost,
     validate_name,
 )
-from ..errors import BackendUnavailable, SemaphoreError
+from ..errors import BackendUnavailable, SemaphoreError, StoreHistoryReset
 from . import multi
 from .calls import TRANSIENT, Arg, AsyncRunner, Pause, SyncRunner, call, translate
+from .history import StoreHistory
 from .lease import LeaseKeeper, new_lease_id
 from .notifier import Notifier
 from .params import DEFAULT_PORT, RedisParams
@@ -85,6 +87,8 @@ class RedisBackend(Backend):
         self._closed = False
         self._reported_lost: str | None = None  # the lease whose end was told
         self._removals_dropped = False  # closed: removals not retried (logged once)
+        self.history = StoreHistory(params.prefix)  # the counter's highest value seen
+        self._failure: str | None = None  # the store's history restarted: why
         self._background = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="semaphore-recipes-redis-bg"
         )
@@ -99,20 +103,27 @@ class RedisBackend(Backend):
         parameters): ValueError before any I/O (and for a database number the server
         says is out of range), BackendUnavailable when the server does not answer within
         ``connect_timeout``, AuthenticationFailed when it refuses."""
-        backend = cls(RedisParams.from_url(url), owner=owner)
+        params = RedisParams.from_url(url)
+        _reachability.refuse_early("Redis", [(params.host, params.port)])  # refused: now
+        backend = cls(params, owner=owner)
         try:
             backend.keeper.create(
                 backend.lease, Deadline(backend.params.connect_timeout, time.monotonic)
             )
-        except BaseException:
+        except BaseException as exc:
             backend._shut()
+            if _unreachable(exc):
+                said = _reachability.diagnose(*_diagnosis_of(params))
+                raise BackendUnavailable(f"{str(exc).rstrip('.')}: {said}") from exc.__cause__
             raise
         backend._start()
         return backend
 
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> RedisBackend:
-        backend = cls(RedisParams.from_url(url), owner=owner)
+        params = RedisParams.from_url(url)
+        await _reachability.refuse_early_async("Redis", [(params.host, params.port)])
+        backend = cls(params, owner=owner)
         backend.aio = AsyncRunner(backend.params)
         args = (
             backend.params.prefix, "", backend.lease,
@@ -129,9 +140,12 @@ class RedisBackend(Backend):
                     params=backend.params,
                 )
             )
-        except BaseException:
+        except BaseException as exc:
             backend._shut()
             await backend.aio.close()
+            if _unreachable(exc):
+                said = await _reachability.diagnose_async(*_diagnosis_of(params))
+                raise BackendUnavailable(f"{str(exc).rstrip('.')}: {said}") from exc.__cause__
             raise
         backend._start()
         return backend
@@ -279,6 +293,19 @@ class RedisBackend(Backend):
         if new is not None:
             log.info("%s: new lease %s", self.describe(), new)
 
+    def history_restarted(self, reason: str) -> None:
+        """The data set's history went back (:mod:`.history`): permits are LOST with
+        ``reason``, waiters fail with it, later calls raise StoreHistoryReset; the lease
+        keeper makes no new lease."""
+        with self._state_lock:
+            if self._failure is not None:
+                return
+            self._failure = reason
+            self._state = SessionState.FAILED
+        log.error("%s", reason)
+        self.keeper.stop()
+        self.fail(reason)
+
     def check_holders(self, runner: SyncRunner) -> None:
         """After a renewal: report watched holder entries that are gone."""
         for queue in self.queues():
@@ -345,6 +372,8 @@ class RedisBackend(Backend):
     def _check_open(self) -> None:
         if self._closed:
             raise BackendUnavailable(f"the backend of {self.describe()} is closed")
+        if self._failure is not None:
+            raise StoreHistoryReset(self._failure)
 
     def read(self, key: str) -> bytes | None:
         self._check_open()
@@ -444,6 +473,17 @@ class RedisBackend(Backend):
         self._background.shutdown(wait=False, cancel_futures=True)
         for runner in (self.sync, self.keeper.runner, self.notifier.runner):
             runner.close()
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Did connecting fail because the server could not be talked to (no answer, or
+    one that is not Redis's), rather than refusing us?"""
+    return isinstance(exc, BackendUnavailable) and isinstance(exc.__cause__, TRANSIENT)
+
+
+def _diagnosis_of(params: RedisParams) -> tuple[str, str, list[tuple[str, int]], bool]:
+    """The arguments of :func:`.._reachability.diagnose` for these parameters."""
+    return "Redis", _reachability.REDIS, [(params.host, params.port)], params.tls
 
 
 class TlsRedisBackend(RedisBackend):

@@ -6,6 +6,10 @@ name the lease, and an entry whose lease key is gone is dead for every script. A
 renewal never re-creates an expired lease (``PEXPIRE`` of a missing key does nothing):
 the keeper then reports the session LOST and makes a new lease.
 
+A lease found gone on a data set whose counter went back (:mod:`.history`: restarted
+without persistence, flushed, an outdated replica promoted) ends the backend instead:
+permits LOST and waiters failing with StoreHistoryReset's reason.
+
 What users see: the renewal failing (connection lost) makes held permits SUSPENDED;
 a renewal that works again makes them HELD; a lease found gone, or a whole session
 timeout without a renewal (the server has expired it, or will before we could say
@@ -88,6 +92,7 @@ class LeaseKeeper:
         self._wake.set()
 
     def _run(self) -> None:
+        self.backend.history.note(self.runner.client)
         while not self._stop.is_set():
             self._wake.wait(RETRY_INTERVAL if self._suspended else self.ttl / 3)
             self._wake.clear()
@@ -132,12 +137,17 @@ class LeaseKeeper:
                 log.info("redis lease %s renewed again: permits restored", lease)
                 self.backend.session_restored()
             self.backend.check_holders(self.runner)
+            self.backend.history.note(self.runner.client)
             return
         self._replace(lease, "the lease expired on the server")
 
     def _replace(self, old: str, why: str) -> None:
         """The lease ``old`` is over: make a new one, then tell permits and waiters."""
         if self.backend.lease != old:
+            return
+        went_back = self.backend.history.went_back(self.runner.client, self.backend.describe())
+        if went_back is not None:  # no new lease: the backend is over
+            self.backend.history_restarted(went_back)
             return
         lease = new_lease_id()
         try:

@@ -100,6 +100,13 @@ def track_negotiated_session_timeout(client: Any) -> None:
             failure = exc.__context__ or exc
             _connect_failures[client] = failure
             _tell_connect_failure(client, args, failure)
+            if _closed_at_handshake(client, exc):
+                for listener in list(_handshake_listeners.get(client, ())):
+                    listener()
+            elif isinstance(exc.__context__, OSError) and len(args) == 3:
+                _, hostip, port = args
+                for refusal in list(_refusal_listeners.get(client, ())):
+                    refusal(str(hostip), int(port), exc.__context__)
             raise
         _connect_failures.pop(client, None)
         # milliseconds, rounded: kazoo computes read_timeout as negotiated * 2.0 / 3.0
@@ -153,6 +160,64 @@ def _tell_connect_failure(client: Any, args: tuple[Any, ...], failure: BaseExcep
             listener(host, port, failure)
         except Exception:
             _log.exception("a connect failure listener failed")
+
+
+#: client -> what to call when a server closes its connection at the handshake
+_handshake_listeners: weakref.WeakKeyDictionary[Any, list[Callable[[], None]]]
+_handshake_listeners = weakref.WeakKeyDictionary()
+
+
+def on_handshake_closed(client: Any, listener: Callable[[], None]) -> None:
+    """Call ``listener()`` each time a server closes ``client``'s connection in answer
+    to its session request, before any reply; on kazoo's connection thread (it must not
+    block). ZooKeeper does that to a client that has seen a zxid newer than the server's
+    own ("Refusing session request for client ... as it has seen zxid"), to every client
+    while it is not serving (no quorum), and past ``maxClientCnxns``. Call it before
+    ``start()``, as :func:`track_negotiated_session_timeout` (which it calls).
+
+    kazoo's ``_connect`` opens the socket, sends the Connect request and reads the
+    reply; a closed socket there raises ConnectionDropped ("socket connection broken",
+    or a socket error such as a reset) while the client's state is still CONNECTING
+    (kazoo reports CONNECTED just after the reply is read).
+    """
+    track_negotiated_session_timeout(client)
+    _handshake_listeners.setdefault(client, []).append(listener)
+
+
+#: client -> what to call when a connection attempt fails before reaching a server
+_refusal_listeners: weakref.WeakKeyDictionary[Any, list[Callable[[str, int, OSError], None]]]
+_refusal_listeners = weakref.WeakKeyDictionary()
+
+
+def on_connection_failed(client: Any, listener: Callable[[str, int, OSError], None]) -> None:
+    """Call ``listener(ip, port, error)`` each time one of ``client``'s connection
+    attempts fails at the socket (a refused connection: ``ConnectionRefusedError``), on
+    kazoo's connection thread (it must not block). Call it before ``start()``.
+
+    kazoo's ``_connect(host, hostip, port)`` opens the socket inside a handler that turns
+    a socket error into ConnectionDropped, raised while that error is being handled: it
+    is the ConnectionDropped's ``__context__``.
+    """
+    track_negotiated_session_timeout(client)
+    _refusal_listeners.setdefault(client, []).append(listener)
+
+
+def _closed_at_handshake(client: Any, exc: BaseException) -> bool:
+    from kazoo.exceptions import ConnectionDropped
+    from kazoo.protocol.states import KeeperState
+
+    if not isinstance(exc, ConnectionDropped) or client.client_state != KeeperState.CONNECTING:
+        return False
+    # a refused TCP connection is no handshake: the server never saw the request
+    return "connection broken" in str(exc) or isinstance(exc.__context__, ConnectionResetError)
+
+
+def last_zxid(client: Any) -> int:
+    """The newest zxid (ZooKeeper transaction id) the client has seen in a reply: kazoo
+    sends it in each session request, and a server whose own last zxid is older refuses
+    the client. kazoo keeps it as ``last_zxid`` (an attribute outside its documented
+    API), 0 before the first reply."""
+    return int(getattr(client, "last_zxid", 0) or 0)
 
 
 def session_password(client: Any) -> bytes:

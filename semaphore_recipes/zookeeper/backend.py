@@ -1,6 +1,7 @@
 """One ZooKeeper session shared by every semaphore of a backend object.
 
-Bounds: opening waits at most ``connect_timeout``; every later call but a waiting
+Bounds: opening waits at most ``connect_timeout`` (at once BackendUnavailable when
+every address refuses: :mod:`._refusals`); every later call but a waiting
 acquire at most ``request_timeout`` (kazoo's async calls with a bounded wait), then
 raises BackendUnavailable. If kazoo's connection loop dies (it never reconnects then),
 held permits are LOST, waiters raise BackendUnavailable, and so does every later call.
@@ -9,6 +10,9 @@ Connection loss: kazoo reconnects by itself; held permits are SUSPENDED, then HE
 with the same session, or LOST when the session expired or stayed unreachable for a
 whole session timeout; waiters wait for the connection (within their deadline) and keep
 their place. Session expiry: waiters enter the queue again with kazoo's new session.
+A server that refuses the session because its history is older than the client's (wiped,
+or restored from a backup; :mod:`._history`) ends the backend at once, as a dead
+connection loop does, with StoreHistoryReset.
 
 The asyncio face (``from_url_async`` and the ``*_async`` methods) is the same backend:
 the same programs, awaited; kazoo's state listener and callback thread wake the event
@@ -40,6 +44,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, KeeperState
 
+from .. import _reachability
 from .._core.deadline import Deadline
 from .._core.names import join_path, validate_name, validate_root
 from .._core.program import run_program, run_program_async
@@ -56,8 +61,15 @@ from ..backend import (
     default_owner,
     session_lost,
 )
-from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
-from . import _kazoo_compat
+from ..errors import (
+    AcquireTimeout,
+    AuthenticationFailed,
+    BackendUnavailable,
+    PermissionDenied,
+    StoreHistoryReset,
+)
+from . import _history, _kazoo_compat
+from ._refusals import Refusals
 from ._tls import TLS_PARAMETERS, is_certificate_refusal, tls_failure, tls_options
 from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
 from .log_masking import mask_credentials
@@ -123,6 +135,8 @@ class ZooKeeperBackend(Backend):
         self._expiry_timer: threading.Timer | None = None
         self._closed = False
         self._failure: str | None = None  # why this backend can no longer be used
+        self._failure_error: type[BackendUnavailable] = BackendUnavailable
+        self._checking_history = False  # a thread asks the server for its last zxid
         # tasks of the asyncio face waiting for the connection: (their loop, their future)
         self._connection_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]
         self._connection_waiters = set()
@@ -130,6 +144,7 @@ class ZooKeeperBackend(Backend):
             self._connected.set()
         _kazoo_compat.track_negotiated_session_timeout(client)  # seen from its next connect
         mask_credentials(client)  # (a client given to connect(): from its next connect)
+        _kazoo_compat.on_handshake_closed(client, self._handshake_closed)
         client.add_listener(self._on_state)
 
     # ---- construction -------------------------------------------------------
@@ -140,7 +155,10 @@ class ZooKeeperBackend(Backend):
         try:
             run_program(opening.connecting(client), opening.wait)
         except Exception as exc:
-            raise opening.failed(client, exc) from exc
+            diagnosis = None
+            if isinstance(exc, KazooTimeoutError):
+                diagnosis = _reachability.diagnose(*opening.diagnosis_of(url))
+            raise opening.failed(client, exc, diagnosis) from exc
         except BaseException:  # interrupted: the client is not the caller's to stop
             _stop_in_background(client)
             raise
@@ -155,7 +173,10 @@ class ZooKeeperBackend(Backend):
         try:
             await run_program_async(opening.connecting(client), opening.wait_async)
         except Exception as exc:
-            raise opening.failed(client, exc) from exc
+            diagnosis = None
+            if isinstance(exc, KazooTimeoutError):
+                diagnosis = await _reachability.diagnose_async(*opening.diagnosis_of(url))
+            raise opening.failed(client, exc, diagnosis) from exc
         except BaseException:  # cancelled: the client is not the caller's to stop
             _stop_in_background(client)
             raise
@@ -468,25 +489,60 @@ class ZooKeeperBackend(Backend):
         if self._failure is None and _kazoo_compat.connection_loop_died(self.client):
             self._fail()
         if self._failure is not None:
-            raise BackendUnavailable(self._failure)
+            raise self._failure_error(self._failure)
         if self.client.client_state in (KeeperState.CLOSED, KeeperState.AUTH_FAILED):
             raise BackendUnavailable(f"the kazoo client is {self.client.client_state}")
 
-    def _fail(self) -> None:
-        """kazoo's connection loop ended by itself: nothing will reconnect. Permits are
-        lost, waiters end with BackendUnavailable; the server expires the session."""
+    def _fail(
+        self, reason: str | None = None, error: type[BackendUnavailable] = BackendUnavailable
+    ) -> None:
+        """Nothing will reconnect: kazoo's connection loop ended by itself, or (with
+        ``reason``) the server refuses this client for good. Permits are lost, waiters
+        end with BackendUnavailable, later calls raise ``error``; the server expires the
+        session (if it still knows it)."""
         with self._lock:
             if self._failure is not None:
                 return
-            self._failure = (
+            self._failure = reason or (
                 "kazoo's connection loop ended by itself (kazoo logged why): this ZooKeeper "
                 "client will not reconnect; its session expires on the server"
             )
+            self._failure_error = error
         self._connected.clear()
         self._cancel_expiry_timer()
         self._wake_connection_waiters()
         log.error("%s; held permits are lost, waiters fail", self._failure)
         self.fail(self._failure)
+
+    # ---- a store whose history restarted (_history.py) ------------------------------
+    def _handshake_closed(self) -> None:
+        """A server closed the connection at the handshake (on kazoo's connection
+        thread: never block here): ask it, on a thread of its own, whether its history
+        went back behind ours. One question at a time."""
+        if self.client.use_ssl or _kazoo_compat.last_zxid(self.client) == 0:
+            return  # no srvr over TLS; a client that saw nothing cannot be refused for it
+        with self._lock:
+            if self._checking_history or self._failure is not None or self._closed:
+                return
+            self._checking_history = True
+        threading.Thread(target=self._check_history, name="sr-zk-history", daemon=True).start()
+
+    def _check_history(self) -> None:
+        try:
+            seen = _kazoo_compat.last_zxid(self.client)
+            older = _history.all_older(self.client.hosts, seen)
+            if older is None:
+                return
+            time.sleep(_history.CONFIRM_AFTER)  # not a member catching up: ask again
+            older = _history.all_older(self.client.hosts, seen)
+            if older is None:
+                return
+            self._fail(_history.history_reset_reason(*older, seen), StoreHistoryReset)
+            if self._own_client:  # it would knock for ever: the servers refuse it
+                _stop_in_background(self.client)
+        finally:
+            with self._lock:
+                self._checking_history = False
 
     def register_queue(self, queue: ZooKeeperQueue) -> None:
         with self._lock:
@@ -614,6 +670,10 @@ def _refuse_unknown(params: dict[str, str]) -> None:
     )
 
 
+class _RefusedEverywhere(Exception):
+    """Raised by the connect's waits: every address refused (:class:`._refusals.Refusals`)."""
+
+
 class _Opening:
     """``from_url`` and ``from_url_async``: the URL read once (ValueError before any
     I/O), the connecting program both run, its waits and its errors."""
@@ -632,6 +692,7 @@ class _Opening:
         self.root = validate_root(params.get("root", DEFAULT_ROOT))
         self.chroot = url.path
         self.hosts = url.hosts_string
+        self.refusals = Refusals(url.hosts)  # (host names resolved here, as kazoo does)
         self.kwargs: dict[str, Any] = {}
         self.user = params.get("username")
         if self.user is not None:
@@ -641,9 +702,12 @@ class _Opening:
         self._lock = threading.Lock()
 
     def new_client(self) -> Any:
+        if self.refusals.everywhere():  # no host name resolves
+            raise self.refusals.error()
         client = KazooClient(hosts=self.hosts, timeout=self.session_timeout, **self.kwargs)
         mask_credentials(client)  # before its first Auth packet
         _kazoo_compat.track_negotiated_session_timeout(client)
+        _kazoo_compat.on_connection_failed(client, self.refusals.failed)
         self.client = client
         self.deadline = Deadline(self.connect_timeout, time.monotonic)
         # servers that refused the TLS handshake over a certificate: when all have, the
@@ -725,13 +789,16 @@ class _Opening:
                 settled.set()
 
         client.add_listener(listener)
+        self.refusals.on_everywhere(settled.set)  # every address refused the connection
         try:
             with self._waking(settled.set) as refused:
                 # a change before the listener was added is seen here
-                if not client.connected and not refused:
+                if not client.connected and not refused and not self.refusals.everywhere():
                     settled.wait(timeout)
         finally:
             client.remove_listener(listener)
+        if not client.connected and self.refusals.everywhere():
+            raise _RefusedEverywhere
         if not client.connected:
             raise KazooTimeoutError("no connection")
 
@@ -767,25 +834,35 @@ class _Opening:
                 _wake_threadsafe(loop, settled)
 
         client.add_listener(listener)
+        self.refusals.on_everywhere(lambda: _wake_threadsafe(loop, settled))
         try:
             with self._waking(lambda: _wake_threadsafe(loop, settled)) as refused:
                 # A change before the listener was added is seen here.
                 if client.connected or client.client_state == KeeperState.AUTH_FAILED:
                     return
-                if not refused:
+                if not refused and not self.refusals.everywhere():
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(settled, deadline.remaining())
         finally:
             client.remove_listener(listener)
+        if not client.connected and self.refusals.everywhere():
+            raise _RefusedEverywhere
         if not client.connected:
             raise KazooTimeoutError("no connection")
 
-    def failed(self, client: Any, exc: Exception) -> Exception:
-        """The library's error for ``exc``, raised while connecting; the client is
-        stopped in the background."""
+    def diagnosis_of(self, url: ServiceURL) -> tuple[str, str, tuple[tuple[str, int], ...], bool]:
+        """The arguments of :func:`.._reachability.diagnose` for this URL."""
+        return "ZooKeeper", _reachability.ZOOKEEPER, url.hosts, "use_ssl" in self.kwargs
+
+    def failed(self, client: Any, exc: Exception, diagnosis: str | None = None) -> Exception:
+        """The library's error for ``exc``, raised while connecting (``diagnosis``: what
+        the addresses answered, after a time-out); the client is stopped in the
+        background."""
         _kazoo_compat.remove_connect_failure_listener(client, self._connect_failed)
         last_failure = _kazoo_compat.last_connect_failure(client)
         _stop_in_background(client)
+        if isinstance(exc, _RefusedEverywhere):
+            return self.refusals.error()
         if isinstance(exc, NoAuthError):
             return PermissionDenied("ZooKeeper", self.user, self.chroot, "cannot create the chroot")
         if isinstance(exc, AuthFailedError) or client.client_state == KeeperState.AUTH_FAILED:
@@ -795,10 +872,13 @@ class _Opening:
             tls = self._refusal or last_failure
             if isinstance(tls, ssl.SSLError):  # kazoo retried it: no error reached us
                 return BackendUnavailable(tls_failure(self.hosts, tls))
-            last = f" (last attempt: {last_failure})" if last_failure is not None else ""
+            if diagnosis:
+                said = f": {diagnosis}"
+            else:
+                said = f" (last attempt: {last_failure})" if last_failure is not None else ""
             return BackendUnavailable(
                 f"no ZooKeeper server answered at {self.hosts} within "
-                f"{self.connect_timeout:g} s{last}"
+                f"{self.connect_timeout:g} s{said}"
             )
         return BackendUnavailable(f"cannot use ZooKeeper at {self.hosts}: {exc}")
 

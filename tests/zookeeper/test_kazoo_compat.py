@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, ConnectionDropped, ConnectionLoss
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
+from semaphore_recipes._process import free_port
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 from semaphore_recipes.zookeeper import _kazoo_compat as compat
@@ -382,3 +384,52 @@ def test_drop_connection_breaks_the_live_connection(
 
     idle = KazooClient(hosts=zookeeper_server.host_port)
     compat.drop_connection(idle)  # never started: nothing to drop, and no error
+
+
+# ---- connection attempts ----------------------------------------------------------------
+def test_a_refused_attempt_is_reported_with_its_address(clients: list[KazooClient]) -> None:
+    port = free_port()  # nothing listens there
+    client = KazooClient(hosts=f"127.0.0.1:{port}", timeout=10)
+    clients.append(client)
+    failures: list[tuple[str, int, OSError]] = []
+    compat.on_connection_failed(client, lambda ip, p, error: failures.append((ip, p, error)))
+    client.start_async()
+    wait_until(lambda: bool(failures))
+    ip, reported_port, error = failures[0]
+    assert (ip, reported_port) == ("127.0.0.1", port)
+    assert isinstance(error, ConnectionRefusedError)
+
+
+def test_a_server_closing_at_the_handshake_is_reported(clients: list[KazooClient]) -> None:
+    """A listener that reads the session request and closes, as ZooKeeper does to a
+    client that has seen a newer zxid than its own."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    closes: list[bool] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4096)
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = KazooClient(hosts=f"127.0.0.1:{listener.getsockname()[1]}", timeout=10)
+    clients.append(client)
+    compat.on_handshake_closed(client, lambda: closes.append(True))
+    try:
+        client.start_async()
+        wait_until(lambda: bool(closes))
+    finally:
+        listener.close()
+
+
+def test_last_zxid_is_the_newest_seen(
+    zookeeper_server: Any, clients: list[KazooClient], sr_namespace: str
+) -> None:
+    client = _started(clients, zookeeper_server.host_port)
+    before = compat.last_zxid(client)
+    client.ensure_path(f"{sr_namespace}/zxid")
+    assert compat.last_zxid(client) > max(before, 0)
