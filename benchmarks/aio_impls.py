@@ -45,7 +45,7 @@ def async_face_missing(backend: str) -> str | None:
     registry = importlib.import_module("semaphore_recipes.registry")
     try:
         scheme = "memory" if backend == "memory" else backend
-        if registry.backend_class(scheme).has_async_face:
+        if registry.backend_class(scheme).capabilities.async_face:
             return None
     except Exception as exc:
         return f"the {backend} backend cannot be loaded: {exc}"

@@ -153,7 +153,7 @@ def validate_slot(slot: object, backend: Backend) -> None:
     (before any I/O)."""
     if not isinstance(slot, bool):
         raise TypeError(f"slot is a bool, not {type(slot).__name__}")
-    if slot and not backend.has_slots:
+    if slot and not backend.capabilities.slots:
         raise SlotsNotSupported(backend.scheme)
 
 

@@ -45,13 +45,16 @@ class PermitLost(SemaphoreError):
 
 
 class NotSupported(SemaphoreError, NotImplementedError):
-    """The backend cannot do what was asked (a third-party backend without
-    ``acquire_all``'s hooks): raised before any I/O. ``what`` names the operation."""
+    """The store cannot do what was asked (its backend does not declare that
+    capability: ``Backend.capabilities``): raised before any I/O. ``scheme`` names the
+    store, ``what`` the operation, ``capability`` the missing capability's name
+    (``async_face``, ``slots``, ``acquire_all``)."""
 
-    def __init__(self, scheme: str, what: str) -> None:
+    def __init__(self, scheme: str, what: str, capability: str = "") -> None:
         super().__init__(f"the {scheme} backend cannot {what}")
         self.scheme = scheme
         self.what = what
+        self.capability = capability
 
 
 class SlotsNotSupported(NotSupported):
@@ -59,7 +62,7 @@ class SlotsNotSupported(NotSupported):
     raised before any I/O."""
 
     def __init__(self, scheme: str) -> None:
-        super().__init__(scheme, "keep job slots (acquire(slot=True))")
+        super().__init__(scheme, "keep job slots (acquire(slot=True))", "slots")
 
 
 class CapacityMismatch(SemaphoreError, ValueError):

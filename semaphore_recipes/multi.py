@@ -33,8 +33,8 @@ from ._core.protocol import Arm, AwaitEvent, BackendFailed, Event, MarkHeld, Rel
 from ._core.queue import Entry
 from ._leave import leave
 from ._permit import PermitBase, PermitState
-from .backend import MULTI, FencedTransaction, QueueDriver, Waiter, session_lost
-from .errors import AcquireTimeout, BackendUnavailable, NotSupported
+from .backend import Capability, FencedTransaction, QueueDriver, Waiter, session_lost
+from .errors import AcquireTimeout, BackendUnavailable
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -131,8 +131,8 @@ def requested(
 
 def check_supported(backend: Backend, *, aio: bool = False) -> None:
     """NotSupported unless ``backend`` has ``acquire_all``'s hooks (of the face)."""
-    if not (backend.supports_acquire_all_async if aio else backend.supports_acquire_all):
-        raise NotSupported(backend.scheme, MULTI + (" on the asyncio face" if aio else ""))
+    needed = (Capability.ACQUIRE_ALL, Capability.ASYNC_FACE) if aio else (Capability.ACQUIRE_ALL,)
+    backend.capabilities.require(backend.scheme, *needed)
 
 
 # ---- the program both faces run --------------------------------------------------------

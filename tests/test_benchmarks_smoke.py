@@ -59,7 +59,7 @@ AIO_ROWS = {
 def has_async_face(scheme: str) -> bool:
     from semaphore_recipes import registry
 
-    return registry.backend_class(scheme).has_async_face
+    return registry.backend_class(scheme).capabilities.async_face
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from typing import Any
 from .._core.deadline import validate_timeout
 from .._core.names import validate_name, validate_open_capacity
 from .._core.status import Status
-from ..backend import Backend, SessionState
+from ..backend import Backend, Capability, SessionState
 from ..instrumentation import Instrumentation
 from ..multi import check_supported, requested
 from .multi import AsyncMultiPermit, acquiring_all
@@ -31,8 +31,7 @@ class AsyncBackend:
     (its test verbs, such as the memory store's ``expire_session()``, are there)."""
 
     def __init__(self, backend: Backend) -> None:
-        if not backend.has_async_face:
-            raise TypeError(f"the {backend.scheme} backend has no asyncio face")
+        backend.capabilities.require(backend.scheme, Capability.ASYNC_FACE)
         self.backend = backend
         self.owner = backend.owner
         self.request_timeout = backend.request_timeout
@@ -145,8 +144,7 @@ class Connecting:
         url = registry.parse_url(self._target)
         url.params.update(self._params)
         cls = registry.backend_class(url.scheme)
-        if not cls.has_async_face:
-            raise ValueError(f"the {url.scheme} backend has no asyncio face")
+        cls.capabilities.require(url.scheme, Capability.ASYNC_FACE)
         return AsyncBackend(await cls.from_url_async(url, owner=self._owner))
 
     def __await__(self) -> Generator[Any, None, AsyncBackend]:

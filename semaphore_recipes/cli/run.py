@@ -39,8 +39,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from ..backend import MULTI
-from ..errors import AcquireTimeout, NotSupported, WouldBlock
+from ..backend import Capability
+from ..errors import AcquireTimeout, WouldBlock
 from ..semaphore import PermitState
 from ._common import ENV_URL, CliError, ExitCode, check_name, connect, resolve_url, say
 from ._name_argument import add_name_argument
@@ -274,8 +274,8 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     try:
         try:
             backend = connect(url)
-            if also and not backend.supports_acquire_all:  # before NAME is created
-                raise NotSupported(backend.scheme, MULTI)
+            if also:  # before NAME is created
+                backend.capabilities.require(backend.scheme, Capability.ACQUIRE_ALL)
             sem = open_semaphore(backend, name, args)
             started = time.monotonic()
             if also:

@@ -43,6 +43,7 @@ from ..backend import (
     RESTORED,
     SUSPENDED,
     Backend,
+    Capabilities,
     Enqueued,
     FencedTransaction,
     QueueDriver,
@@ -113,8 +114,7 @@ class EtcdBackend(Backend):
     """
 
     scheme = "etcd"
-    has_slots = True
-    has_async_face = True
+    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True)
 
     def __init__(
         self,

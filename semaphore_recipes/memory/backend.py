@@ -35,6 +35,7 @@ from ..backend import (
     RESTORED,
     SUSPENDED,
     Backend,
+    Capabilities,
     Deadline,
     Enqueued,
     QueueDriver,
@@ -71,7 +72,7 @@ class MemoryBackend(Backend):
     """
 
     scheme = "memory"
-    has_slots = True
+    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True)
 
     def __init__(
         self,
@@ -273,7 +274,6 @@ class MemoryBackend(Backend):
         return self.run(queue.open(capacity, adopt_capacity=adopt_capacity, create=create))
 
     # ---- the asyncio face: the same programs, awaited ------------------------------------
-    has_async_face = True
 
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> MemoryBackend:

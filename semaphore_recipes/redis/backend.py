@@ -41,6 +41,7 @@ from ..backend import (
     RESTORED,
     SUSPENDED,
     Backend,
+    Capabilities,
     Deadline,
     Enqueued,
     FencedTransaction,
@@ -72,8 +73,8 @@ class RedisBackend(Backend):
     """Semaphores in one Redis server (its primary), over one lease."""
 
     scheme = "redis"
+    capabilities = Capabilities(async_face=True, acquire_all=True, server_admission=True)
     default_port = DEFAULT_PORT
-    has_async_face = True
 
     def __init__(self, params: RedisParams, *, owner: str | None = None) -> None:
         super().__init__(owner=owner or default_owner(), request_timeout=params.request_timeout)

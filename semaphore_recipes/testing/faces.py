@@ -178,7 +178,8 @@ class BlockingAsyncBackend:
 
     @property
     def supports_acquire_all(self) -> bool:
-        return self.store_backend.supports_acquire_all_async
+        caps = self.store_backend.capabilities
+        return caps.acquire_all and caps.async_face
 
     def instrument(self, instrumentation: Instrumentation) -> None:
         self.aio.instrument(instrumentation)

@@ -53,6 +53,7 @@ from ..backend import (
     RESTORED,
     SUSPENDED,
     Backend,
+    Capabilities,
     Enqueued,
     FencedTransaction,
     QueueDriver,
@@ -110,8 +111,7 @@ class ZooKeeperBackend(Backend):
     """
 
     scheme = "zookeeper"
-    has_slots = True
-    has_async_face = True
+    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True)
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ import semaphore_recipes as sr
 from semaphore_recipes import registry
 from semaphore_recipes._url import parse_url
 from semaphore_recipes.aio import AsyncBackend
-from semaphore_recipes.backend import Backend
+from semaphore_recipes.backend import Backend, Capabilities
 from semaphore_recipes.cli import main as cli_main
 from semaphore_recipes.cli._common import ExitCode
 from semaphore_recipes.memory.backend import MemoryBackend
@@ -297,40 +297,46 @@ def _acquire_or_timeout(sem: sr.Semaphore, permits: int, timeout: float) -> str:
 
 
 class _NoMulti(MemoryBackend):
-    """A third-party backend as it may be written: without acquire_all's hooks."""
+    """A third-party backend as it may be written: without acquire_all."""
 
     scheme = "nomulti"
-    enqueue_all = Backend.enqueue_all
-    delete_all = Backend.delete_all
-    transaction_all = Backend.transaction_all  # type: ignore[assignment]
+    capabilities = Capabilities(async_face=True, slots=True)
 
 
-class _SyncOnly(MemoryBackend):
-    """A third-party backend with an asyncio face but only the sync hooks."""
-
-    enqueue_all_async = Backend.enqueue_all_async
-    delete_all_async = Backend.delete_all_async
-
-
-def test_a_backend_without_the_hooks_says_so_before_any_io() -> None:
+def test_a_backend_without_the_capability_says_so_before_any_io() -> None:
     with _NoMulti.from_url(parse_url(f"memory://nm{uuid.uuid4().hex[:8]}")) as backend:
         sem = backend.semaphore("nm-a", capacity=1)
-        assert not backend.supports_acquire_all
+        assert not backend.capabilities.acquire_all
         with pytest.raises(sr.NotSupported, match="nomulti backend cannot acquire several"):
             wanted: dict[str | sr.Semaphore, int] = {sem: 1, "nm-b": 1}
             backend.acquire_all(wanted)  # nm-b is missing: not even looked up
         assert sem.status().holders == sem.status().waiters == ()
         assert backend._opened_by_name == {}
+        with pytest.raises(sr.NotSupported) as refused:
+            AsyncBackend(backend).acquire_all({"nm-a": 1})
+        assert refused.value.capability == "acquire_all"
     assert isinstance(sr.NotSupported("x", "y"), NotImplementedError)  # as it was
-    # sync hooks only: the sync face works, the asyncio face says so before any I/O
-    with _SyncOnly.from_url(parse_url(f"memory://nm{uuid.uuid4().hex[:8]}")) as sync_only:
-        sync_only.semaphore("nm-a", capacity=1)
-        assert sync_only.supports_acquire_all and not sync_only.supports_acquire_all_async
-        sync_only.acquire_all({"nm-a": 1}).release()
-        with pytest.raises(sr.NotSupported, match="on the asyncio face"):
-            AsyncBackend(sync_only).acquire_all({"nm-a": 1})
     with sr.connect(f"memory://nm{uuid.uuid4().hex[:8]}") as memory:
-        assert memory.supports_acquire_all
+        assert memory.capabilities.acquire_all
+
+
+def test_a_backend_declaring_a_capability_without_its_hooks_is_refused_when_defined() -> None:
+    """The declaration is checked when the class is made, not at the first call."""
+    with pytest.raises(TypeError, match="enqueue_all_async, delete_all_async"):
+
+        class _SyncOnly(MemoryBackend):  # declares MemoryBackend's async face and acquire_all
+            enqueue_all_async = Backend.enqueue_all_async
+            delete_all_async = Backend.delete_all_async
+
+    class _NoAsync(MemoryBackend):
+        capabilities = Capabilities(slots=True, acquire_all=True)
+
+    with _NoAsync.from_url(parse_url(f"memory://na{uuid.uuid4().hex[:8]}")) as sync_only:
+        sync_only.semaphore("na-a", capacity=1)
+        sync_only.acquire_all({"na-a": 1}).release()
+        with pytest.raises(sr.NotSupported, match="cannot be used from asyncio") as refused:
+            AsyncBackend(sync_only)
+        assert refused.value.capability == "async_face"
 
 
 def test_run_also_on_such_a_backend_is_a_usage_error(

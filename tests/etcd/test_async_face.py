@@ -45,7 +45,7 @@ def test_the_async_face_is_native_grpc_aio(
     """The registry's etcd class has the face; it runs on a grpc.aio client; the usage
     of the issue works end to end and leaves nothing behind: no entry, and no task
     left pending when the loop ends (closing ends the keepalive and watch tasks)."""
-    assert registry.backend_class("etcd").has_async_face
+    assert registry.backend_class("etcd").capabilities.async_face
 
     async def main() -> None:
         async with aio.connect(ed.url) as backend:

@@ -1,0 +1,73 @@
+"""What a store can do, declared once on its backend class and read before any I/O.
+
+A backend class says what it offers in ``capabilities`` (:class:`Capabilities`); the
+faces and the command line read it before they send anything, and raise
+:class:`~semaphore_recipes.errors.NotSupported` (naming the store and the capability)
+for what is missing. The declaration is checked when the class is defined: a class
+that declares a capability without the hooks it needs is a TypeError at import, not a
+surprise at the first call.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..errors import NotSupported
+
+__all__ = ["Capabilities", "Capability", "NotSupported"]
+
+
+class Capability(enum.Enum):
+    """One thing a store may or may not do; its value completes "the X backend cannot"."""
+
+    ASYNC_FACE = "be used from asyncio (semaphore_recipes.aio)"
+    SLOTS = "keep job slots (acquire(slot=True))"
+    ACQUIRE_ALL = "acquire several semaphores at once (acquire_all)"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """A backend's declaration (``Backend.capabilities``).
+
+    ``async_face``: the ``*_async`` hooks of the backend, its queues and transactions
+    (``semaphore_recipes.aio``); ``slots``: its queues keep job slot records
+    (``QueueDriver.list_slots``/``take_slot``, deleted with their entry);
+    ``acquire_all``: it creates entries in several queues in one atomic request
+    (``Backend.enqueue_all``/``delete_all``/``transaction_all``);
+    ``server_admission``: its write decides admission on the server (Redis's scripts),
+    rather than the client from its listing (informational for now).
+    """
+
+    async_face: bool = False
+    slots: bool = False
+    acquire_all: bool = False
+    server_admission: bool = False
+
+    def has(self, capability: Capability) -> bool:
+        return {
+            Capability.ASYNC_FACE: self.async_face,
+            Capability.SLOTS: self.slots,
+            Capability.ACQUIRE_ALL: self.acquire_all,
+        }[capability]
+
+    def require(self, scheme: str, *capabilities: Capability) -> None:
+        """NotSupported for the first of ``capabilities`` the ``scheme`` store lacks."""
+        for capability in capabilities:
+            if not self.has(capability):
+                raise NotSupported(scheme, capability.value, capability.name.lower())
+
+
+#: the hooks a backend class must define for each capability it declares
+HOOKS: dict[Capability, tuple[str, ...]] = {
+    Capability.ASYNC_FACE: (
+        "from_url_async",
+        "open_queue_async",
+        "read_async",
+        "delete_semaphore_async",
+        "close_async",
+    ),
+    Capability.ACQUIRE_ALL: ("enqueue_all", "delete_all", "transaction_all"),
+}
+#: ... and, declaring both, these too
+ASYNC_ACQUIRE_ALL_HOOKS = ("enqueue_all_async", "delete_all_async")

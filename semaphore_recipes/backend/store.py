@@ -1,0 +1,318 @@
+"""The store interface: a session with a coordination store and the semaphores opened
+over it (:class:`Backend`).
+
+What a backend does on connection loss and expiry: it publishes session changes to the
+permits, tells waiters to enter the queue again when their entries died with a
+session (:meth:`Backend.requeue_waiters`), and ends everything with
+:meth:`Backend.fail` when it can never reach the store again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+from .._core.deadline import Deadline
+from .._core.names import validate_name, validate_open_capacity
+from .._core.protocol import (
+    Enqueued,
+)
+from .._core.status import Status
+from .._url import ServiceURL
+from ..errors import NotSupported
+from ..instrumentation import NO_INSTRUMENTATION, Instrumentation
+from .capabilities import ASYNC_ACQUIRE_ALL_HOOKS, HOOKS, Capabilities, Capability
+from .driver import QueueDriver
+from .fenced import FencedTransaction
+from .hub import SessionHub
+from .session import SessionState
+from .waiter import Waiter
+
+if TYPE_CHECKING:
+    from ..multi import MultiPermit, Wanted
+    from ..semaphore import Semaphore
+
+log = logging.getLogger("semaphore_recipes")
+B = TypeVar("B", bound="Backend")
+
+
+def default_owner() -> str:
+    """What a backend's entries say made them, unless ``connect(owner=...)``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# ---- the backend ---------------------------------------------------------------------------
+
+#: what NotSupported names when a backend lacks ``acquire_all``'s hooks
+MULTI = Capability.ACQUIRE_ALL.value
+
+
+class Backend(SessionHub, ABC):
+    """A session with a coordination store, and the semaphores opened over it.
+
+    Made by :func:`semaphore_recipes.connect`. ``request_timeout`` (seconds) bounds every
+    call but a waiting acquire. ``close()`` ends the session: the store removes the
+    backend's entries with it (how soon: the backend's docs).
+
+    For backend authors: the ``register_waiter``/``add_permit_listener`` bookkeeping is
+    done here; a subclass reports its session with :meth:`publish`,
+    :meth:`requeue_waiters` and :meth:`fail`.
+    """
+
+    #: The URL scheme (``zookeeper``, ``etcd``, ``memory``): set by each subclass.
+    scheme: ClassVar[str]
+
+    def __init__(self, *, owner: str, request_timeout: float) -> None:
+        self.owner = owner
+        self.request_timeout = request_timeout
+        SessionHub.__init__(self)
+        #: told of every acquire and permit of both faces (``instrument()``)
+        self.instrumentation: Instrumentation = NO_INSTRUMENTATION
+        #: semaphores ``acquire_all`` opened by name, kept open (each holds a watch)
+        self._opened_by_name: dict[str, Semaphore] = {}
+        self._opened_lock = threading.Lock()
+
+    # -- made from a URL (by connect) --
+    @classmethod
+    @abstractmethod
+    def from_url(cls, url: ServiceURL, *, owner: str | None = None) -> Backend:
+        """Open a backend for ``url``: ValueError on a parameter it does not take (before
+        any I/O), BackendUnavailable when the store does not answer in time,
+        AuthenticationFailed when it refuses the credentials."""
+
+    @classmethod
+    def from_client(cls, client: object, *, owner: str | None = None, **options: str) -> Backend:
+        """A backend over a client object the caller made (``registry`` lists which
+        client types a backend takes); TypeError by default."""
+        raise TypeError(f"the {cls.scheme} backend takes no client object")
+
+    # -- what users call --
+    def instrument(self, instrumentation: Instrumentation) -> None:
+        """Report the acquires and permits of every semaphore of this backend (both
+        faces) to ``instrumentation`` from now on, in place of the one before
+        (:mod:`semaphore_recipes.instrumentation`; ``semaphore_recipes.prometheus``
+        gives Prometheus metrics). No I/O."""
+        if not isinstance(instrumentation, Instrumentation):
+            raise TypeError(
+                f"instrument() takes an Instrumentation, not {type(instrumentation).__name__}"
+            )
+        self.instrumentation = instrumentation
+        instrumentation.attached(self)
+
+    def semaphore(
+        self,
+        name: str,
+        capacity: int | None = None,
+        *,
+        adopt_capacity: bool = False,
+        create: bool = True,
+    ) -> Semaphore:
+        """The semaphore ``name``; created with ``capacity`` if it does not exist.
+
+        Raises CapacityMismatch if it is stored with another capacity (unless
+        ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O.
+        With ``create=False`` nothing is written: an existing semaphore is opened
+        (``capacity`` None: the stored one) and SemaphoreNotFound is raised when there
+        is none; read permission is enough (``status()``, monitoring).
+        PermissionDenied when the store refuses the user; BackendUnavailable when it
+        does not answer within the request timeout.
+        """
+        from ..semaphore import Semaphore
+
+        validate_name(name)
+        checked = validate_open_capacity(capacity, create)
+        driver = self.open_queue(name, checked, adopt_capacity=adopt_capacity, create=create)
+        return Semaphore(driver, self, self.owner)
+
+    def status(self, name: str) -> Status:
+        """The status of the existing semaphore ``name`` (SemaphoreNotFound if none);
+        writes nothing."""
+        return self.semaphore(name, create=False).status()
+
+    @abstractmethod
+    def open_queue(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> QueueDriver:
+        """The queue driver of semaphore ``name`` (arguments already validated)."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Where this backend is, for people: ``etcd at h1:2379 (prefix /app/)``; never
+        a password or a token (:func:`redact_url` masks them in a URL)."""
+
+    @property
+    @abstractmethod
+    def session_state(self) -> SessionState:
+        """The session's state right now."""
+
+    @abstractmethod
+    def read(self, key: str) -> bytes | None:
+        """The value of ``key`` in the store's own key space (the one fenced
+        transactions write), or None; within the request timeout."""
+
+    @abstractmethod
+    def data_key(self, semaphore: str, name: str = "data") -> str:
+        """A key for application data ``name`` kept with semaphore ``semaphore`` (under
+        its node or prefix, apart from its entries; removed by :meth:`delete_semaphore`),
+        for fenced transactions. InvalidName on a bad name (``validate_name``)."""
+
+    @abstractmethod
+    def delete_semaphore(self, name: str) -> None:
+        """Delete what is stored of semaphore ``name``: its capacity, its entries and its
+        data keys; nothing if it does not exist. For tests, demos and operators, when
+        nothing uses it: a holder learns its entry is gone at its next fenced commit (at
+        once with ``watch_entry``), and a waiter may re-create the semaphore."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """End the session (its entries go with it); within the request timeout. Held
+        permits go LOST (``lost`` set) and acquires waiting on other threads or tasks
+        raise BackendUnavailable, as :meth:`fail` does."""
+
+    def __enter__(self: B) -> B:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.describe()}>"
+
+    #: What this store can do (:mod:`.capabilities`), declared once; the faces and the
+    #: CLI read it before any I/O. Declaring a capability obliges the class to define
+    #: its hooks (checked when the class is made): ``async_face``, the ``*_async``
+    #: methods below (its queues override QueueDriver's async hooks and its
+    #: transactions ``commit_async``); ``acquire_all``, the three hooks further down;
+    #: ``slots``, its queues override ``list_slots``/``take_slot`` (and their async
+    #: twins), delete an entry's slot records in the same request as the entry and show
+    #: them in ``status()`` (``EntryStatus.slots``).
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = cls.capabilities
+        needed = [
+            hook
+            for capability, hooks in HOOKS.items()
+            if declared.has(capability)
+            for hook in hooks
+        ]
+        if declared.async_face and declared.acquire_all:
+            needed += ASYNC_ACQUIRE_ALL_HOOKS
+        missing = [hook for hook in needed if getattr(cls, hook) is getattr(Backend, hook)]
+        if missing:
+            raise TypeError(
+                f"{cls.__name__} declares {declared} but does not define {', '.join(missing)}"
+            )
+
+    @property
+    def has_slots(self) -> bool:
+        """``capabilities.slots``."""
+        return self.capabilities.slots
+
+    @property
+    def supports_acquire_all(self) -> bool:
+        """``capabilities.acquire_all``: ``acquire_all`` raises NotSupported before any
+        I/O without it."""
+        return self.capabilities.acquire_all
+
+    @property
+    def supports_acquire_all_async(self) -> bool:
+        """The same for the asyncio face (``async_face`` too)."""
+        return self.capabilities.acquire_all and self.capabilities.async_face
+
+    @classmethod
+    async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> Backend:
+        """:meth:`from_url` for the asyncio face, connecting without blocking the loop.
+        The backend it returns is driven through its ``*_async`` methods only."""
+        raise NotSupported(cls.scheme, Capability.ASYNC_FACE.value, "async_face")
+
+    async def open_queue_async(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> QueueDriver:
+        """:meth:`open_queue`, awaited."""
+        raise NotSupported(self.scheme, Capability.ASYNC_FACE.value, "async_face")
+
+    async def read_async(self, key: str) -> bytes | None:
+        """:meth:`read`, awaited."""
+        raise NotSupported(self.scheme, Capability.ASYNC_FACE.value, "async_face")
+
+    async def delete_semaphore_async(self, name: str) -> None:
+        """:meth:`delete_semaphore`, awaited."""
+        raise NotSupported(self.scheme, Capability.ASYNC_FACE.value, "async_face")
+
+    async def close_async(self) -> None:
+        """:meth:`close`, awaited."""
+        raise NotSupported(self.scheme, Capability.ASYNC_FACE.value, "async_face")
+
+    # -- several semaphores at once (``acquire_all``, docs/design.md section 2): a
+    # backend that can create entries in several queues in one atomic request declares
+    # ``Capabilities(acquire_all=True)`` and defines the hooks below.
+    def acquire_all(
+        self,
+        weights: Wanted,
+        timeout: float | None = None,
+        blocking: bool = True,
+    ) -> MultiPermit:
+        """Take ``weights[s]`` permits of each semaphore ``s`` at once, or none: see
+        :func:`semaphore_recipes.multi.acquire_all`."""
+        from ..multi import acquire_all
+
+        return acquire_all(self, weights, timeout=timeout, blocking=blocking)
+
+    def existing_semaphore(self, name: str) -> Semaphore:
+        """The existing semaphore ``name``, opened once per backend (``acquire_all``
+        names them at every call: opening each time would cost a read and a capacity
+        watch per call). SemaphoreNotFound when there is none."""
+        with self._opened_lock:
+            opened = self._opened_by_name.get(name)
+        if opened is None:
+            opened = self.semaphore(name, create=False)
+            with self._opened_lock:
+                opened = self._opened_by_name.setdefault(name, opened)
+        return opened
+
+    def enqueue_all(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        """The EnqueueAll step: create a fresh entry of ``waiter.weight`` in each
+        driver's queue, all in **one** atomic request (so every queue orders two such
+        requests alike), then list each queue's lower entries; answers by semaphore
+        name. Waiter bookkeeping (``new_generation``, ``creating``, ``created``) as
+        :meth:`QueueDriver.enqueue` does it; AcquireTimeout when ``deadline`` passes."""
+        raise NotSupported(self.scheme, MULTI, "acquire_all")
+
+    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        """Delete each waiter's entry (its key, or found by its entry id after a lost
+        create reply) in one atomic request; never raises (background retry, as
+        :meth:`QueueDriver.remove` does)."""
+        raise NotSupported(self.scheme, MULTI, "acquire_all")
+
+    def transaction_all(
+        self, entries: Sequence[tuple[QueueDriver, str]], token: int
+    ) -> FencedTransaction:
+        """A transaction fenced on every ``(driver, entry key)``, all created with
+        ``token`` (one atomic create gives them one)."""
+        raise NotSupported(self.scheme, MULTI, "acquire_all")
+
+    async def enqueue_all_async(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+    ) -> dict[str, Enqueued]:
+        """:meth:`enqueue_all`, awaited (the asyncio face)."""
+        raise NotSupported(self.scheme, MULTI, "acquire_all")
+
+    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+        """:meth:`delete_all`, awaited: the reply within the request timeout, then the
+        background; never raises but the task's cancellation (the delete goes on)."""
+        raise NotSupported(self.scheme, MULTI, "acquire_all")
