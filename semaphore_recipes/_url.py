@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from ._shown import quoted, quoted_url, redact_url
+from ._core.shown import quoted, quoted_url, redact_url
 from .errors import InvalidName
 
 DEFAULT_CONNECT_TIMEOUT = 15.0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, cast
 
-from ._shown import quoted_url
+from ._core.shown import quoted_url
 from ._url import ServiceURL
 from ._url import parse_url as _parse_url
 from .errors import BackendNotInstalled

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 import uuid
 
-from .._shown import quoted
 from ..errors import CorruptState, InvalidName
+from .shown import quoted
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _ROOT_SEGMENT = re.compile(r"[A-Za-z0-9._-]{1,255}")

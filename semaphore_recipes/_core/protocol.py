@@ -2,7 +2,7 @@
 
 :func:`acquire_protocol` yields *steps* (what to ask the store, or to wait for an
 event) and receives their answers. The sync driver (``semaphore.py``) answers with
-blocking calls; a planned async driver would answer with awaits. The logic (admission,
+blocking calls; the asyncio face (``aio/semaphore.py``) answers with awaits. The logic (admission,
 whom to watch, one deadline, re-entering the queue after a session loss) exists only
 here. The driver owns cleanup: on any exception
 out of the generator it removes the entry of the last :class:`Enqueue` it answered.

@@ -33,10 +33,10 @@ from .._core.protocol import (
     SessionLost,
 )
 from .._core.queue import Entry, EntryState, nearest_needed
+from .._core.shown import quoted, quoted_url, redact_url
 from .._core.slots import Slot
 from .._core.status import EntryStatus, Status, split_queue
 from .._interrupts import call_with_sigint_held
-from .._shown import quoted, quoted_url, redact_url
 from .._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from .capabilities import Capabilities, Capability
 from .driver import ADMITTED_VIEWS_KEPT, QueueDriver, queues_of

@@ -17,8 +17,8 @@ from typing import Any, TextIO
 
 from .. import registry
 from .._core.names import validate_name
+from .._core.shown import redact_url
 from .._core.status import EntryStatus, Status
-from .._shown import redact_url
 from .._url import ServiceURL
 from ..backend import Backend
 from ..errors import (

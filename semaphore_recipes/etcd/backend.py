@@ -37,7 +37,7 @@ from .. import _reachability
 from .._core.deadline import Deadline
 from .._core.names import etcd_entry_key, parse_etcd_entry, validate_name
 from .._core.program import Program
-from .._shown import quoted
+from .._core.shown import quoted
 from .._url import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..backend import (
     RESTORED,

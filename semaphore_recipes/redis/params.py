@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from .._shown import quoted
+from .._core.shown import quoted
 from ..backend import ServiceURL
 from ..errors import InvalidName
 

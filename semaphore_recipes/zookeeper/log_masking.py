@@ -14,7 +14,7 @@ from typing import Any
 
 from kazoo.protocol.serialization import Auth
 
-from .._shown import MASK
+from .._core.shown import MASK
 
 __all__ = ["mask_credentials"]
 
