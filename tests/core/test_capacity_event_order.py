@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from semaphore_recipes import AcquireTimeout
-from semaphore_recipes import backend as seam
+from semaphore_recipes.backend import driver as seam
 from semaphore_recipes.backend import (
     Deadline,
     Enqueued,
