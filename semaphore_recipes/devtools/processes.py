@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from ._programs import find_optional_program
+from .programs import find_optional_program
 
 __all__ = [
     "ManagedProcess",
