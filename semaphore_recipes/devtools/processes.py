@@ -1,4 +1,4 @@
-"""One started server process: the base of the etcd and ZooKeeper launchers.
+"""One started server process: the base of the ZooKeeper, etcd and Redis launchers.
 
 :class:`ManagedProcess` owns what every launched server needs, whatever the program: a
 work directory (a temporary one, made here and removed by :meth:`~ManagedProcess.close`,
