@@ -148,7 +148,7 @@ def server(address: str | None, notes: list[str]) -> Iterator[str]:
         notes.append(f"Redis: given, {address}")
         yield address.removeprefix("redis://").split("/", 1)[0]
         return
-    from semaphore_recipes.redis.server import RedisServer
+    from semaphore_recipes.devtools.redis_server import RedisServer
 
     with RedisServer().start() as started:
         version = (started.command_reply(b"INFO server", whole=True) or "").split(

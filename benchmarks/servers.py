@@ -123,7 +123,7 @@ def servers(zookeeper: str | None, etcd: str | None, log: list[str]) -> Iterator
             zk_hosts, zk_chroot = parse_zookeeper(zookeeper)
             log.append(f"ZooKeeper: given, {zk_hosts}")
         else:
-            from semaphore_recipes.zookeeper.server import ZooKeeperServer
+            from semaphore_recipes.devtools.zookeeper_server import ZooKeeperServer
 
             zk = stack.enter_context(ZooKeeperServer(tick_time_ms=200))
             zk_hosts, zk_chroot = zk.host_port, ""
@@ -134,7 +134,7 @@ def servers(zookeeper: str | None, etcd: str | None, log: list[str]) -> Iterator
             endpoint = parse_etcd(etcd)
             log.append(f"etcd: given, {endpoint}")
         else:
-            from semaphore_recipes.etcd.server import EtcdServer
+            from semaphore_recipes.devtools.etcd_server import EtcdServer
 
             server = stack.enter_context(EtcdServer(name="sr-bench"))
             endpoint = server.endpoint

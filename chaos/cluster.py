@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from semaphore_recipes.etcd.server import EtcdCluster
-from semaphore_recipes.redis.server import RedisServer
-from semaphore_recipes.zookeeper.server import ZooKeeperEnsemble
+from semaphore_recipes.devtools.etcd_server import EtcdCluster
+from semaphore_recipes.devtools.redis_server import RedisServer
+from semaphore_recipes.devtools.zookeeper_server import ZooKeeperEnsemble
 
 from . import history_etcd, history_redis, history_zk
 from .layout import (

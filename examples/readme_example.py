@@ -81,7 +81,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1:
         main(sys.argv[1])
     else:
-        from semaphore_recipes.zookeeper.server import ZooKeeperServer
+        from semaphore_recipes.devtools.zookeeper_server import ZooKeeperServer
 
         with ZooKeeperServer() as server:  # started on entering, removed on exit
             print(f"started a throwaway ZooKeeper at {server.host_port}")

@@ -1,7 +1,7 @@
 # Sourced by scripts/test and scripts/demo: makes .venv with the project installed and,
 # as root on a machine without them, installs the Debian packages of every program the
 # tests start: ZooKeeper (brings Java), etcd-server, redis-server and openssl. The list of those programs
-# is semaphore_recipes/_programs.py; tests/harness/test_programs.py checks that
+# is semaphore_recipes/devtools/programs.py; tests/harness/test_programs.py checks that
 # each one's package is installed here.
 set -euo pipefail
 extras="${1:-test}"

@@ -1,7 +1,8 @@
 """Which backend serves which URL scheme: one table, plus entry points.
 
-:func:`semaphore_recipes.connect` finds a backend here by the URL's scheme; the CLI's
-``dev-server`` and the demo find a development server launcher the same way. Built-in
+:func:`semaphore_recipes.connect` finds a backend here by the URL's scheme
+(development servers are not here: ``semaphore_recipes.devtools.launchers`` has its own
+table, so that no runtime module imports the development tools). Built-in
 backends are the lines of ``BUILTIN``; a third-party package adds one through the entry
 point group ``semaphore_recipes.backends`` (name: the scheme; value:
 ``package.module:BackendClass``), or at run time with :func:`register`. Nothing is
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, cast
@@ -24,13 +24,11 @@ from .errors import BackendNotInstalled
 
 if TYPE_CHECKING:
     from .backend import Backend
-    from .devserver import DevServer
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "BackendSpec",
     "backend_class",
-    "dev_server_launcher",
     "parse_url",
     "register",
     "schemes",
@@ -50,7 +48,6 @@ class BackendSpec:
     extra: str | None = None  #: the pip extra that installs its dependencies
     #: the port of a URL host that names none; None: the URL names no hosts
     default_port: int | None = None
-    dev_server: str | None = None  #: ``start_dev_server(port) -> DevServer``, if any
     #: client objects ``connect()`` also takes (``module.Class``), e.g. a started KazooClient
     client_types: tuple[str, ...] = ()
     #: found through an entry point: its class says ``default_port`` (read when used)
@@ -63,7 +60,6 @@ BUILTIN = (
         "semaphore_recipes.zookeeper.backend:ZooKeeperBackend",
         extra="zookeeper",
         default_port=2181,
-        dev_server="semaphore_recipes.zookeeper.server:start_dev_server",
         client_types=("kazoo.client.KazooClient",),
     ),
     BackendSpec(
@@ -71,7 +67,6 @@ BUILTIN = (
         "semaphore_recipes.etcd.backend:EtcdBackend",
         extra="etcd",
         default_port=2379,
-        dev_server="semaphore_recipes.etcd.server:start_dev_server",
     ),
     BackendSpec("memory", "semaphore_recipes.memory.backend:MemoryBackend"),
     # (no default_port: the URL's user:password@host:port is the backend's to parse)
@@ -166,20 +161,3 @@ def spec_for_client(client: object) -> BackendSpec | None:
         if names & set(candidate.client_types):
             return candidate
     return None
-
-
-def dev_server_launcher(scheme: str) -> Callable[[int | None], DevServer]:
-    """``start_dev_server(port)`` of ``scheme``; ValueError, naming the schemes that
-    have one, for any other."""
-    found = spec(scheme) if scheme in schemes() else None
-    if found is None or found.dev_server is None:
-        known = ", ".join(sorted(dev_server_schemes()))
-        raise ValueError(f"no dev server for {scheme!r} (known: {known})")
-    return cast("Callable[[int | None], DevServer]", _load(found.dev_server, scheme, found.extra))
-
-
-def dev_server_schemes() -> tuple[str, ...]:
-    """The schemes that have a development server."""
-    schemes()
-    with _lock:
-        return tuple(s.scheme for s in _specs.values() if s.dev_server is not None)

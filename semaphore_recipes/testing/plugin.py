@@ -44,7 +44,7 @@ from typing import Any
 import pytest
 
 from .._core.names import ZK_SLOT_PREFIX
-from ..zookeeper.server import ZooKeeperEnsemble, ZooKeeperNotFound, ZooKeeperServer
+from ..devtools.zookeeper_server import ZooKeeperEnsemble, ZooKeeperNotFound, ZooKeeperServer
 
 ENV_ZOOKEEPER = "SEMAPHORE_RECIPES_TEST_ZOOKEEPER"
 ENV_ETCD = "SEMAPHORE_RECIPES_TEST_ETCD"
@@ -307,7 +307,7 @@ class ExternalEtcd:
     def metrics(self) -> Any:
         import urllib.request
 
-        from ..etcd.server import Metrics
+        from ..devtools.etcd_server import Metrics
 
         with urllib.request.urlopen(f"http://{self.endpoint}/metrics", timeout=5) as r:
             return Metrics.parse(r.read().decode())
@@ -344,8 +344,8 @@ def _container_etcd() -> ExternalEtcd | None:
 
 @pytest.fixture(scope="session")
 def _etcd_server_session() -> Iterator[Any]:
-    from ..etcd.server import INSTALL_HINT as ETCD_HINT
-    from ..etcd.server import EtcdNotFound, EtcdServer
+    from ..devtools.etcd_server import INSTALL_HINT as ETCD_HINT
+    from ..devtools.etcd_server import EtcdNotFound, EtcdServer
 
     external = os.environ.get(ENV_ETCD)
     if external:
@@ -372,7 +372,7 @@ def etcd_server(request: pytest.FixtureRequest, _etcd_server_session: Any) -> An
 
 @pytest.fixture(scope="session")
 def _etcd_cluster_session() -> Iterator[Any]:
-    from ..etcd.server import EtcdCluster, EtcdNotFound
+    from ..devtools.etcd_server import EtcdCluster, EtcdNotFound
 
     try:
         cluster = EtcdCluster(3).start()
@@ -604,7 +604,7 @@ class ExternalRedis:
 
 @pytest.fixture(scope="session")
 def _redis_server_session() -> Iterator[Any]:
-    from ..redis.server import RedisNotFound, RedisServer
+    from ..devtools.redis_server import RedisNotFound, RedisServer
 
     external = os.environ.get(ENV_REDIS)
     if external:

@@ -1,7 +1,7 @@
-"""The list of external programs, for the tests: it lives in :mod:`semaphore_recipes._programs`
-(the server launchers of the runtime need it too)."""
+"""The list of external programs, for the tests: it lives in
+:mod:`semaphore_recipes.devtools.programs` (the server launchers beside it need it too)."""
 
-from .._programs import (
+from ..devtools.programs import (
     PROGRAMS,
     ExternalProgram,
     ProgramNotFound,

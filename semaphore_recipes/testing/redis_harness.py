@@ -12,8 +12,8 @@ from .harness import NetworkHarness, Verb
 if TYPE_CHECKING:
     import redis
 
+    from ..devtools.redis_server import RedisServer
     from ..redis.backend import RedisBackend
-    from ..redis.server import RedisServer
 
 __all__ = ["RedisHarness", "live_redis_entries"]
 

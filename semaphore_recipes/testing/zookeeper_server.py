@@ -1,7 +1,7 @@
 """ZooKeeper for tests: the server launchers, and real session expiry.
 
-The launchers live in :mod:`semaphore_recipes.zookeeper.server` (``dev-server`` uses them
-too) and are re-exported here. :func:`expire_session` is the test tool of this module:
+The launchers live in :mod:`semaphore_recipes.devtools.zookeeper_server` (``dev-server``
+uses them too) and are re-exported here. :func:`expire_session` is the test tool of this module:
 it makes the server expire a kazoo client's session, for real.
 """
 
@@ -12,7 +12,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..zookeeper.server import (
+from ..devtools.zookeeper_server import (
     JVM_FLAGS,
     ZooKeeperEnsemble,
     ZooKeeperNotFound,

@@ -9,8 +9,8 @@ the same session reconnects); holders' permits are SUSPENDED, and LOST if the se
 does not come back within its timeout. Session expiry (LOST): holders' permits are LOST
 and ``permit.lost`` is set; waiters re-enter the queue with kazoo's new session.
 
-``ZooKeeperBackend`` is imported on first use, so that ``zookeeper.server`` (the
-development server, which needs Java but not kazoo) imports without kazoo.
+``ZooKeeperBackend`` is imported on first use, so that importing a module of this
+package (e.g. ``_kazoo_compat`` for the test tools) does not import the backend.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def test_a_redis_aof_is_read_and_normalized(tmp_path: Path) -> None:
     import redis
 
     from chaos import history_redis
-    from semaphore_recipes.redis.server import RedisServer
+    from semaphore_recipes.devtools.redis_server import RedisServer
 
     layout = history_redis.RedisLayout("p", "s", "/chaos-data", "/chaos-marker", "/clock")
     entries, config = "p:s:s:e", "p:s:s:cfg"

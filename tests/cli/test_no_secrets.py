@@ -52,7 +52,7 @@ def _with_param(url: str, param: str) -> str:
 def locked_redis() -> Iterator[Locked]:
     import redis
 
-    from semaphore_recipes.redis.server import RedisServer
+    from semaphore_recipes.devtools.redis_server import RedisServer
 
     with RedisServer() as server:
         admin: Any = redis.Redis(host="127.0.0.1", port=server.port)

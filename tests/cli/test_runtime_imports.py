@@ -1,15 +1,14 @@
 """The command line is runtime code: it imports nothing from the test harness.
 
-``dev-server`` and ``demo`` take their servers from the backends' ``server`` modules
-(through ``semaphore_recipes.devserver``), not from ``semaphore_recipes.testing``, which
-is the pytest plugin and its fault tools. Checked twice: statically, following every
-import (also those inside functions) from ``semaphore_recipes/cli`` through the package,
-and at run time in a fresh interpreter.
+``dev-server`` and ``demo`` take their servers from ``semaphore_recipes.devtools`` (the
+store launchers, found by scheme in ``devtools.launchers``), not from
+``semaphore_recipes.testing``, which is the pytest plugin and its fault tools. Checked
+twice: statically, following every import (also those inside functions) from
+``semaphore_recipes/cli`` through the package, and at run time in a fresh interpreter.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
@@ -17,47 +16,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "semaphore_recipes"
+from tests.import_graph import PACKAGE_ROOT, imports_of, module_file, module_name
+
 HARNESS = "semaphore_recipes.testing"
-
-
-def _module_file(module: str, root: Path) -> Path | None:
-    """The source file of a ``semaphore_recipes`` module (the package at ``root``),
-    None for anything else."""
-    parts = module.split(".")
-    if parts[0] != "semaphore_recipes":
-        return None
-    base = root.joinpath(*parts[1:])
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _module_name(path: Path, root: Path) -> str:
-    parts = path.relative_to(root.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports_of(path: Path, root: Path = PACKAGE_ROOT) -> set[str]:
-    """Every module ``path`` imports (absolute names), wherever the import statement is;
-    ``from pkg import name`` counts ``pkg.name`` too, in case it is a module."""
-    module = _module_name(path, root)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, node.module] if node.module else anchor)
-            else:
-                base = node.module or ""
-            found.add(base)
-            found |= {f"{base}.{alias.name}" for alias in node.names}
-    return found
 
 
 def harness_imports_reachable_from(start: Path, root: Path = PACKAGE_ROOT) -> list[str]:
@@ -73,12 +34,12 @@ def harness_imports_reachable_from(start: Path, root: Path = PACKAGE_ROOT) -> li
         seen.add(path)
         for name in sorted(imports_of(path, root)):
             if name == HARNESS or name.startswith(HARNESS + "."):
-                offending.append(f"{_module_name(path, root)} -> {name}")
+                offending.append(f"{module_name(path, root)} -> {name}")
                 continue
             # importing a.b.c runs a/__init__ and a/b/__init__ too
             pieces = name.split(".")
             for depth in range(1, len(pieces) + 1):
-                target = _module_file(".".join(pieces[:depth]), root)
+                target = module_file(".".join(pieces[:depth]), root)
                 if target is not None and target not in seen:
                     todo.append(target)
     return offending
@@ -106,8 +67,8 @@ def test_the_static_check_follows_imports_to_the_harness(tmp_path: Path) -> None
         "semaphore_recipes.helper -> semaphore_recipes.testing.proxy.FaultProxy",
     ]
     assert imports_of(PACKAGE_ROOT / "cli" / "devserver.py") >= {
-        "semaphore_recipes.devserver",
-        "semaphore_recipes._process",
+        "semaphore_recipes.devtools.launchers",
+        "semaphore_recipes.devtools.processes",
     }
 
 
@@ -144,7 +105,7 @@ def test_dev_server_help_loads_no_harness_module() -> None:
 @pytest.mark.parametrize("scheme", ["etcd", "zookeeper"])
 def test_loading_a_dev_server_launcher_loads_no_harness_module(scheme: str) -> None:
     code = (
-        "from semaphore_recipes.devserver import dev_server_launcher\n"
+        "from semaphore_recipes.devtools.launchers import dev_server_launcher\n"
         f"assert callable(dev_server_launcher({scheme!r}))\n"
     )
     assert _harness_modules_after(code) == []

@@ -18,7 +18,7 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes import aio
-from semaphore_recipes._process import free_port
+from semaphore_recipes.devtools.processes import free_port
 
 STORES = ["zookeeper", "etcd", "redis"]
 NAMES = {"zookeeper": "ZooKeeper", "etcd": "etcd", "redis": "Redis"}

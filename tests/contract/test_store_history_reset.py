@@ -34,17 +34,17 @@ class _Wiped:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         if kind == "zookeeper":
-            from semaphore_recipes.zookeeper.server import ZooKeeperServer
+            from semaphore_recipes.devtools.zookeeper_server import ZooKeeperServer
 
             self.server: Any = ZooKeeperServer().start()
             self.url = f"zookeeper://{self.server.host_port}"
         elif kind == "etcd":
-            from semaphore_recipes.etcd.server import EtcdServer
+            from semaphore_recipes.devtools.etcd_server import EtcdServer
 
             self.server = EtcdServer().start()
             self.url = f"etcd://{self.server.endpoint}"
         elif kind == "redis":
-            from semaphore_recipes.redis.server import RedisServer
+            from semaphore_recipes.devtools.redis_server import RedisServer
 
             self.server = RedisServer(persistent=False).start()
             self.url = f"redis://{self.server.host_port}/0"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes._process import free_port
-from semaphore_recipes.etcd.server import find_etcd_binary
+from semaphore_recipes.devtools.etcd_server import find_etcd_binary
+from semaphore_recipes.devtools.processes import free_port
 from semaphore_recipes.testing.certificates import make_certificates
 
 

@@ -168,7 +168,7 @@ def test_errors(client: EtcdClient, ns: str) -> None:
 
 
 def test_unavailable_and_retry() -> None:
-    from semaphore_recipes._process import free_port
+    from semaphore_recipes.devtools.processes import free_port
 
     with EtcdClient([f"127.0.0.1:{free_port()}"], timeout=0.3) as dead:
         with pytest.raises(EtcdUnavailable) as err:
@@ -187,7 +187,7 @@ def test_retry_unavailable_bounds_each_attempt_and_stops_when_asked() -> None:
     is cut to what is left of the deadline; ``stop()`` ends the retries before the
     deadline (the queue's unbounded background writes, when it closes); other errors
     are not retried."""
-    from semaphore_recipes._process import free_port as _free_port
+    from semaphore_recipes.devtools.processes import free_port as _free_port
 
     with EtcdClient([f"127.0.0.1:{_free_port()}"]) as dead:
         timeouts: list[float] = []

@@ -1,7 +1,8 @@
-"""What every launched server gets from ``semaphore_recipes._process.ManagedProcess``,
-checked on both launchers with real servers: no process or temporary directory outlives
-the Python process that started it, a taken port is replaced or reported, and a
-development server comes with its URL and description."""
+"""What every launched server gets from
+``semaphore_recipes.devtools.processes.ManagedProcess``, checked on both launchers with
+real servers: no process or temporary directory outlives the Python process that started
+it, a taken port is replaced or reported, and a development server comes with its URL and
+description."""
 
 from __future__ import annotations
 
@@ -17,19 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from semaphore_recipes._process import ManagedProcess, ServerStartError
-from semaphore_recipes.devserver import dev_server_launcher
-from semaphore_recipes.etcd.server import EtcdServer
-from semaphore_recipes.registry import dev_server_schemes
-from semaphore_recipes.zookeeper.server import ZooKeeperServer
+from semaphore_recipes.devtools.etcd_server import EtcdServer
+from semaphore_recipes.devtools.launchers import dev_server_launcher, dev_server_schemes
+from semaphore_recipes.devtools.processes import ManagedProcess, ServerStartError
+from semaphore_recipes.devtools.zookeeper_server import ZooKeeperServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 #: backend -> code that makes an unstarted server ``s`` with a temporary workdir
 MAKE_SERVER = {
-    "etcd": "from semaphore_recipes.etcd.server import EtcdServer\ns = EtcdServer()\n",
+    "etcd": "from semaphore_recipes.devtools.etcd_server import EtcdServer\ns = EtcdServer()\n",
     "zookeeper": (
-        "from semaphore_recipes.zookeeper.server import ZooKeeperServer\ns = ZooKeeperServer()\n"
+        "from semaphore_recipes.devtools.zookeeper_server import ZooKeeperServer\n"
+        "s = ZooKeeperServer()\n"
     ),
 }
 BACKENDS = sorted(MAKE_SERVER)

@@ -1,7 +1,7 @@
 """The external programs the suite starts: listed once, provided by the set-up, found here.
 
-The list is ``semaphore_recipes/_programs.py`` (the server launchers of the runtime use it
-too; ``semaphore_recipes/testing/programs.py`` re-exports it). Each test fails naming the
+The list is ``semaphore_recipes/devtools/programs.py`` (the server launchers beside it use
+it too; ``semaphore_recipes/testing/programs.py`` re-exports it). Each test fails naming the
 program: one the set-up does not provide, one missing on this machine, or one a source
 file starts without it being listed (as ``etcdctl`` once was: the set-up never installed
 it and only the CI machine had it).
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from semaphore_recipes._programs import PROGRAMS, Provider, find_program
+from semaphore_recipes.devtools.programs import PROGRAMS, Provider, find_program
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / "scripts" / "_setup.sh"
@@ -204,7 +204,7 @@ def test_sources_start_only_listed_programs() -> None:
         if program not in PROGRAMS and program not in DELIBERATELY_MISSING
     ]
     assert not unlisted, (
-        "programs started but not listed in semaphore_recipes/_programs.py "
+        "programs started but not listed in semaphore_recipes/devtools/programs.py "
         "(list them and make scripts/_setup.sh provide them):\n" + "\n".join(unlisted)
     )
 

@@ -1,5 +1,5 @@
-"""Tests for semaphore_recipes.zookeeper.server (and the testing module's expire_session)
-against real ZooKeeper JVMs."""
+"""Tests for semaphore_recipes.devtools.zookeeper_server (and the testing module's
+expire_session) against real ZooKeeper JVMs."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from semaphore_recipes._programs import PROGRAMS
-from semaphore_recipes.testing.zookeeper_server import expire_session
-from semaphore_recipes.zookeeper.server import (
+from semaphore_recipes.devtools.programs import PROGRAMS
+from semaphore_recipes.devtools.zookeeper_server import (
     ZooKeeperEnsemble,
     ZooKeeperNotFound,
     ZooKeeperServer,
     find_zookeeper_classpath,
 )
+from semaphore_recipes.testing.zookeeper_server import expire_session
 
 kazoo_client = pytest.importorskip("kazoo.client")
 from kazoo.protocol.states import KazooState  # noqa: E402
@@ -132,7 +132,7 @@ def test_missing_java_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_module_imports_without_kazoo() -> None:
     code = (
         "import sys; sys.modules['kazoo'] = None\n"
-        "import semaphore_recipes.zookeeper.server as m\n"
+        "import semaphore_recipes.devtools.zookeeper_server as m\n"
         "import semaphore_recipes.testing.zookeeper_server\n"
         "import semaphore_recipes.testing.proxy\n"
         "s = m.ZooKeeperServer(); print(s.host_port); s.close()\n"

@@ -23,7 +23,7 @@ def locked_redis() -> Iterator[str]:
     (every command) and ``lacking`` (no EVALSHA), both with PASSWORD."""
     import redis
 
-    from semaphore_recipes.redis.server import RedisServer
+    from semaphore_recipes.devtools.redis_server import RedisServer
 
     with RedisServer() as server:
         admin: Any = redis.Redis(host="127.0.0.1", port=server.port)

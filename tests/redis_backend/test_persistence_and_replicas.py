@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.redis.server import RedisServer
+from semaphore_recipes.devtools.redis_server import RedisServer
 from semaphore_recipes.testing.proxy import FaultProxy
 
 from ..conftest import wait_until

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.redis.server import RedisServer
+from semaphore_recipes.devtools.redis_server import RedisServer
 from semaphore_recipes.testing.certificates import make_certificates
 
 

@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, ConnectionDropped, ConnectionLoss
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
-from semaphore_recipes._process import free_port
+from semaphore_recipes.devtools.processes import free_port
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 from semaphore_recipes.zookeeper import _kazoo_compat as compat

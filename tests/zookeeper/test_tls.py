@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.devtools.zookeeper_server import ZooKeeperServer
 from semaphore_recipes.testing.certificates import Certificates, make_certificates
 from semaphore_recipes.testing.faces import BlockingAsyncBackend, Face, LoopThread
-from semaphore_recipes.zookeeper.server import ZooKeeperServer
 
 from ..conftest import wait_until
 

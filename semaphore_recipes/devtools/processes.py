@@ -1,4 +1,4 @@
-"""One started server process: the base of the etcd and ZooKeeper launchers.
+"""One started server process: the base of the ZooKeeper, etcd and Redis launchers.
 
 :class:`ManagedProcess` owns what every launched server needs, whatever the program: a
 work directory (a temporary one, made here and removed by :meth:`~ManagedProcess.close`,
@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from ._programs import find_optional_program
+from .programs import find_optional_program
 
 __all__ = [
     "ManagedProcess",

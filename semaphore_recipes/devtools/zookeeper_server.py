@@ -10,7 +10,7 @@ client certificate (the zoo.cfg lines docs/operations.md shows).
 
 The module imports without kazoo and without Java; errors only happen on use. Process
 handling (work directory, log, start and stop, cleanup at exit, dying with this
-process) is :class:`~semaphore_recipes._process.ManagedProcess`'s.
+process) is :class:`~semaphore_recipes.devtools.processes.ManagedProcess`'s.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._process import (
+from .dev_server import DevServer
+from .processes import (
     ManagedProcess,
     ProcessGroup,
     ServerNotFound,
     ServerStartError,
     free_port,
 )
-from .._programs import ProgramNotFound, find_program
-from ..devserver import DevServer
+from .programs import ProgramNotFound, find_program
 
 __all__ = [
     "ZooKeeperEnsemble",
@@ -100,7 +100,7 @@ def find_zookeeper_classpath(*, tls: bool = False) -> str:
     """Return the Java classpath for the ZooKeeper server.
 
     ``$ZOOKEEPER_CLASSPATH`` wins when set; otherwise the Debian jar
-    ``/usr/share/java/zookeeper.jar`` (``zookeeper.jar`` in :mod:`semaphore_recipes._programs`;
+    ``/usr/share/java/zookeeper.jar`` (``zookeeper.jar`` in :mod:`.programs`;
     its manifest pulls in the dependencies), plus ``/usr/share/java/slf4j-simple.jar`` when
     present so that server logs appear, and with ``tls`` the :data:`NETTY_TLS_JARS` the
     manifest misses. Raises :class:`ZooKeeperNotFound` when the jar or ``java`` is missing.
@@ -242,7 +242,7 @@ class ZooKeeperServer(ManagedProcess):
 
     def config_text(self) -> str:
         lines = [
-            "# written by semaphore_recipes.zookeeper.server",
+            "# written by semaphore_recipes.devtools.zookeeper_server",
             f"tickTime={self.tick_time_ms}",
             f"initLimit={self.init_limit}",
             f"syncLimit={self.sync_limit}",

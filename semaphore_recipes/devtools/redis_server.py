@@ -7,7 +7,7 @@ production primary), so a restart keeps every entry, lease and counter.
 ``replica_of`` makes it a replica of another server (the ``WAIT`` tests); ``tls``
 adds a TLS port beside the plain one (which the readiness check uses). Only the
 standard library is imported here. Process handling (log, start and stop, cleanup at
-exit, dying with this process) is :class:`~semaphore_recipes._process.ManagedProcess`'s.
+exit, dying with this process) is :class:`~semaphore_recipes.devtools.processes.ManagedProcess`'s.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import socket
 
-from .._process import ManagedProcess, ServerNotFound, free_port
-from .._programs import ProgramNotFound, find_program
+from .processes import ManagedProcess, ServerNotFound, free_port
+from .programs import ProgramNotFound, find_program
 
 __all__ = ["RedisNotFound", "RedisServer", "find_redis_server"]
 
@@ -31,7 +31,7 @@ class RedisNotFound(ServerNotFound):
 
 
 def find_redis_server() -> str:
-    """The path of ``redis-server`` (:mod:`semaphore_recipes._programs`)."""
+    """The path of ``redis-server`` (:mod:`semaphore_recipes.devtools.programs`)."""
     try:
         return find_program("redis-server")
     except ProgramNotFound as exc:

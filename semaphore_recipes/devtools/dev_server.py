@@ -1,11 +1,10 @@
-"""Throwaway servers for development: what ``semaphore-recipes dev-server`` and ``demo`` run.
+"""A started development server: what ``semaphore-recipes dev-server`` and ``demo`` run.
 
-Each backend's ``server`` module offers ``start_dev_server(port)``, which starts one
-server on 127.0.0.1 (``port`` None: any free one) with its data in a temporary directory
-and returns a :class:`DevServer`. :func:`dev_server_launcher` finds that function by URL
-scheme through the backend registry (``registry.py``), importing only the module of that
-backend. Development only: one node, loopback,
-no fsync.
+Each store's launcher module beside this one (``zookeeper_server``, ``etcd_server``)
+offers ``start_dev_server(port)``, which starts one server on 127.0.0.1 (``port`` None:
+any free one) with its data in a temporary directory and returns a :class:`DevServer`;
+:mod:`.launchers` finds that function by URL scheme. Development only: one node,
+loopback, no fsync.
 """
 
 from __future__ import annotations
@@ -13,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._process import ManagedProcess
-from .registry import dev_server_launcher
+from .processes import ManagedProcess
 
-__all__ = ["DevServer", "dev_server_launcher"]
+__all__ = ["DevServer"]
 
 
 @dataclass(frozen=True)

