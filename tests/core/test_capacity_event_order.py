@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from semaphore_recipes import AcquireTimeout
-from semaphore_recipes.backend import driver as seam
 from semaphore_recipes.backend import (
     Deadline,
     Enqueued,
@@ -34,6 +33,7 @@ from semaphore_recipes.backend import (
     SessionLost,
     Waiter,
 )
+from semaphore_recipes.backend import driver as seam
 from semaphore_recipes.semaphore import Semaphore
 
 from .fakes import Hub
