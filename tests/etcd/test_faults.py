@@ -1,5 +1,6 @@
 """etcd-specific faults: repeated lease revokes under threads, connections reset under
-a holder, failover between endpoints (the faults every backend has: tests/contract)."""
+a holder, failover between endpoints (the faults every backend has:
+semaphore_recipes/testing/contract)."""
 
 from __future__ import annotations
 

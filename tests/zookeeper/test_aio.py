@@ -21,12 +21,12 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes import aio
+from semaphore_recipes.testing.checker import checked
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 from semaphore_recipes.zookeeper.backend import ZooKeeperBackend
 
 from ..conftest import Workers, read_checker, wait_until
-from ..worker import checked
 
 T = TypeVar("T")
 MARGIN = 3.0  # a loaded machine may start things late

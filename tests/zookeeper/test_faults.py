@@ -1,6 +1,6 @@
 """ZooKeeper-specific faults: a whole session timeout partitioned, a follower restarted,
 corrupt nodes, the client's own LOST verdict, kazoo's errors, the lone-client path after
-expiry (the faults every backend has: tests/contract)."""
+expiry (the faults every backend has: semaphore_recipes/testing/contract)."""
 
 from __future__ import annotations
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from semaphore_recipes import Semaphore, SemaphoreError
+from semaphore_recipes.testing.checker import checked_holds
 from semaphore_recipes.testing.harness import Harness
-
-from ..conftest import Workers, wait_until
-from ..worker import checked_holds
+from semaphore_recipes.testing.polling import wait_until
+from semaphore_recipes.testing.workers import Workers
 
 SECONDS = float(os.environ.get("SR_MULTI_STRESS_SECONDS", "10"))
 PROCESSES = 20

@@ -14,8 +14,8 @@ import semaphore_recipes as sr
 from semaphore_recipes.instrumentation import AcquireOutcome, Instrumentation
 from semaphore_recipes.prometheus import PrometheusMetrics, StatusCollector
 from semaphore_recipes.testing.harness import Harness, Verb
-
-from ..conftest import needs, wait_until
+from semaphore_recipes.testing.polling import wait_until
+from semaphore_recipes.testing.services import needs
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -18,8 +18,8 @@ import semaphore_recipes as sr
 from semaphore_recipes.backend import Deadline, QueueDriver, Waiter
 from semaphore_recipes.testing.faces import Face
 from semaphore_recipes.testing.harness import Harness
-
-from ..conftest import interrupt_acquires, wait_until
+from semaphore_recipes.testing.interrupts import interrupt_acquires
+from semaphore_recipes.testing.polling import wait_until
 
 STORES = ["memory", "zookeeper", "etcd"]  # Redis: no job slots yet (SlotsNotSupported)
 

@@ -17,8 +17,11 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.harness import Cut, Harness, Verb
-
-from ..conftest import Workers, cycle_through_a_leader_kill, needs, wait_until, waiter_thread
+from semaphore_recipes.testing.leader_kill import cycle_through_a_leader_kill
+from semaphore_recipes.testing.polling import wait_until
+from semaphore_recipes.testing.services import needs
+from semaphore_recipes.testing.waiters import waiter_thread
+from semaphore_recipes.testing.workers import Workers
 
 
 @pytest.mark.parametrize("reached_store", [True, False], ids=["reply-lost", "never-sent"])

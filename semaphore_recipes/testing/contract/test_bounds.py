@@ -13,9 +13,9 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.harness import Harness, Verb
+from semaphore_recipes.testing.polling import wait_until
 from semaphore_recipes.testing.proxy import FaultProxy
-
-from ..conftest import needs, wait_until
+from semaphore_recipes.testing.services import needs
 
 REQUEST_TIMEOUT = 2.0
 SESSION_TIMEOUT = 10  # longer than the calls made while cut off take

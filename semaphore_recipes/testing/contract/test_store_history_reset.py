@@ -21,8 +21,7 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes import aio
-
-from ..conftest import wait_until
+from semaphore_recipes.testing.polling import wait_until
 
 SESSION_TIMEOUT = 4.0
 SLACK = 6.0  # seconds past the session timeout the error may take (a loaded machine)

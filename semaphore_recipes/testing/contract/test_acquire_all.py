@@ -22,20 +22,17 @@ from semaphore_recipes.cli._common import ExitCode
 from semaphore_recipes.memory.backend import MemoryBackend
 from semaphore_recipes.registry import BackendSpec
 from semaphore_recipes.testing.harness import Cut, Harness, Verb
+from semaphore_recipes.testing.polling import wait_until
+from semaphore_recipes.testing.services import needs
 
-from ..conftest import _face_id, _faced, needs, wait_until
 from .test_semaphore import _delete_from_outside
 
-ATOMIC_STORES = ["memory", "zookeeper", "etcd", "redis"]
 
-
-@pytest.fixture(params=_faced(ATOMIC_STORES), ids=_face_id)
-def store(request: pytest.FixtureRequest) -> Harness:
-    """Each store, through the sync face and the asyncio face (``-aio``: a blocking view
-    whose interrupts are the awaiting task's cancellations)."""
-    kind, face = request.param
-    harness: Harness = request.getfixturevalue(f"{kind}_harness")
-    return harness.with_face(face)
+@pytest.fixture
+def store(service: Harness) -> Harness:
+    """Each selected store, through the sync face and the asyncio face (``-aio``: a
+    blocking view whose interrupts are the awaiting task's cancellations)."""
+    return service
 
 
 def test_acquire_all_holds_an_entry_in_each_queue_and_releases_them_together(

@@ -15,8 +15,8 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.harness import Cut, Harness, Verb
-
-from ..conftest import needs, wait_until
+from semaphore_recipes.testing.polling import wait_until
+from semaphore_recipes.testing.services import needs
 
 TIMEOUT = 2.0
 #: what the answer may take past the deadline: the thread's wake-up on a loaded machine

@@ -9,8 +9,9 @@ import signal
 import time
 
 from semaphore_recipes.testing.harness import Harness
-
-from ..conftest import Workers, wait_until, waiter_thread
+from semaphore_recipes.testing.polling import wait_until
+from semaphore_recipes.testing.waiters import waiter_thread
+from semaphore_recipes.testing.workers import Workers
 
 SESSION = 2  # session timeout / lease TTL (s) of the processes that crash or pause
 

@@ -1,6 +1,6 @@
 """A separate process that uses a semaphore, driven by the tests.
 
-    python tests/worker.py URL NAME CAPACITY MODE [options]
+    python -m semaphore_recipes.testing.worker URL NAME CAPACITY MODE [options]
 
 MODE cycle: acquire random weights in a loop; an independent checker file (flock)
 records the concurrent held weight. MODE multi: the same with ``acquire_all`` over
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import json
 import os
 import random
 import sys
@@ -25,39 +24,8 @@ from typing import Any
 
 import semaphore_recipes as sr
 import semaphore_recipes.aio
+from semaphore_recipes.testing.checker import checked, checked_holds
 from semaphore_recipes.testing.faces import BlockingAsyncBackend, Face, LoopThread
-
-
-def checked(path: str, delta: int) -> None:
-    """Add ``delta`` to the concurrent held weight in ``path`` (under an exclusive lock)."""
-    with open(path, "r+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        state = json.loads(f.read() or '{"now": 0, "max": 0, "grants": 0}')
-        state["now"] += delta
-        state["max"] = max(state["max"], state["now"])
-        state["grants"] += delta > 0
-        f.seek(0)
-        f.truncate()
-        f.write(json.dumps(state))
-
-
-def checked_holds(path: str, pid: int, weights: dict[str, int] | None) -> None:
-    """Record that ``pid`` now holds ``weights`` (None: nothing) in the per-semaphore
-    held weight in ``path``, and the most ever held of each (under an exclusive lock)."""
-    with open(path, "r+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        state = json.loads(f.read() or '{"holds": {}, "max": {}, "grants": 0}')
-        if weights is None:
-            state["holds"].pop(str(pid), None)
-        else:
-            state["holds"][str(pid)] = weights
-            state["grants"] += 1
-        for name in {n for h in state["holds"].values() for n in h}:
-            now = sum(h.get(name, 0) for h in state["holds"].values())
-            state["max"][name] = max(state["max"].get(name, 0), now)
-        f.seek(0)
-        f.truncate()
-        f.write(json.dumps(state))
 
 
 def multi_cycles(url: str, capacities: dict[str, int], seconds: float, checker: str) -> None:

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.testing.checker import read_checker
 from semaphore_recipes.testing.harness import Harness
-
-from ..conftest import Workers, interrupt_acquires, read_checker, wait_until
+from semaphore_recipes.testing.interrupts import interrupt_acquires
+from semaphore_recipes.testing.polling import wait_until
+from semaphore_recipes.testing.workers import Workers
 
 
 def test_weighted_cycles_in_six_processes_never_exceed_capacity(

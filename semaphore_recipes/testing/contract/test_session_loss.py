@@ -10,8 +10,8 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.harness import Harness, Verb
-
-from ..conftest import needs, wait_until
+from semaphore_recipes.testing.polling import wait_until
+from semaphore_recipes.testing.services import needs
 
 WEIGHTS = (1, 2, 1, 2, 1, 2, 1, 2)  # eight threads of one backend, capacity 2
 CAPACITY = 2
