@@ -1,7 +1,8 @@
 """Shared test helpers. Server fixtures come from the semaphore_recipes pytest plugin; the
 store fixtures (``service``, ``cluster``) and the helpers of the contract suite come
 from the package (``semaphore_recipes.testing``), re-exported here for the tests of
-this directory. ``service`` runs on the stores of ``--store`` (pyproject.toml: all four)."""
+this directory. ``service`` runs on the stores of ``--semaphore-store`` (pyproject.toml:
+all four)."""
 
 from __future__ import annotations
 

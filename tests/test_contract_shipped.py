@@ -1,5 +1,5 @@
 """The contract suite ships with the package: run from a directory outside the checkout,
-the way a third-party backend runs it (``--pyargs``, the store chosen with ``--store``),
+the way a third-party backend runs it (``--pyargs``, the store chosen with ``--semaphore-store``),
 it passes against ``memory://``."""
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ import pytest
 import semaphore_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMAND = ["-m", "pytest", "--pyargs", "semaphore_recipes.testing.contract", "--store", "memory"]
+COMMAND = [
+    "-m",
+    "pytest",
+    "--pyargs",
+    "semaphore_recipes.testing.contract",
+    "--semaphore-store",
+    "memory",
+]
 
 
 def _count(summary: str, outcome: str) -> int:

@@ -6,8 +6,8 @@ too), re-exported by ``zookeeper_server`` and ``etcd_server`` here.
 
 The backend contract suite ships here too (``contract``), with what its tests use
 (``services``: the ``service`` and ``cluster`` fixtures; ``store_selection``: the
-``--store`` option; ``workers`` and ``worker``: worker processes; ``checker``,
+``--semaphore-store`` option; ``workers`` and ``worker``: worker processes; ``checker``,
 ``polling``, ``waiters``, ``interrupts``, ``leader_kill``)::
 
-    python -m pytest --pyargs semaphore_recipes.testing.contract --store memory
+    python -m pytest --pyargs semaphore_recipes.testing.contract --semaphore-store memory
 """

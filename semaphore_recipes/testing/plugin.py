@@ -53,7 +53,7 @@ INSTALL_HINT = (
     f"(as root; needs Java), or point {ENV_ZOOKEEPER}=host:port at a running server"
 )
 _LOG_KEY = pytest.StashKey[list[Any]]()
-# the --store option of the shipped contract suite (semaphore_recipes.testing.contract)
+# the --semaphore-store option of the shipped contract suite (semaphore_recipes.testing.contract)
 pytest_plugins = ["semaphore_recipes.testing.store_selection"]
 
 

@@ -7,7 +7,7 @@ Each is the store's harness (the fixture ``<scheme>_harness`` or
 ``<scheme>_cluster_harness``) with its fault verbs, opening backends of the sync face,
 or of the asyncio face through a blocking view (``-aio`` ids: interrupts of the calling
 thread become cancellations of the awaiting task). The stores are those of
-``store_selection`` (``--store``); a conftest calls :func:`parametrize_stores` from its
+``store_selection`` (``--semaphore-store``); a conftest calls :func:`parametrize_stores` from its
 ``pytest_generate_tests``. A test may narrow ``service`` or ``cluster`` itself with an
 indirect parametrization by store name (the sync face) or ``(name, Face)``.
 """

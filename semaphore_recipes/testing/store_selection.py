@@ -1,4 +1,4 @@
-"""Which stores the contract suite runs on: ``--store SCHEME`` (repeatable), else the ini
+"""Which stores the contract suite runs on: ``--semaphore-store SCHEME`` (repeatable), else the ini
 value ``semaphore_recipes_stores``.
 
 Part of the pytest plugin (loaded with it). The shipped contract suite
@@ -10,7 +10,7 @@ scheme the registry knows (built in, or a backend's entry point in the group
 ``<scheme>_harness`` (a :class:`~semaphore_recipes.testing.harness.Harness`): the
 plugin's for the built-in stores, a plugin of the backend's own package for any other::
 
-    python -m pytest --pyargs semaphore_recipes.testing.contract --store memory
+    python -m pytest --pyargs semaphore_recipes.testing.contract --semaphore-store memory
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .. import registry
 
 __all__ = ["INI", "OPTION", "has_cluster_harness", "selected_stores"]
 
-OPTION = "--store"
+OPTION = "--semaphore-store"
 INI = "semaphore_recipes_stores"
 _DEST = "semaphore_recipes_stores"
 

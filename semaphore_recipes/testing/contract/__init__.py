@@ -2,9 +2,9 @@
 
 Shipped with the package so that any backend runs it, built in or third-party::
 
-    python -m pytest --pyargs semaphore_recipes.testing.contract --store SCHEME
+    python -m pytest --pyargs semaphore_recipes.testing.contract --semaphore-store SCHEME
 
-``SCHEME`` is a URL scheme the registry knows (repeat ``--store`` for several stores; the
+``SCHEME`` is a URL scheme the registry knows (repeat ``--semaphore-store`` for several stores; the
 ini value ``semaphore_recipes_stores`` is the default), and the store's harness is the
 pytest fixture ``<scheme>_harness`` (``semaphore_recipes.testing.store_selection``).
 Tests of the suite written for one store (they name it in a parameter or a fixture)

@@ -1,4 +1,4 @@
-"""Fixtures and store selection of the shipped contract suite (``--store``)."""
+"""Fixtures and store selection of the shipped contract suite (``--semaphore-store``)."""
 
 from __future__ import annotations
 
