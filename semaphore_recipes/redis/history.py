@@ -4,7 +4,11 @@ Every order, fencing token and capacity version comes from one counter (``P:seq`
 which only grows while the data set lives. A server that restarted without persistence
 (empty), that was flushed, or a replica promoted before it had the latest writes, has a
 counter lower than one this client saw: tokens will be handed out again. The lease
-keeper notes the counter after each renewal (:meth:`StoreHistory.note`, one ``GET``)
+keeper notes the counter with each renewal (the RENEW script returns it:
+:meth:`StoreHistory.note_counter`), as does each enqueue (an entry's order is a counter
+value), and the run id once, after its first renewal
+(:meth:`StoreHistory.note`: nothing else is sent on the keeper's path, whose timing tells a
+cut connection; a read before the first renewal hung there when the network was cut)
 and, when it finds its lease gone, asks :meth:`StoreHistory.went_back` before making a
 new one: a counter lower than the highest noted, or none at all on a server whose
 ``run_id`` (``INFO server``, where the ACL allows it) changed, tells the data set is not
@@ -41,6 +45,11 @@ class StoreHistory:
                 self.counter = max(self.counter, counter)
             if self.run_id is None:
                 self.run_id = run_id
+
+    def note_counter(self, counter: int) -> None:
+        """Note the counter a renewal read (no I/O)."""
+        with self._lock:
+            self.counter = max(self.counter, counter)
 
     def went_back(self, client: Any, where: str) -> str | None:
         """Why the data set has a history older than the one this client knew, in

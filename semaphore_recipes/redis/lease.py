@@ -92,7 +92,6 @@ class LeaseKeeper:
         self._wake.set()
 
     def _run(self) -> None:
-        self.backend.history.note(self.runner.client)
         while not self._stop.is_set():
             self._wake.wait(RETRY_INTERVAL if self._suspended else self.ttl / 3)
             self._wake.clear()
@@ -137,7 +136,11 @@ class LeaseKeeper:
                 log.info("redis lease %s renewed again: permits restored", lease)
                 self.backend.session_restored()
             self.backend.check_holders(self.runner)
-            self.backend.history.note(self.runner.client)
+            # the counter came with the renewal: no other request on the keeper's path,
+            # whose timing tells a cut connection (a read here delayed the next renewal)
+            self.backend.history.note_counter(int(renewed[1]))
+            if self.backend.history.run_id is None:  # once, just after a reply came
+                self.backend.history.note(self.runner.client)
             return
         self._replace(lease, "the lease expired on the server")
 

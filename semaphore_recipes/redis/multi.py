@@ -75,6 +75,7 @@ def enqueuing_all(
         views = [_View.parse(raw) for raw in reply]
         for (_, waiter), view in zip(queues, views, strict=True):
             waiter.created(entry_id, view.order)
+            backend.history.note_counter(view.order)  # the order is the counter's
         if acknowledged < replicas and any(view.held for view in views):
             raise queues[0][0].unreplicated(acknowledged)  # the face's cleanup removes them
         return {

@@ -217,6 +217,7 @@ class RedisQueue(QueueDriver):
                 continue
             view = _View.parse(reply)
             waiter.created(entry_id, view.order)
+            self.backend.history.note_counter(view.order)  # the order is the counter's
             if view.held and acknowledged < replicas:  # the face's cleanup removes it
                 raise self.unreplicated(acknowledged)
             return self.enqueued(waiter, entry_id, view)

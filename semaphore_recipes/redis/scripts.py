@@ -433,11 +433,12 @@ end
 return write_all(5 + 2 * n)
 """,
     # ARGV: P, '', lease, ttl ms. Never re-creates an expired lease (its entries are
-    # dead). -> 1 renewed, 0 gone
+    # dead). -> {1, the counter P:seq} renewed (the counter for history.py, in the same
+    # round trip), 0 gone
     ScriptName.RENEW: r"""
 if redis.call('pexpire', lease_key(ARGV[3]), ARGV[4]) == 0 then return 0 end
 redis.call('pexpire', P .. ':inbox:' .. ARGV[3], ARGV[4])
-return 1
+return {1, tonumber(redis.call('get', P .. ':seq') or '0')}
 """,
     # ARGV: P, S. Deletes the capacity and the queue; the data keys go from the client
     # (SCAN). -> 1

@@ -229,7 +229,8 @@ def test_the_fence_checks_entry_token_admission_and_lease_before_writing(
 
 def test_renewal_never_brings_back_an_expired_lease(scripts: Scripts) -> None:
     scripts.lease("a")
-    assert scripts.run(ScriptName.RENEW, "a", TTL_MS, semaphore="") == 1
+    renewed = scripts.run(ScriptName.RENEW, "a", TTL_MS, semaphore="")
+    assert renewed == [1, int(scripts.admin.get(f"{scripts.prefix}:seq") or 0)]
     scripts.kill("a")
     assert scripts.run(ScriptName.RENEW, "a", TTL_MS, semaphore="") == 0
     assert not scripts.admin.exists(f"{scripts.prefix}:lease:a")

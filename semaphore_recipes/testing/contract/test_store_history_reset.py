@@ -114,6 +114,14 @@ def test_a_wiped_store_is_named_plainly(wiped: _Wiped, caplog: pytest.LogCapture
                 assert "history restarted" in str(outcome)
             errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
             assert any("history restarted" in m for m in errors), said
+        elif wiped.kind == "zookeeper":
+            # The history check (every server's srvr, twice 1 s apart) may conclude after
+            # the client's own verdict of a whole session timeout without a connection,
+            # on a loaded machine: the permit is lost either way, the waiter and later
+            # calls are told the history restarted.
+            assert isinstance(outcome, sr.BackendUnavailable), outcome
+            assert "history restarted" in str(outcome)
+            assert any("history restarted" in m for m in said), said
         else:
             assert isinstance(outcome, sr.BackendUnavailable), outcome
             assert "history restarted" in str(outcome)
