@@ -91,7 +91,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("semaphore_recipes.etcd")
 
-_ATTEMPT = 2.0  # seconds one request may take before it is retried (it is retry-safe)
+ATTEMPT_TIMEOUT = 2.0  # seconds one request may take before it is retried (it is retry-safe)
 
 
 _SHARED_READ_SPAN = 1024  # revisions above its own token a shared read serves
@@ -129,9 +129,10 @@ class SharedRead:
         return None
 
 
-def _txn_within(
+def txn_within(
     compare: list[Any], success: list[Any], failure: list[Any], creates: str, timeout: float
 ) -> Call:
+    """A txn that creates the entry ``creates``, sent with ``timeout`` (for ``call``)."""
     return Call.txn(compare, success, failure, timeout=timeout, creates=creates)
 
 
@@ -148,12 +149,12 @@ class EtcdQueue(QueueDriver):
         self.base = f"{backend.prefix}{name}/"  # every key of this semaphore
         self.config_key = (self.base + "config").encode()
         self.entries_prefix = (self.base + "entries/").encode()
-        self._entries_end = prefix_range_end(self.entries_prefix)
+        self.entries_end = prefix_range_end(self.entries_prefix)
         self.slots_prefix = (self.base + "slots/").encode()  # job slots: slots/<index>
         self._slots = Op.range(self.slots_prefix, prefix_range_end(self.slots_prefix))
         # the reads of every enqueue and status txn (built once: they never change)
         self._reads = [
-            Op.range(self.entries_prefix, self._entries_end),
+            Op.range(self.entries_prefix, self.entries_end),
             Op.range(self.config_key),
         ]
         self._watchers: dict[Waiter, dict[str, Watcher]] = {}
@@ -182,7 +183,8 @@ class EtcdQueue(QueueDriver):
         self.backend.register_queue(self)
         return self
 
-    def _key(self, uid: str) -> bytes:
+    def entry_key(self, uid: str) -> bytes:
+        """The etcd key of our entry ``uid`` in this queue."""
         return self.entries_prefix + uid.encode()
 
     def nearest_below(
@@ -203,7 +205,7 @@ class EtcdQueue(QueueDriver):
         BackendUnavailable). ``make`` gets the time one attempt may take."""
         limit = Deadline(self.request_timeout, time.monotonic) if deadline is None else deadline
         try:
-            return (yield from retrying(make, limit, attempt_timeout=_ATTEMPT))
+            return (yield from retrying(make, limit, attempt_timeout=ATTEMPT_TIMEOUT))
         except EtcdUnavailable as exc:
             if deadline is None:
                 raise BackendUnavailable(
@@ -298,9 +300,15 @@ class EtcdQueue(QueueDriver):
     # ---- waiters ---------------------------------------------------------------
     def unregister(self, waiter: Waiter) -> None:
         super().unregister(waiter)
-        self._drop_watchers(waiter)
+        self.drop_watchers(waiter)
 
-    def _drop_watchers(self, waiter: Waiter) -> None:
+    def apply_listed_capacity(self, config: Any) -> None:
+        """Apply the capacity a txn read beside a listing (``config``: its kvs), when
+        newer than the one applied (decoded only then: usually it is not)."""
+        if config and config[0].mod_revision > self._capacity_version:
+            self.apply_capacity(decode_capacity(self.name, config[0].value), config[0].mod_revision)
+
+    def drop_watchers(self, waiter: Waiter) -> None:
         """End the watches armed for ``waiter`` (its acquire is over, or enqueues again)."""
         with self._lock:
             watchers = self._watchers.pop(waiter, {})
@@ -321,7 +329,7 @@ class EtcdQueue(QueueDriver):
         return await self.backend.run_async(self._enqueue(waiter, deadline))
 
     def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
-        self._drop_watchers(waiter)
+        self.drop_watchers(waiter)
         while True:
             # A generation per attempt: the end of the lease an attempt gave up on may
             # still be reported to it; the next attempt must not take that for its own.
@@ -330,7 +338,7 @@ class EtcdQueue(QueueDriver):
             uid = self.backend.take_entry_slot(lease)
             self.key_reused(uid)
             waiter.creating(uid)
-            key = self._key(uid)
+            key = self.entry_key(uid)
             value = EntryData(
                 owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
             ).encode()
@@ -338,7 +346,7 @@ class EtcdQueue(QueueDriver):
             # server reads only those): the whole queue when it is short. A longer
             # queue's nearest entries are read next, outside the write (see below).
             nearest = nearest_needed(self.capacity) + 1  # + 1: ours
-            sample = Op.range(self.entries_prefix, self._entries_end, limit=nearest)
+            sample = Op.range(self.entries_prefix, self.entries_end, limit=nearest)
             try:
                 # Retried as is after UNAVAILABLE: if the lost attempt created the key,
                 # the failure branch lists it and we adopt it (no orphan, no second entry).
@@ -347,7 +355,7 @@ class EtcdQueue(QueueDriver):
                 # cancelled, so the undo never overtakes it (gRPC does not order calls).
                 # The sync face holds an interrupt until the txn returns (SyncRunner).
                 create: Callable[[float], Call] = functools.partial(
-                    _txn_within,
+                    txn_within,
                     [Compare.create_revision(key, "==", 0)],
                     [Op.put(key, value, lease=lease), sample, self._reads[1]],
                     self._reads,
@@ -378,16 +386,12 @@ class EtcdQueue(QueueDriver):
                 # or is granting a new one). The entry goes with its lease, but not
                 # before the lease's end is applied: delete it now, by its own revision,
                 # so it never sits ahead of the waiters.
-                yield from self._delete(uid, token)
+                yield from self.delete_entry(uid, token)
                 continue
             config = reply.responses[-1].response_range.kvs
-            # (decoded only when newer than the capacity applied: usually it is not)
-            if config and config[0].mod_revision > self._capacity_version:
-                self.apply_capacity(
-                    decode_capacity(self.name, config[0].value), config[0].mod_revision
-                )
+            self.apply_listed_capacity(config)
             if not (reply.succeeded and listed.more):
-                return self._enqueued(waiter, uid, token, listing, complete=True, later=None)
+                return self.enqueued(waiter, uid, token, listing, complete=True, later=None)
             # A long queue: its nearest entries below ours, newest first. etcd reads
             # every entry to sort them, so this is a read of its own, not part of the
             # write: inside it, each enqueue held up etcd's apply (and the lease
@@ -397,7 +401,7 @@ class EtcdQueue(QueueDriver):
             # they may need our held mark (``later_entries``).
             waiter.created(uid, token)  # an error or a cancel below: the entry is undone
             below, complete = yield from self._nearest_below(token, nearest - 1, deadline)
-            return self._enqueued(waiter, uid, token, below, complete, later=True)
+            return self.enqueued(waiter, uid, token, below, complete, later=True)
 
     def _nearest_below(
         self, token: int, count: int, deadline: Deadline
@@ -456,13 +460,13 @@ class EtcdQueue(QueueDriver):
         """A read of the ``limit`` newest entries created before ``top``."""
         return Call.range(
             self.entries_prefix,
-            self._entries_end,
+            self.entries_end,
             max_create_revision=top - 1,
             newest=limit,
             timeout=timeout,
         )
 
-    def _enqueued(
+    def enqueued(
         self,
         waiter: Waiter,
         uid: str,
@@ -536,7 +540,7 @@ class EtcdQueue(QueueDriver):
         generation = waiter.generation
         token = waiter.token
         assert token is not None
-        reads = [Op.range(self._key(k)) for k in keys]
+        reads = [Op.range(self.entry_key(k)) for k in keys]
         reply = yield from self._call(
             lambda timeout: Call.txn([], reads, [], timeout=timeout), deadline
         )
@@ -568,7 +572,7 @@ class EtcdQueue(QueueDriver):
         reply = yield from self._call(
             lambda timeout: Call.range(
                 self.entries_prefix,
-                self._entries_end,
+                self.entries_end,
                 max_create_revision=token - 1,
                 timeout=timeout,
             ),
@@ -616,7 +620,7 @@ class EtcdQueue(QueueDriver):
 
         watcher = Watcher(
             self.client,
-            self._key(key),
+            self.entry_key(key),
             start_revision=start_revision,
             on_events=on_events,
             on_error=on_error,
@@ -651,13 +655,13 @@ class EtcdQueue(QueueDriver):
         value = mark.encode()  # by the background: not on acquire's path
         if self._closed:
             return
-        guard = [Compare.create_revision(self._key(key), "==", token)]
-        put = [Op.put(self._key(key), value, lease=lease)]
+        guard = [Compare.create_revision(self.entry_key(key), "==", token)]
+        put = [Op.put(self.entry_key(key), value, lease=lease)]
         try:
             reply = yield from retrying(
                 lambda timeout: Call.txn(guard, put, [], timeout=timeout),
                 Deadline(None, time.monotonic),
-                attempt_timeout=_ATTEMPT,
+                attempt_timeout=ATTEMPT_TIMEOUT,
                 stop=lambda: self._closed,
             )
         except EtcdLeaseNotFound:
@@ -677,7 +681,9 @@ class EtcdQueue(QueueDriver):
                 on_lost("the entry was deleted (lease revoked or expired, or by hand)")
 
         # from our create_revision: a delete that already happened is seen too
-        watcher = Watcher(self.client, self._key(key), start_revision=token, on_events=on_events)
+        watcher = Watcher(
+            self.client, self.entry_key(key), start_revision=token, on_events=on_events
+        )
         with self._lock:
             self._holder_watchers[key] = watcher
 
@@ -725,7 +731,7 @@ class EtcdQueue(QueueDriver):
         made the record shows it naming our entry, and it is adopted."""
         uid, token = waiter.key, waiter.token
         assert uid is not None and token is not None
-        key, slot_key = self._key(uid), self._slot_key(index)
+        key, slot_key = self.entry_key(uid), self._slot_key(index)
         ours = encode_slot(uid, token)
         lease = parse_etcd_entry(uid)[0]
         self.slot_sending(uid, index)
@@ -763,21 +769,21 @@ class EtcdQueue(QueueDriver):
 
     # ---- leaving ------------------------------------------------------------------
     def remove(self, key: str) -> None:
-        self.backend.run(self._delete(key, self._leaving(key)))
+        self.backend.run(self.delete_entry(key, self.leaving(key)))
 
     async def remove_async(self, key: str) -> None:
         # Its first attempt is bounded by the request timeout, then it goes on in the
-        # background (_delete). Cancelling this task cancels the call, which may or may
+        # background (delete_entry). Cancelling this task cancels the call, which may or may
         # not have been applied: the delete (guarded, so repeating it is harmless) is
         # sent again in the background.
-        token = self._leaving(key)
+        token = self.leaving(key)
         try:
-            await self.backend.run_async(self._delete(key, token))
+            await self.backend.run_async(self.delete_entry(key, token))
         except asyncio.CancelledError:
-            self.backend.spawn(self._delete(key, token))
+            self.backend.spawn(self.delete_entry(key, token))
             raise
 
-    def _leaving(self, key: str) -> int | None:
+    def leaving(self, key: str) -> int | None:
         """Our entry ``key`` leaves: forget its mark and its token, end its holder's
         watch (first: our own delete is no loss to report). Its token, if known."""
         self.forget_mark(key)
@@ -795,15 +801,15 @@ class EtcdQueue(QueueDriver):
         elif waiter.entry_id is not None:
             # Its slot is not reused before this delete lands: only ever our entry. The
             # create, if it was sent, is over (SyncRunner holds interrupts until it returns).
-            self.backend.run(self._delete(waiter.entry_id, None))
+            self.backend.run(self.delete_entry(waiter.entry_id, None))
 
     def abandon_nowait(self, waiter: Waiter) -> None:
         if waiter.key is not None:
-            self.backend.spawn(self._delete(waiter.key, self._leaving(waiter.key)))
+            self.backend.spawn(self.delete_entry(waiter.key, self.leaving(waiter.key)))
         elif waiter.entry_id is not None:
             # A create still on its way when the acquire was cancelled: its undo waits
             # for its outcome first, else the delete could reach etcd before it.
-            self.backend.undo_create(waiter.entry_id, self._delete(waiter.entry_id, None))
+            self.backend.undo_create(waiter.entry_id, self.delete_entry(waiter.entry_id, None))
 
     async def abandon_async(self, waiter: Waiter) -> None:
         if self.backend.closed:
@@ -814,16 +820,18 @@ class EtcdQueue(QueueDriver):
             # the undo of abandon_nowait (after the create's end), awaited within the
             # request timeout; it goes on in the background after that, or when this
             # task is cancelled
-            undo = self.backend.undo_create(waiter.entry_id, self._delete(waiter.entry_id, None))
+            undo = self.backend.undo_create(
+                waiter.entry_id, self.delete_entry(waiter.entry_id, None)
+            )
             if undo is not None:
                 await asyncio.wait({undo}, timeout=self.request_timeout)
 
-    def _delete(self, uid: str, token: int | None) -> Program[None]:
+    def delete_entry(self, uid: str, token: int | None) -> Program[None]:
         """Delete our entry, guarded by its create_revision when known, and its job slot
         records in the same txn (each guarded by its own create_revision). Tries now; if
         etcd cannot be reached, retries in the background (the lease's end removes the
         entry anyway)."""
-        key = self._key(uid)
+        key = self.entry_key(uid)
         records = self.slots_leaving(uid)
         slots = {self._slot_key(i): t for i, t in records.items() if t is not None}
         guard = [] if token is None else [Compare.create_revision(key, "==", token)]
@@ -832,7 +840,7 @@ class EtcdQueue(QueueDriver):
         try:
             # release() returns within the request timeout, the background goes on after
             reply: Any = yield Call.txn(
-                guard, delete, [], timeout=min(_ATTEMPT, self.request_timeout)
+                guard, delete, [], timeout=min(ATTEMPT_TIMEOUT, self.request_timeout)
             )
         except EtcdUnavailable:
             log.warning("delete of %r is pending until etcd is reachable again", uid)
@@ -865,7 +873,7 @@ class EtcdQueue(QueueDriver):
         """One guarded delete of ``key``, now or (unreachable) in the background."""
         delete = [Op.delete(key)]
         try:
-            yield Call.txn(guard, delete, [], timeout=min(_ATTEMPT, self.request_timeout))
+            yield Call.txn(guard, delete, [], timeout=min(ATTEMPT_TIMEOUT, self.request_timeout))
         except EtcdUnavailable:
             self.backend.spawn(self._delete_retried(None, guard, delete))
         except EtcdError as exc:
@@ -882,7 +890,7 @@ class EtcdQueue(QueueDriver):
             yield from retrying(
                 lambda timeout: Call.txn(guard, delete, [], timeout=timeout),
                 Deadline(None, time.monotonic),
-                attempt_timeout=_ATTEMPT,
+                attempt_timeout=ATTEMPT_TIMEOUT,
                 initial_backoff=0.2,
                 max_backoff=0.2,
                 stop=lambda: self._closed,
@@ -928,7 +936,7 @@ class EtcdQueue(QueueDriver):
     def transaction(self, key: str, token: int) -> EtcdFencedTransaction:
         """Fenced by the permit's own token: once released, its key may serve a newer
         entry of this backend, which must not let the old permit's writes through."""
-        return EtcdFencedTransaction(self, self._key(key), token)
+        return EtcdFencedTransaction(self, self.entry_key(key), token)
 
     def close(self, deadline: Deadline) -> None:
         self._closed = True
