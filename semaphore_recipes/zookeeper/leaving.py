@@ -56,8 +56,7 @@ class Leaving(ProtocolSteps, SlotRecords):
         self.forget_mark(key)
         alone = self.forget_entry(key)
         if (yield from self._deleting_entry(key)) and alone is not None:
-            with self._lock:
-                self._alone_since = alone  # deleted, reply in hand: see _enqueue_alone
+            self.left_alone(alone)  # deleted, reply in hand
 
     def _deleting_entry(self, key: str) -> ZkProgram[bool]:
         """Delete our entry ``key`` and its slot records in one ``multi`` (so no
@@ -65,7 +64,7 @@ class Leaving(ProtocolSteps, SlotRecords):
         bounds. A record already gone (deleted by hand) fails the multi: then the
         records go first, one by one, and the entry last."""
         path = f"{self.path}/{key}"
-        slot_paths = yield from self._own_slot_paths(key)
+        slot_paths = yield from self.own_slot_paths(key)
         if not slot_paths:
             return (yield from self._deleting(path))
         tx = self.client.transaction()
@@ -88,7 +87,7 @@ class Leaving(ProtocolSteps, SlotRecords):
         # our entry or a record was deleted by hand: each alone, the records first, each
         # only while it names our entry (another's may have taken a freed index)
         for slot_path in slot_paths:
-            if (yield from self._names(key, slot_path)):
+            if (yield from self.names_entry(key, slot_path)):
                 yield from self._deleting(slot_path)
         return (yield from self._deleting(path))
 
@@ -174,12 +173,7 @@ class Leaving(ProtocolSteps, SlotRecords):
     def _delete_slots_in_background(self, key: str) -> None:
         """Send the reads that delete our entry ``key``'s slot records, before the
         entry's delete (one session answers in order), when their session still lives."""
-        records = self.slots_leaving(key)
-        with self._lock:
-            session = self._slot_sessions.pop(key, None)
-        if session != self.backend.session_id:
-            return  # they went with their session
-        for index in sorted(records):
+        for index in sorted(self.records_leaving(key)):
             self._delete_slot_in_background(key, f"{self.path}/{zk_slot_name(index)}")
 
     def _delete_slot_in_background(self, key: str, slot_path: str) -> None:

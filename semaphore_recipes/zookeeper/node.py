@@ -45,7 +45,7 @@ class SemaphoreNode(QueueDriver):
         super().__init__(name, backend)
         self.client = backend.client
         self.path = join_path(backend.root, name)
-        # kazoo's key for the capacity watch (chroot included): see _capacity_current
+        # kazoo's key for the capacity watch (chroot included): see capacity_current
         self._watch_path = (self.client.chroot or "") + self.path
         self._capacity_settled = False  # the cached capacity is the watched node's value
 
@@ -57,7 +57,7 @@ class SemaphoreNode(QueueDriver):
     def _no_answer_in_time(self) -> AcquireTimeout:
         return AcquireTimeout(f"semaphore {self.name!r}: no answer from ZooKeeper in time")
 
-    def _connection(self) -> ZkProgram[None]:
+    def until_connected(self) -> ZkProgram[None]:
         """Wait until the client is connected (at once when it is)."""
         if not self.backend.connected:
             yield Await.CONNECTION
@@ -139,7 +139,7 @@ class SemaphoreNode(QueueDriver):
         self.apply_capacity(capacity, stat.mzxid)
         self._capacity_settled = True
 
-    def _capacity_current(self) -> bool:
+    def capacity_current(self) -> bool:
         """Is the cached capacity the stored one, as of the replies received so far?
         ZooKeeper sends a change's watch event before the reply to any later request,
         and kazoo's connection thread unregisters the watcher as it reads that event, so
@@ -188,7 +188,7 @@ class SemaphoreNode(QueueDriver):
             try:
                 raw, stat = yield self.client.get_async(self.path, watch=self._capacity_event)
             except ConnectionLoss:
-                yield from self._connection()
+                yield from self.until_connected()
                 continue
             except (SessionExpiredError, NoNodeError):
                 return False
@@ -206,7 +206,7 @@ class SemaphoreNode(QueueDriver):
             except (ConnectionLoss, SessionExpiredError):
                 yield Await.CONNECTION  # a create of a node is safe to repeat
 
-    def _children(self, *lost: type[Exception]) -> ZkProgram[list[str] | SessionLost]:
+    def children(self, *lost: type[Exception]) -> ZkProgram[list[str] | SessionLost]:
         """The semaphore node's children, waiting out a lost connection; SessionLost
         when the session ended (or one of ``lost`` was raised)."""
         while True:

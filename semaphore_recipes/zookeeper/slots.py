@@ -55,7 +55,7 @@ class SlotRecords(SemaphoreNode):
         return await run_program_async(self._listing_slots(), self.step_waits(deadline).wait_async)
 
     def _listing_slots(self) -> ZkProgram[frozenset[int] | SessionLost]:
-        children = yield from self._children(NoNodeError)  # (no node: our entry went with it)
+        children = yield from self.children(NoNodeError)  # (no node: our entry went with it)
         if isinstance(children, SessionLost):
             return children
         indices = (parse_slot_index(child, ZK_SLOT_PREFIX) for child in children)
@@ -84,7 +84,7 @@ class SlotRecords(SemaphoreNode):
         entry_path = f"{self.path}/{key}"
         slot_path = f"{self.path}/{zk_slot_name(index)}"
         while True:
-            yield from self._connection()
+            yield from self.until_connected()
             tx = self.client.transaction()
             tx.check(entry_path, -1)  # version -1: any version, the node must exist
             tx.create(slot_path, encode_slot(key), ephemeral=True)
@@ -130,7 +130,7 @@ class SlotRecords(SemaphoreNode):
         """After a lost multi reply: the record's czxid if it names our entry, -1 if
         it names another, None if there is none (the multi did not land)."""
         while True:
-            yield from self._connection()
+            yield from self.until_connected()
             try:
                 raw, stat = yield self.client.get_async(slot_path)
             except NoNodeError:
@@ -140,25 +140,34 @@ class SlotRecords(SemaphoreNode):
             mine = decode_slot(slot_path, raw)[0] == key
             return int(stat.czxid) if mine else -1
 
-    def _own_slot_paths(self, key: str) -> ZkProgram[list[str]]:
+    def records_leaving(self, key: str) -> dict[int, int | None]:
+        """Our entry ``key``'s slot records (index -> token, None: reply not in hand),
+        forgotten now as it leaves; none when their session has ended (they went with
+        it)."""
+        records = self.slots_leaving(key)
+        with self._lock:
+            session = self._slot_sessions.pop(key, None)
+        if session != self.backend.session_id:
+            return {}
+        return records
+
+    def own_slot_paths(self, key: str) -> ZkProgram[list[str]]:
         """The paths of our entry ``key``'s slot records, which leaves now: those
         confirmed, and those whose create was interrupted before its reply and that name
         our entry (the read goes out after the create on the same session, so it sees it
         if it landed). None when their session has ended: they went with it, and an index
         may be another entry's by now."""
-        records = self.slots_leaving(key)
-        with self._lock:
-            session = self._slot_sessions.pop(key, None)
-        if not records or session != self.backend.session_id or self.backend.failure:
+        records = self.records_leaving(key)
+        if not records or self.backend.failure:
             return []
         paths = []
         for index, token in sorted(records.items()):
             slot_path = f"{self.path}/{zk_slot_name(index)}"
-            if token is not None or (yield from self._names(key, slot_path)):
+            if token is not None or (yield from self.names_entry(key, slot_path)):
                 paths.append(slot_path)
         return paths
 
-    def _names(self, key: str, slot_path: str) -> ZkProgram[bool]:
+    def names_entry(self, key: str, slot_path: str) -> ZkProgram[bool]:
         """Does the slot record ``slot_path`` exist and name our entry ``key``? (False
         when it cannot be read: never raises; the session's end removes it.)"""
         try:

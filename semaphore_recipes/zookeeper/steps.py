@@ -73,6 +73,12 @@ class ProtocolSteps(SemaphoreNode):
             self._marks_pending.discard(key)
             return self._alone.pop(key, None)
 
+    def left_alone(self, sequence: int) -> None:
+        """Our entry of ``sequence``, alone in the queue, is deleted (its reply in hand):
+        the next enqueue may skip its listing (see :meth:`_enqueue_alone`)."""
+        with self._lock:
+            self._alone_since = sequence
+
     # ---- the protocol steps ---------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
         return run_program(self._enqueue(waiter), self.step_waits(deadline).wait)
@@ -83,7 +89,7 @@ class ProtocolSteps(SemaphoreNode):
     def _enqueue(self, waiter: Waiter) -> ZkProgram[Enqueued]:
         waiter.new_generation()
         while True:
-            yield from self._connection()
+            yield from self.until_connected()
             entry_id = new_entry_id()
             waiter.creating(entry_id)
             prefix = f"{self.path}/{zk_entry_prefix(entry_id, waiter.weight)}"
@@ -148,7 +154,7 @@ class ProtocolSteps(SemaphoreNode):
         and we deleted it before this create. Every create in the queue takes the next
         sequence number of the parent, so if ours is ``alone_since + 1`` nobody created
         an entry in between: no entry can be lower than ours. A capacity change made
-        before our create would have reached us before its reply (_capacity_current).
+        before our create would have reached us before its reply (capacity_current).
         """
         node = path.rsplit("/", 1)[1]
         parsed = parse_zk_entry(node)
@@ -157,7 +163,7 @@ class ProtocolSteps(SemaphoreNode):
         if (
             seq != alone_since + 1
             or self.backend.session_id != session
-            or not self._capacity_current()
+            or not self.capacity_current()
             or waiter.weight > self.capacity
         ):
             return None
@@ -196,7 +202,7 @@ class ProtocolSteps(SemaphoreNode):
         self, waiter: Waiter
     ) -> ZkProgram[tuple[str, Any, list[str], Any] | None]:
         while True:
-            yield from self._connection()
+            yield from self.until_connected()
             listing = self.client.get_children_async(self.path, include_data=True)
             try:
                 children, parent = yield listing
@@ -271,7 +277,7 @@ class ProtocolSteps(SemaphoreNode):
         parsed = parse_zk_entry(waiter.key)
         assert parsed is not None
         my_seq = parsed[2]
-        children = yield from self._children()
+        children = yield from self.children()
         if isinstance(children, SessionLost):
             return children
         lower = []
