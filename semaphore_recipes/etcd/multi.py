@@ -23,9 +23,11 @@ from .._core.protocol import Enqueued
 from ..backend import QueueDriver, Waiter, nearest_needed, queues_of
 from ..errors import PermissionDenied
 from .errors import EtcdError, EtcdLeaseNotFound, EtcdUnavailable
+from .keyspace import ATTEMPT_TIMEOUT, txn_within
 from .ops import Compare, Op
-from .queue import ATTEMPT_TIMEOUT, EtcdFencedTransaction, EtcdQueue, txn_within
+from .queue import EtcdQueue
 from .rpc import Call
+from .transaction import EtcdFencedTransaction
 
 if TYPE_CHECKING:
     from .backend import EtcdBackend
@@ -44,7 +46,7 @@ def enqueuing_all(
         queue.drop_watchers(waiter)
     while True:
         for _, waiter in queues:
-            waiter.new_generation()  # one per attempt, as EtcdQueue._enqueue
+            waiter.new_generation()  # one per attempt, as the enqueue of steps.py
         lease = yield from backend.lease(deadline)
         uids = [backend.take_entry_slot(lease) for _ in queues]
         keys = [queue.entry_key(uid) for (queue, _), uid in zip(queues, uids, strict=True)]
