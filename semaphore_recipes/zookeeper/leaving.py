@@ -133,6 +133,7 @@ class Leaving(ProtocolSteps, SlotRecords):
             self._delete_by_id(waiter.entry_id)
 
     def delete_waits(self) -> Waits:
+        """A delete's: at most the request timeout, then DeletePending (it goes on)."""
         deadline = Deadline(self.request_timeout, time.monotonic)
         return Waits(self.backend, deadline, timed_out=DeletePending, path=self.path)
 

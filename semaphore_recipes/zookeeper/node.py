@@ -196,6 +196,7 @@ class SemaphoreNode(QueueDriver):
             return True
 
     def recreate_node(self) -> ZkProgram[None]:
+        """Create the semaphore's node again (it vanished), with the capacity we know."""
         while True:
             try:
                 with contextlib.suppress(NodeExistsError):

@@ -177,6 +177,7 @@ class ProtocolSteps(SemaphoreNode):
     def enqueued(
         self, waiter: Waiter, path: str, czxid: int, entries: list[tuple[int, int, str]]
     ) -> Enqueued:
+        """The answer for our entry created at ``path``, from the listing ``entries``."""
         node = path.rsplit("/", 1)[1]
         parsed = parse_zk_entry(node)
         assert parsed is not None
