@@ -31,7 +31,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .. import _reachability
 from .._core.deadline import Deadline
@@ -61,6 +61,7 @@ from ..errors import (
     PermissionDenied,
     StoreHistoryReset,
 )
+from . import multi
 from .aio_client import AioEtcdClient
 from .aio_lease import AsyncLeaseKeeper
 from .client import EtcdClient
@@ -68,14 +69,12 @@ from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, EtcdUnavailable
 from .history import StoreHistory
 from .lease import LeaseKeeper
 from .ops import prefix_range_end
+from .queue import EtcdQueue
 from .retry import retrying
 from .rpc import Call, granted_lease
 from .runner import AsyncRunner, SyncRunner
 from .slots import EntrySlots
 from .turns import AwaitTurn, Turns
-
-if TYPE_CHECKING:
-    from .queue import EtcdQueue
 
 log = logging.getLogger("semaphore_recipes.etcd")
 T = TypeVar("T")
@@ -403,25 +402,17 @@ class EtcdBackend(Backend):
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
     ) -> dict[str, Enqueued]:
-        from . import multi
-
         return self.run(multi.enqueuing_all(self, queues, deadline))
 
     def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        from . import multi
-
         self.run(multi.deleting_all(self, queues))
 
     async def enqueue_all_async(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
     ) -> dict[str, Enqueued]:
-        from . import multi
-
         return await self.run_async(multi.enqueuing_all(self, queues, deadline))
 
     async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        from . import multi
-
         if multi.one_by_one(queues):
             for queue, waiter in queues:
                 await queue.abandon_async(waiter)
@@ -431,22 +422,16 @@ class EtcdBackend(Backend):
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int
     ) -> FencedTransaction:
-        from . import multi
-
         return multi.transaction_all(entries, token)
 
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
     ) -> EtcdQueue:
-        from .queue import EtcdQueue
-
         return self.run(EtcdQueue(self, name).open(capacity, adopt_capacity, create))
 
     async def open_queue_async(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
     ) -> EtcdQueue:
-        from .queue import EtcdQueue
-
         return await self.run_async(EtcdQueue(self, name).open(capacity, adopt_capacity, create))
 
     def describe(self) -> str:

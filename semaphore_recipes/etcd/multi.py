@@ -16,16 +16,18 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core.codec import EntryData, decode_capacity
+from .._core.codec import EntryData
 from .._core.deadline import Deadline
 from .._core.program import Program
 from .._core.protocol import Enqueued
 from ..backend import QueueDriver, Waiter, nearest_needed, queues_of
 from ..errors import PermissionDenied
 from .errors import EtcdError, EtcdLeaseNotFound, EtcdUnavailable
+from .keyspace import ATTEMPT_TIMEOUT, txn_within
 from .ops import Compare, Op
-from .queue import _ATTEMPT, EtcdFencedTransaction, EtcdQueue, _txn_within
+from .queue import EtcdQueue
 from .rpc import Call
+from .transaction import EtcdFencedTransaction
 
 if TYPE_CHECKING:
     from .backend import EtcdBackend
@@ -41,13 +43,13 @@ def enqueuing_all(
     queues = queues_of(EtcdQueue, pairs)
     first = queues[0][0]
     for queue, waiter in queues:
-        queue._drop_watchers(waiter)
+        queue.drop_watchers(waiter)
     while True:
         for _, waiter in queues:
-            waiter.new_generation()  # one per attempt, as EtcdQueue._enqueue
+            waiter.new_generation()  # one per attempt, as the enqueue of steps.py
         lease = yield from backend.lease(deadline)
         uids = [backend.take_entry_slot(lease) for _ in queues]
-        keys = [queue._key(uid) for (queue, _), uid in zip(queues, uids, strict=True)]
+        keys = [queue.entry_key(uid) for (queue, _), uid in zip(queues, uids, strict=True)]
         for (_, waiter), uid in zip(queues, uids, strict=True):
             waiter.creating(uid)
         compare = [Compare.create_revision(key, "==", 0) for key in keys]
@@ -60,11 +62,11 @@ def enqueuing_all(
         nearest = {queue.name: nearest_needed(queue.capacity) + 1 for queue, _ in queues}
         for queue, _ in queues:
             limit = nearest[queue.name]
-            success.append(Op.range(queue.entries_prefix, queue._entries_end, limit=limit))
+            success.append(Op.range(queue.entries_prefix, queue.entries_end, limit=limit))
             success.append(Op.range(queue.config_key))
         failure = [Op.range(key) for key in keys]  # a lost attempt's keys, to adopt
         try:
-            create = functools.partial(_txn_within, compare, success, failure, uids[0])
+            create = functools.partial(txn_within, compare, success, failure, uids[0])
             reply = yield from first.call(create, deadline)
         except EtcdLeaseNotFound:
             backend.lease_gone(lease)
@@ -93,12 +95,9 @@ def enqueuing_all(
             if reply.succeeded:
                 listed = reply.responses[n + 2 * i].response_range
                 config = reply.responses[n + 2 * i + 1].response_range.kvs
-                if config and config[0].mod_revision > queue._capacity_version:
-                    queue.apply_capacity(
-                        decode_capacity(queue.name, config[0].value), config[0].mod_revision
-                    )
+                queue.apply_listed_capacity(config)
                 if not listed.more:
-                    answers[queue.name] = queue._enqueued(
+                    answers[queue.name] = queue.enqueued(
                         waiter, uid, token, listed.kvs, complete=True, later=None
                     )
                     continue
@@ -107,7 +106,7 @@ def enqueuing_all(
             below, complete = yield from queue.nearest_below(
                 token, nearest[queue.name] - 1, deadline
             )
-            answers[queue.name] = queue._enqueued(waiter, uid, token, below, complete, later=True)
+            answers[queue.name] = queue.enqueued(waiter, uid, token, below, complete, later=True)
         return answers
 
 
@@ -132,15 +131,15 @@ def deleting_all(backend: EtcdBackend, pairs: Pairs) -> Program[None]:
     uids = []
     for queue, waiter in queues:
         assert waiter.key is not None
-        queue._leaving(waiter.key)
+        queue.leaving(waiter.key)
         uids.append(waiter.key)
     yield from _deleting(queues, uids, token)
 
 
 def _deleting(queues: list[tuple[EtcdQueue, Waiter]], uids: list[str], token: int) -> Program[None]:
-    keys = [queue._key(uid) for (queue, _), uid in zip(queues, uids, strict=True)]
+    keys = [queue.entry_key(uid) for (queue, _), uid in zip(queues, uids, strict=True)]
     guard = [Compare.create_revision(key, "==", token) for key in keys]
-    timeout = min(_ATTEMPT, queues[0][0].request_timeout)
+    timeout = min(ATTEMPT_TIMEOUT, queues[0][0].request_timeout)
     try:
         reply: Any = yield Call.txn(guard, [Op.delete(key) for key in keys], [], timeout=timeout)
     except (EtcdUnavailable, EtcdError) as exc:
@@ -148,7 +147,7 @@ def _deleting(queues: list[tuple[EtcdQueue, Waiter]], uids: list[str], token: in
         reply = None
     if reply is None or not reply.succeeded:
         for (queue, _), uid in zip(queues, uids, strict=True):
-            yield from queue._delete(uid, token)  # each guarded; frees its slot
+            yield from queue.delete_entry(uid, token)  # each guarded; frees its slot
         return
     for (queue, _), uid in zip(queues, uids, strict=True):
         queue.backend.free_entry_slot(uid)
@@ -158,6 +157,6 @@ def transaction_all(
     entries: Sequence[tuple[QueueDriver, str]], token: int
 ) -> EtcdFencedTransaction:
     queues = queues_of(EtcdQueue, entries)
-    keys = [queue._key(uid) for queue, uid in queues]
+    keys = [queue.entry_key(uid) for queue, uid in queues]
     first = queues[0][0]
     return EtcdFencedTransaction(first, keys[0], token, keys[1:])

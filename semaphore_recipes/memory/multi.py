@@ -17,7 +17,7 @@ from ..backend import (
     call_with_sigint_held,
     queues_of,
 )
-from .queue import Connected, MemoryQueue, _entry
+from .queue import Connected, MemoryQueue, queue_entry
 from .store import SessionEnded
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def enqueue_all(
     share one revision (their token and order), and each queue's lower entries."""
     queues = queues_of(MemoryQueue, pairs)
     for queue, waiter in queues:
-        queue._drop_watches(waiter)
+        queue.drop_watches(waiter)
     while True:
         for _, waiter in queues:
             waiter.new_generation()  # as MemoryQueue._enqueue: one per attempt
@@ -57,7 +57,7 @@ def enqueue_all(
             queue.apply_capacity(capacity, version)
             answers[queue.name] = Enqueued(
                 me=Entry(key=entry.key, order=entry.token, weight=waiter.weight),
-                lower=tuple(_entry(e) for e in lower),
+                lower=tuple(queue_entry(e) for e in lower),
                 capacity=capacity,
                 later_entries=False,  # the listing is atomic with the create
                 capacity_version=version,
@@ -71,7 +71,7 @@ def delete_all(backend: MemoryBackend, pairs: Sequence[tuple[QueueDriver, Waiter
     store operation: now, or on reconnect."""
     entries = []
     for queue, waiter in queues_of(MemoryQueue, pairs):
-        queue._drop_watches(waiter)
+        queue.drop_watches(waiter)
         key = waiter.key or waiter.entry_id
         if key is not None:
             queue.forget_mark(key)

@@ -108,7 +108,7 @@ class MemoryQueue(QueueDriver):
         return await self.backend.run_async(self._enqueue(waiter, deadline))
 
     def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
-        self._drop_watches(waiter)
+        self.drop_watches(waiter)
         while True:
             # A generation per attempt: the end of a session this attempt gave up on is
             # reported to the attempt that made an entry on it, not to this one.
@@ -132,7 +132,7 @@ class MemoryQueue(QueueDriver):
             me = Entry(key=key, order=entry.token, weight=waiter.weight)
             return Enqueued(
                 me=me,
-                lower=tuple(_entry(e) for e in lower),
+                lower=tuple(queue_entry(e) for e in lower),
                 capacity=capacity,
                 later_entries=False,  # the listing is atomic with the create
                 capacity_version=version,
@@ -194,7 +194,7 @@ class MemoryQueue(QueueDriver):
         token = waiter.token
         assert token is not None
         entries = yield from self.call(lambda: self.store.entries(self.path, token), deadline)
-        return [_entry(e) for e in entries]
+        return [queue_entry(e) for e in entries]
 
     def write_mark(
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
@@ -263,9 +263,10 @@ class MemoryQueue(QueueDriver):
     # ---- leaving ----------------------------------------------------------------------------
     def unregister(self, waiter: Waiter) -> None:
         super().unregister(waiter)
-        self._drop_watches(waiter)
+        self.drop_watches(waiter)
 
-    def _drop_watches(self, waiter: Waiter) -> None:
+    def drop_watches(self, waiter: Waiter) -> None:
+        """Stop the watches armed for ``waiter``'s lower entries."""
         with self._lock:
             armed = self._watches.pop(waiter, [])
         for key, watch_id in armed:
@@ -330,5 +331,6 @@ def _weight(entry: StoredEntry) -> int:
     return weight
 
 
-def _entry(stored: StoredEntry) -> Entry:
+def queue_entry(stored: StoredEntry) -> Entry:
+    """The protocol's view of a stored entry."""
     return Entry(key=stored.key, order=stored.token, weight=_weight(stored), held=stored.data.held)

@@ -60,8 +60,7 @@ from .history import StoreHistory
 from .lease import LeaseKeeper, new_lease_id
 from .notifier import Notifier
 from .params import DEFAULT_PORT, RedisParams
-from .queue import RedisQueue
-from .queue import _cancels as cancels_pending
+from .queue import RedisQueue, cancels_pending
 from .scripts import ScriptName
 
 log = logging.getLogger("semaphore_recipes.redis")

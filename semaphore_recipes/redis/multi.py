@@ -22,7 +22,7 @@ from .._core.protocol import Enqueued
 from ..backend import Deadline, QueueDriver, Waiter, nearest_needed, queues_of
 from ..errors import BackendUnavailable
 from .calls import Arg
-from .queue import RedisQueue, _lost, _View
+from .queue import EntryView, RedisQueue, lease_lost
 from .scripts import ScriptName
 from .transaction import RedisFencedTransaction
 
@@ -44,7 +44,7 @@ def enqueuing_all(
     """The EnqueueAll step (a program, run by either face)."""
     queues = queues_of(RedisQueue, pairs)
     for queue, waiter in queues:
-        queue._drop_route(waiter.entry_id)
+        queue.drop_route(waiter.entry_id)
     replicas = backend.params.wait_replicas
     while True:
         lease = backend.lease
@@ -64,15 +64,15 @@ def enqueuing_all(
         acknowledged = replicas
         if replicas:
             reply, acknowledged = reply
-        if _lost(reply) or reply == [b"partial"]:
+        if lease_lost(reply) or reply == [b"partial"]:
             for queue, _ in queues:
-                queue._drop_route(entry_id)
-            if _lost(reply):  # our lease expired: the keeper makes a new one
+                queue.drop_route(entry_id)
+            if lease_lost(reply):  # our lease expired: the keeper makes a new one
                 yield from backend.await_new_lease(lease, deadline)
             else:
                 log.warning("entries %s were removed after a lost reply; again", entry_id)
             continue
-        views = [_View.parse(raw) for raw in reply]
+        views = [EntryView.parse(raw) for raw in reply]
         for (_, waiter), view in zip(queues, views, strict=True):
             waiter.created(entry_id, view.order)
             backend.history.note_counter(view.order)  # the order is the counter's

@@ -69,7 +69,7 @@ class _Route:
 
 
 @dataclass(frozen=True)
-class _View:
+class EntryView:
     """A script's reply about one entry (see ``view`` in :mod:`.scripts`)."""
 
     order: int
@@ -82,7 +82,7 @@ class _View:
     lower: tuple[Entry, ...]
 
     @classmethod
-    def parse(cls, reply: Sequence[Any]) -> _View:
+    def parse(cls, reply: Sequence[Any]) -> EntryView:
         lower = tuple(
             Entry(key=_text(reply[i]), order=int(reply[i + 1]), weight=int(reply[i + 2]),
                   held=bool(int(reply[i + 3])))
@@ -101,7 +101,7 @@ class _View:
         )
 
 
-def _cancels() -> int:
+def cancels_pending() -> int:
     """How many cancellations of the current task are pending (Python 3.11+; 0 before:
     there a swallowed cancellation goes unnoticed until the acquire's deadline)."""
     task = asyncio.current_task()
@@ -113,7 +113,8 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _lost(reply: object) -> bool:
+def lease_lost(reply: object) -> bool:
+    """Does a script's reply say our lease had expired (nothing was done)?"""
     return isinstance(reply, list) and len(reply) == 1 and reply[0] == b"lost"
 
 
@@ -180,16 +181,16 @@ class RedisQueue(QueueDriver):
         return self.backend.run(self._enqueue(waiter, deadline))  # type: ignore[no-any-return]
 
     async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        cancels = _cancels()
+        cancels = cancels_pending()
         enqueued = await self.backend.run_async(self._enqueue(waiter, deadline))
-        if _cancels() > cancels:
+        if cancels_pending() > cancels:
             # redis.asyncio can answer a call whose task was cancelled meanwhile (the
             # request was on the wire): the acquire must still end, and remove its entry
             raise asyncio.CancelledError
         return enqueued  # type: ignore[no-any-return]
 
     def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
-        self._drop_route(waiter.entry_id)
+        self.drop_route(waiter.entry_id)
         while True:
             lease = self.backend.lease
             # (the backend's counter: two semaphore objects of one name share the queue)
@@ -211,11 +212,11 @@ class RedisQueue(QueueDriver):
             acknowledged = replicas
             if replicas:
                 reply, acknowledged = reply
-            if _lost(reply):  # our lease expired: the keeper makes a new one
-                self._drop_route(entry_id)
+            if lease_lost(reply):  # our lease expired: the keeper makes a new one
+                self.drop_route(entry_id)
                 yield from self.backend.await_new_lease(lease, deadline)
                 continue
-            view = _View.parse(reply)
+            view = EntryView.parse(reply)
             waiter.created(entry_id, view.order)
             self.backend.history.note_counter(view.order)  # the order is the counter's
             if view.held and acknowledged < replicas:  # the face's cleanup removes it
@@ -232,7 +233,7 @@ class RedisQueue(QueueDriver):
             self._routes[entry_id] = _Route(waiter, generation)
         waiter.creating(entry_id)  # before the create: an interrupted acquire finds it
 
-    def enqueued(self, waiter: Waiter, entry_id: str, view: _View) -> Enqueued:
+    def enqueued(self, waiter: Waiter, entry_id: str, view: EntryView) -> Enqueued:
         """The Enqueue step's answer for our entry ``entry_id`` created as ``view`` says."""
         lower, admitted = self._told(entry_id, view)
         self.apply_capacity(view.capacity, view.version)
@@ -249,7 +250,7 @@ class RedisQueue(QueueDriver):
             lower_complete=view.complete or admitted,
         )
 
-    def _told(self, entry_id: str, view: _View) -> tuple[tuple[Entry, ...], bool]:
+    def _told(self, entry_id: str, view: EntryView) -> tuple[tuple[Entry, ...], bool]:
         """What the core is told stands before ``entry_id`` (nothing once admitted: by
         this reply, or by a message that overtook it), and whether it is admitted; a
         waiter gets its look timed."""
@@ -290,9 +291,9 @@ class RedisQueue(QueueDriver):
     async def relist_async(
         self, waiter: Waiter, deadline: Deadline
     ) -> Sequence[Entry] | SessionLost:
-        cancels = _cancels()
+        cancels = cancels_pending()
         listing = await self.backend.run_async(self._relist(waiter, deadline))
-        if _cancels() > cancels:  # (as in enqueue_async)
+        if cancels_pending() > cancels:  # (as in enqueue_async)
             raise asyncio.CancelledError
         return listing  # type: ignore[no-any-return]
 
@@ -302,9 +303,9 @@ class RedisQueue(QueueDriver):
         entry_id = waiter.key
         assert entry_id is not None
         reply = yield from self._run_script(ScriptName.RELIST, entry_id, deadline=deadline)
-        if _lost(reply):
+        if lease_lost(reply):
             return SessionLost()
-        view = _View.parse(reply)
+        view = EntryView.parse(reply)
         lower, _ = self._told(entry_id, view)
         self.apply_capacity(view.capacity, view.version)
         return list(lower)
@@ -387,7 +388,7 @@ class RedisQueue(QueueDriver):
     # ---- leaving -------------------------------------------------------------------------
     def unregister(self, waiter: Waiter) -> None:
         super().unregister(waiter)
-        self._drop_route(waiter.entry_id)
+        self.drop_route(waiter.entry_id)
 
     def leaving(self, key: str) -> None:
         """Our entry ``key`` is about to be removed: nothing of ours waits for it."""
@@ -396,7 +397,8 @@ class RedisQueue(QueueDriver):
             self._holder_watches.pop(key, None)
             self._routes.pop(key, None)
 
-    def _drop_route(self, entry_id: str | None) -> None:
+    def drop_route(self, entry_id: str | None) -> None:
+        """Forget where the events of the entry ``entry_id`` went (None: nothing)."""
         if entry_id is not None:
             with self._lock:
                 self._routes.pop(entry_id, None)

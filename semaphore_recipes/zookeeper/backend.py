@@ -30,7 +30,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -69,14 +69,12 @@ from ..errors import (
     PermissionDenied,
     StoreHistoryReset,
 )
-from . import _history, _kazoo_compat
+from . import _history, _kazoo_compat, multi
 from ._refusals import Refusals
 from ._tls import TLS_PARAMETERS, is_certificate_refusal, tls_failure, tls_options
 from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
 from .log_masking import mask_credentials
-
-if TYPE_CHECKING:
-    from .queue import ZooKeeperQueue
+from .queue import ZooKeeperQueue
 
 log = logging.getLogger("semaphore_recipes.zookeeper")
 T = TypeVar("T")
@@ -204,8 +202,6 @@ class ZooKeeperBackend(Backend):
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
     ) -> ZooKeeperQueue:
-        from .queue import ZooKeeperQueue
-
         self.check_usable()
         queue = ZooKeeperQueue(self, name)
         opening = queue.opening(capacity, adopt_capacity, create)
@@ -216,8 +212,6 @@ class ZooKeeperBackend(Backend):
     async def open_queue_async(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
     ) -> ZooKeeperQueue:
-        from .queue import ZooKeeperQueue
-
         self.check_usable()
         queue = ZooKeeperQueue(self, name)
         opening = queue.opening(capacity, adopt_capacity, create)
@@ -229,32 +223,22 @@ class ZooKeeperBackend(Backend):
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
     ) -> dict[str, Enqueued]:
-        from . import multi
-
         return multi.enqueue_all(self, queues, deadline)
 
     def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        from . import multi
-
         multi.delete_all(self, queues)
 
     async def enqueue_all_async(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
     ) -> dict[str, Enqueued]:
-        from . import multi
-
         return await multi.enqueue_all_async(self, queues, deadline)
 
     async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        from . import multi
-
         await multi.delete_all_async(self, queues)
 
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int
     ) -> FencedTransaction:
-        from . import multi
-
         return multi.transaction_all(entries, token)
 
     def describe(self) -> str:

@@ -32,7 +32,9 @@ from .._core.protocol import Enqueued
 from ..backend import QueueDriver, Waiter, queues_of
 from ._listing import sorted_entries
 from ._waits import Await, ZkProgram
-from .queue import ZooKeeperFencedTransaction, ZooKeeperQueue, _DeletePending
+from .leaving import DeletePending
+from .queue import ZooKeeperQueue
+from .transaction import ZooKeeperFencedTransaction
 
 if TYPE_CHECKING:
     from .backend import ZooKeeperBackend
@@ -51,14 +53,14 @@ def _connected(backend: ZooKeeperBackend) -> ZkProgram[None]:
 def enqueue_all(backend: ZooKeeperBackend, pairs: Pairs, deadline: Deadline) -> dict[str, Enqueued]:
     queues = queues_of(ZooKeeperQueue, pairs)
     first = queues[0][0]
-    return run_program(_enqueuing_all(backend, queues), first._step_waits(deadline).wait)
+    return run_program(_enqueuing_all(backend, queues), first.step_waits(deadline).wait)
 
 
 async def enqueue_all_async(
     backend: ZooKeeperBackend, pairs: Pairs, deadline: Deadline
 ) -> dict[str, Enqueued]:
     queues = queues_of(ZooKeeperQueue, pairs)
-    waits = queues[0][0]._step_waits(deadline)
+    waits = queues[0][0].step_waits(deadline)
     return await run_program_async(_enqueuing_all(backend, queues), waits.wait_async)
 
 
@@ -88,7 +90,7 @@ def _enqueuing_all(
                 if any(isinstance(r, NoNodeError) for r in failed):
                     log.warning("a semaphore node of %s vanished; creating it again", entry_id)
                     for queue, _ in queues:
-                        yield from queue._recreate_node()
+                        yield from queue.recreate_node()
                     continue
                 raise next(r for r in failed if not isinstance(r, RolledBackError))
             paths: list[str] = list(results)
@@ -107,14 +109,12 @@ def _enqueuing_all(
             continue  # our entries are gone already: their session ended
         lost = False
         for (queue, _), (_, parent) in zip(queues, listed, strict=True):
-            if parent.mzxid != queue._capacity_version and not (
-                yield from queue._refresh_capacity()
-            ):
+            if not (yield from queue.capacity_checked(parent.mzxid)):
                 lost = True
         if lost or backend.session_id != session:
             continue  # the session ended meanwhile: the entries are gone with it
         return {
-            queue.name: queue._enqueued(waiter, path, stat.czxid, sorted_entries(children))
+            queue.name: queue.enqueued(waiter, path, stat.czxid, sorted_entries(children))
             for (queue, waiter), path, (children, _) in zip(queues, paths, listed, strict=True)
         }
 
@@ -156,7 +156,7 @@ def delete_all(backend: ZooKeeperBackend, pairs: Pairs) -> None:
     hand), fall back to each queue's own delete."""
     queues = queues_of(ZooKeeperQueue, pairs)
     if _leaving(backend, queues):
-        run_program(_deleting_all(backend, queues), queues[0][0]._delete_waits().wait)
+        run_program(_deleting_all(backend, queues), queues[0][0].delete_waits().wait)
     elif backend.failure is None:
         for queue, waiter in queues:
             queue.abandon(waiter)  # found by its id, one by one
@@ -166,7 +166,7 @@ async def delete_all_async(backend: ZooKeeperBackend, pairs: Pairs) -> None:
     """:func:`delete_all`, awaited."""
     queues = queues_of(ZooKeeperQueue, pairs)
     if _leaving(backend, queues):
-        waits = queues[0][0]._delete_waits()
+        waits = queues[0][0].delete_waits()
         await run_program_async(_deleting_all(backend, queues), waits.wait_async)
     elif backend.failure is None:
         for queue, waiter in queues:
@@ -183,7 +183,7 @@ def _leaving(backend: ZooKeeperBackend, queues: list[tuple[ZooKeeperQueue, Waite
         return False
     for queue, waiter in queues:
         assert waiter.key is not None
-        queue._forget_entry(waiter.key)
+        queue.forget_entry(waiter.key)
         queue.forget_mark(waiter.key)
     return True
 
@@ -198,7 +198,7 @@ def _deleting_all(
     reply = tx.commit_async()
     try:
         results = yield reply
-    except _DeletePending:
+    except DeletePending:
         log.warning("delete of %s is pending until ZooKeeper is reachable again", paths)
         reply.rawlink(lambda _: _one_by_one(queues, paths))
         return
@@ -214,7 +214,7 @@ def _deleting_all(
 
 def _one_by_one(queues: list[tuple[ZooKeeperQueue, Waiter]], paths: list[str]) -> None:
     for (queue, _), path in zip(queues, paths, strict=True):
-        queue._delete_in_background(path)
+        queue.delete_in_background(path)
 
 
 def transaction_all(

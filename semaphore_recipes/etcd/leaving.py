@@ -1,0 +1,205 @@
+"""Leaving the queue in etcd: remove, abandon, and deletes retried in the background.
+
+An entry leaves with its job slot records, in one txn guarded by their create_revisions;
+what we kept about it (its token, a held mark not sent yet, its holder's watch) is
+forgotten first. A delete is tried now, bounded by the request timeout; if etcd cannot
+be reached it is retried in the background until the queue closes (the lease's end
+removes the entry anyway). A cancelled asyncio acquire deletes its entry in the
+background, after its create's outcome if the create was still on its way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from .._core.codec import encode_slot
+from .._core.deadline import Deadline
+from .._core.program import Program
+from ..backend import Waiter
+from .errors import EtcdError, EtcdUnavailable
+from .keyspace import ATTEMPT_TIMEOUT, SemaphoreKeys
+from .ops import Compare, Op
+from .retry import retrying
+from .rpc import Call
+from .watch import Watcher
+
+if TYPE_CHECKING:
+    from .backend import EtcdBackend
+
+log = logging.getLogger("semaphore_recipes.etcd")
+
+
+class Leaving(SemaphoreKeys):
+    """Remove and abandon our entries (with their slot records); retried deletes."""
+
+    def __init__(self, backend: EtcdBackend, name: str) -> None:
+        super().__init__(backend, name)
+        self._tokens: dict[str, int] = {}  # our entries' create_revisions
+        self._holder_watchers: dict[str, Watcher] = {}  # acquire(watch_entry=True)
+        self._marks_pending: set[tuple[str, int]] = set()  # marks handed to the background
+
+    # ---- what an entry's leaving undoes ------------------------------------------
+    def entry_created(self, uid: str, token: int) -> None:
+        """Our entry ``uid`` has the token (create_revision) ``token``, until it leaves."""
+        with self._lock:
+            self._tokens[uid] = token
+
+    def mark_pending(self, key: str, token: int) -> None:
+        """The held mark of our entry ``key`` (of ``token``) is handed to the background."""
+        with self._lock:
+            self._marks_pending.add((key, token))
+
+    def mark_still_pending(self, key: str, token: int) -> bool:
+        """Is that mark still to be sent (taken now)? False once its entry left."""
+        with self._lock:
+            if (key, token) not in self._marks_pending:
+                return False
+            self._marks_pending.discard((key, token))
+            return True
+
+    def holder_watching(self, key: str, watcher: Watcher) -> None:
+        """The watch of our held entry ``key`` (``acquire(watch_entry=True)``)."""
+        with self._lock:
+            self._holder_watchers[key] = watcher
+
+    def drop_holder_watchers(self) -> list[Watcher]:
+        """The holders' watches, forgotten (the queue closes): to cancel."""
+        with self._lock:
+            watchers = list(self._holder_watchers.values())
+            self._holder_watchers.clear()
+        return watchers
+
+    # ---- leaving ------------------------------------------------------------------
+    def remove(self, key: str) -> None:
+        self.backend.run(self.delete_entry(key, self.leaving(key)))
+
+    async def remove_async(self, key: str) -> None:
+        # Its first attempt is bounded by the request timeout, then it goes on in the
+        # background (delete_entry). Cancelling this task cancels the call, which may or may
+        # not have been applied: the delete (guarded, so repeating it is harmless) is
+        # sent again in the background.
+        token = self.leaving(key)
+        try:
+            await self.backend.run_async(self.delete_entry(key, token))
+        except asyncio.CancelledError:
+            self.backend.spawn(self.delete_entry(key, token))
+            raise
+
+    def leaving(self, key: str) -> int | None:
+        """Our entry ``key`` leaves: forget its mark and its token, end its holder's
+        watch (first: our own delete is no loss to report). Its token, if known."""
+        self.forget_mark(key)
+        with self._lock:
+            token = self._tokens.pop(key, None)
+            self._marks_pending.discard((key, token))
+            watcher = self._holder_watchers.pop(key, None)
+        if watcher is not None:
+            self.cancel_watchers([watcher])
+        return token
+
+    def abandon(self, waiter: Waiter) -> None:
+        if waiter.key is not None:
+            self.remove(waiter.key)
+        elif waiter.entry_id is not None:
+            # Its slot is not reused before this delete lands: only ever our entry. The
+            # create, if it was sent, is over (SyncRunner holds interrupts until it returns).
+            self.backend.run(self.delete_entry(waiter.entry_id, None))
+
+    def abandon_nowait(self, waiter: Waiter) -> None:
+        if waiter.key is not None:
+            self.backend.spawn(self.delete_entry(waiter.key, self.leaving(waiter.key)))
+        elif waiter.entry_id is not None:
+            # A create still on its way when the acquire was cancelled: its undo waits
+            # for its outcome first, else the delete could reach etcd before it.
+            self.backend.undo_create(waiter.entry_id, self.delete_entry(waiter.entry_id, None))
+
+    async def abandon_async(self, waiter: Waiter) -> None:
+        if self.backend.closed:
+            return  # the close revokes the lease: every entry goes with it
+        if waiter.key is not None:
+            await self.remove_async(waiter.key)
+        elif waiter.entry_id is not None:
+            # the undo of abandon_nowait (after the create's end), awaited within the
+            # request timeout; it goes on in the background after that, or when this
+            # task is cancelled
+            undo = self.backend.undo_create(
+                waiter.entry_id, self.delete_entry(waiter.entry_id, None)
+            )
+            if undo is not None:
+                await asyncio.wait({undo}, timeout=self.request_timeout)
+
+    def delete_entry(self, uid: str, token: int | None) -> Program[None]:
+        """Delete our entry, guarded by its create_revision when known, and its job slot
+        records in the same txn (each guarded by its own create_revision). Tries now; if
+        etcd cannot be reached, retries in the background (the lease's end removes the
+        entry anyway)."""
+        key = self.entry_key(uid)
+        records = self.slots_leaving(uid)
+        slots = {self.slot_key(i): t for i, t in records.items() if t is not None}
+        guard = [] if token is None else [Compare.create_revision(key, "==", token)]
+        guard += [Compare.create_revision(k, "==", t) for k, t in slots.items()]
+        delete = [Op.delete(key), *(Op.delete(k) for k in slots)]
+        try:
+            # release() returns within the request timeout, the background goes on after
+            reply: Any = yield Call.txn(
+                guard, delete, [], timeout=min(ATTEMPT_TIMEOUT, self.request_timeout)
+            )
+        except EtcdUnavailable:
+            log.warning("delete of %r is pending until etcd is reachable again", uid)
+            self.backend.spawn(self._delete_retried(uid, guard, delete))
+            return
+        except EtcdError as exc:
+            log.warning("delete of %r failed: %s", uid, exc)
+            return
+        if slots and not reply.succeeded:
+            # the entry or a record was gone already (its lease, or by hand): each alone,
+            # the records first
+            for slot_key, slot_token in slots.items():
+                yield from self._delete_guarded(
+                    [Compare.create_revision(slot_key, "==", slot_token)], slot_key
+                )
+            if token is not None:
+                yield from self._delete_guarded([Compare.create_revision(key, "==", token)], key)
+        if token is not None:
+            # A record whose create was interrupted before its reply, if it names this
+            # entry: after the entry's delete, which no later create of it can pass
+            # (its txn compares the entry), so none appears after this.
+            ours = encode_slot(uid, token)
+            for index in (i for i, t in records.items() if t is None):
+                slot_key = self.slot_key(index)
+                yield from self._delete_guarded([Compare.value(slot_key, "==", ours)], slot_key)
+        # Deleted, or already gone (the guard failed): the slot can serve again.
+        self.backend.free_entry_slot(uid)
+
+    def _delete_guarded(self, guard: list[Any], key: bytes) -> Program[None]:
+        """One guarded delete of ``key``, now or (unreachable) in the background."""
+        delete = [Op.delete(key)]
+        try:
+            yield Call.txn(guard, delete, [], timeout=min(ATTEMPT_TIMEOUT, self.request_timeout))
+        except EtcdUnavailable:
+            self.backend.spawn(self._delete_retried(None, guard, delete))
+        except EtcdError as exc:
+            log.warning("delete of %r failed: %s", key, exc)
+
+    def _delete_retried(
+        self, uid: str | None, guard: list[Any], delete: list[Any]
+    ) -> Program[None]:
+        if self.closed:
+            return
+        # gives up when the queue closes (or etcd refuses it): the lease's end removes
+        # the entry then
+        with contextlib.suppress(EtcdError):
+            yield from retrying(
+                lambda timeout: Call.txn(guard, delete, [], timeout=timeout),
+                Deadline(None, time.monotonic),
+                attempt_timeout=ATTEMPT_TIMEOUT,
+                initial_backoff=0.2,
+                max_backoff=0.2,
+                stop=lambda: self.closed,
+            )
+            if uid is not None:
+                self.backend.free_entry_slot(uid)

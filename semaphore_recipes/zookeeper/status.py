@@ -1,0 +1,78 @@
+"""Reading a semaphore's status in ZooKeeper: the capacity, the entries, their slots.
+
+One listing and the capacity read go out back to back, then one read per child; a child
+gone meanwhile is left out. Connection loss and expiry: the read waits at most the
+backend's request timeout, then raises BackendUnavailable (``backend.call``).
+"""
+
+from __future__ import annotations
+
+from kazoo.exceptions import NoNodeError
+
+from .._core.codec import decode_capacity, decode_entry, decode_slot
+from .._core.names import ZK_SLOT_PREFIX, parse_slot_index, parse_zk_entry
+from .._core.status import EntryStatus, Status, split_queue
+from ..errors import SemaphoreNotFound
+from ._waits import ZkProgram
+from .node import SemaphoreNode
+
+
+class StatusReading(SemaphoreNode):
+    """The semaphore's status, read from the store."""
+
+    def status(self) -> Status:
+        return self._status_of(
+            self.backend.call(self._reading_status, f"reading {self.path}", self.path)
+        )
+
+    async def status_async(self) -> Status:
+        return self._status_of(
+            await self.backend.call_async(self._reading_status, f"reading {self.path}", self.path)
+        )
+
+    def _reading_status(self) -> ZkProgram[tuple[int, list[tuple[int, EntryStatus]]] | None]:
+        listing = self.client.get_children_async(self.path)
+        capacity_reply = self.client.get_async(self.path)
+        try:
+            children = yield listing
+            raw, _ = yield capacity_reply
+        except NoNodeError:
+            return None
+        capacity = decode_capacity(self.name, raw)
+        entries = []
+        slot_reads = []
+        for child in children:
+            p = parse_zk_entry(child)
+            if p is not None:
+                entries.append((p, child, self.client.get_async(f"{self.path}/{child}")))
+            index = parse_slot_index(child, ZK_SLOT_PREFIX)
+            if index is not None:
+                slot_reads.append((index, child, self.client.get_async(f"{self.path}/{child}")))
+        slots: dict[str, list[int]] = {}  # entry -> its slots
+        for index, child, reply in slot_reads:
+            try:
+                raw, _ = yield reply
+            except NoNodeError:
+                continue  # left while we listed
+            slots.setdefault(decode_slot(child, raw)[0], []).append(index)
+        rows = []
+        for (_, weight, seq), child, reply in entries:
+            try:
+                raw, stat = yield reply
+            except NoNodeError:
+                continue  # left while we listed
+            data = decode_entry(child, raw)
+            held_slots = tuple(sorted(slots.get(child, ())))
+            row = EntryStatus(
+                child, data.owner, weight, stat.czxid, data.held, data.since, held_slots
+            )
+            rows.append((seq, row))
+        return capacity, rows
+
+    def _status_of(self, found: tuple[int, list[tuple[int, EntryStatus]]] | None) -> Status:
+        if found is None:  # deleted, or the store lost its data: not the capacity we knew
+            where = f"ZooKeeper node {(self.client.chroot or '') + self.path}"
+            raise SemaphoreNotFound(self.name, where)
+        capacity, rows = found
+        rows.sort(key=lambda r: r[0])
+        return split_queue(self.name, capacity, (r[1] for r in rows))
