@@ -25,7 +25,7 @@ from semaphore_recipes.testing.harness import Cut, Harness, Verb
 from semaphore_recipes.testing.polling import wait_until
 from semaphore_recipes.testing.services import needs
 
-from .test_semaphore import _delete_from_outside
+from .test_semaphore import delete_from_outside
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ def test_the_transaction_is_fenced_on_every_entry(store: Harness) -> None:
     assert backend.read(target) == b"1"
     # one of the two entries deleted by hand: the fence fails
     (b_entry,) = [e for e in store.entries() if "tx-b" in e]
-    _delete_from_outside(store, b_entry)
+    delete_from_outside(store, b_entry)
     tx = permit.transaction()
     tx.set(target, b"2")
     with pytest.raises(sr.PermitLost):

@@ -350,7 +350,7 @@ def test_watch_entry_reports_a_deletion_from_outside_at_once(service: Harness) -
     plain = service.connect().semaphore("watched-too", capacity=1).acquire()
     [entry] = [e for e in service.entries() if "/watched/" in e]
     deleted = time.monotonic()
-    _delete_from_outside(service, entry)
+    delete_from_outside(service, entry)
     assert permit.lost.wait(2), "deleting the entry did not set permit.lost"
     assert time.monotonic() - deleted < 1.0
     assert permit.state is sr.PermitState.LOST
@@ -359,7 +359,7 @@ def test_watch_entry_reports_a_deletion_from_outside_at_once(service: Harness) -
     assert not plain.lost.is_set()
 
 
-def _delete_from_outside(service: Harness, entry: str) -> None:
+def delete_from_outside(service: Harness, entry: str) -> None:
     if service.kind == "zookeeper":
         from kazoo.client import KazooClient
 
