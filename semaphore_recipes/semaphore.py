@@ -45,7 +45,7 @@ from .backend import (
     Waiter,
     session_lost,
 )
-from .errors import AcquireTimeout
+from .errors import AcquireTimeout, BackendUnavailable
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -229,7 +229,12 @@ class Semaphore:
         permit._unlisten = self._session.add_permit_listener(permit._session_changed)
         # Backends tell permits first, then waiters: a session that ended after the
         # decision but before the line above is in the waiter's inbox.
-        if waiter.session_ended():
+        try:
+            ended = waiter.session_ended()
+        except BackendUnavailable:  # closed, or failed, as the permit was granted
+            permit._unlisten()
+            raise
+        if ended:
             permit._session_changed(session_lost("the session ended as the permit was granted"))
         return permit
 

@@ -34,7 +34,7 @@ from .._core.slots import ListSlots, TakeSlot
 from .._core.status import Status
 from .._leave import leave_async
 from ..backend import QueueDriver, Waiter, session_lost
-from ..errors import AcquireTimeout
+from ..errors import AcquireTimeout, BackendUnavailable
 from ._waiter import AsyncWaiter
 from .permit import AsyncPermit
 
@@ -161,7 +161,12 @@ class AsyncSemaphore:
             permit._unlisten = self._backend.backend.add_permit_listener(permit._session_changed)
             # Backends tell permits first, then waiters: a session that ended after the
             # decision but before the line above is in the waiter's inbox.
-            if waiter.session_ended():
+            try:
+                ended = waiter.session_ended()
+            except BackendUnavailable:  # closed, or failed, as the permit was granted
+                permit._unlisten()
+                raise
+            if ended:
                 permit._session_changed(session_lost("the session ended as the permit was granted"))
             return permit
 

@@ -15,6 +15,7 @@ from .._core.protocol import (
     Event,
     SessionLost,
 )
+from ..errors import BackendUnavailable
 
 
 class Waiter:
@@ -67,14 +68,19 @@ class Waiter:
 
     def session_ended(self) -> bool:
         """Drain the inbox (an admitted waiter is done with it): did the session end
-        after the last event the protocol saw?"""
+        after the last event the protocol saw? BackendUnavailable when the backend
+        failed or was closed meanwhile (the acquire ends with it, as a waiting one does)."""
         ended = False
         while True:
             try:
                 generation, event = self._inbox.get_nowait()
             except queue.Empty:
                 return ended
-            ended |= generation == self.generation and isinstance(event, SessionLost)
+            if generation != self.generation:
+                continue
+            if isinstance(event, BackendFailed):
+                raise BackendUnavailable(event.reason)
+            ended |= isinstance(event, SessionLost)
 
     def next_event(self, timeout: float | None) -> Event | None:
         """The next event of the current generation, or None when ``timeout`` passes."""
