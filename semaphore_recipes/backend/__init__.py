@@ -3,10 +3,12 @@
 A backend is one package with a :class:`Backend` subclass (the session, opening
 semaphores), a :class:`QueueDriver` subclass (one semaphore's queue: the store's side
 of the protocol steps of ``_core.protocol``) and a :class:`FencedTransaction` subclass,
-plus one line in :mod:`semaphore_recipes.registry`. ``docs/design.md`` ("The backend
-contract") lists what the store must offer; the contract suite (``tests/contract``)
-is what a backend must pass. ``semaphore_recipes.memory`` is a complete backend written
-against this module alone.
+plus one line in :mod:`semaphore_recipes.registry`; the class declares what it can do
+once (``capabilities``). ``docs/design.md`` ("The backend contract") lists what the
+store must offer; the contract suite that ships with the package
+(``python -m pytest --pyargs semaphore_recipes.testing.contract --semaphore-store
+SCHEME``) is what a backend must pass. ``semaphore_recipes.memory`` is a complete
+backend written against this package alone.
 
 What the faces rely on, on connection loss and expiry: a backend publishes
 :class:`SessionEvent` values to the permits (SUSPENDED when the connection is lost and
