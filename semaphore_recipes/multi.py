@@ -275,7 +275,7 @@ def acquire_all(
     raise before any I/O (a weight above a capacity once the semaphore is opened).
     ``timeout``, ``blocking``, the first try's bound and the errors are those of
     ``Semaphore.acquire``; NotSupported before any I/O on a backend without the
-    hooks (``Backend.supports_acquire_all``). The request is granted once every queue
+    capability (``Backend.capabilities.acquire_all``). The request is granted once every queue
     admitted it (a queue that admits it first counts it as a holder while it waits
     in the others).
     """

@@ -216,22 +216,6 @@ class Backend(SessionHub, ABC):
                 f"{cls.__name__} declares {declared} but does not define {', '.join(missing)}"
             )
 
-    @property
-    def has_slots(self) -> bool:
-        """``capabilities.slots``."""
-        return self.capabilities.slots
-
-    @property
-    def supports_acquire_all(self) -> bool:
-        """``capabilities.acquire_all``: ``acquire_all`` raises NotSupported before any
-        I/O without it."""
-        return self.capabilities.acquire_all
-
-    @property
-    def supports_acquire_all_async(self) -> bool:
-        """The same for the asyncio face (``async_face`` too)."""
-        return self.capabilities.acquire_all and self.capabilities.async_face
-
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> Backend:
         """:meth:`from_url` for the asyncio face, connecting without blocking the loop.

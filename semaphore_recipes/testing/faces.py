@@ -176,11 +176,6 @@ class BlockingAsyncBackend:
     def existing_semaphore(self, name: str) -> AsyncSemaphore:
         return self.aio.existing_semaphore(name)
 
-    @property
-    def supports_acquire_all(self) -> bool:
-        caps = self.store_backend.capabilities
-        return caps.acquire_all and caps.async_face
-
     def instrument(self, instrumentation: Instrumentation) -> None:
         self.aio.instrument(instrumentation)
 
