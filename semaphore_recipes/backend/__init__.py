@@ -1,10 +1,11 @@
 """The backend seam: what a coordination store implements to carry the recipe.
 
 A backend is one package with a :class:`Backend` subclass (the session, opening
-semaphores), a :class:`QueueDriver` subclass (one semaphore's queue: the store's side
-of the protocol steps of ``_core.protocol``) and a :class:`FencedTransaction` subclass,
-plus one line in :mod:`semaphore_recipes.registry`; the class declares what it can do
-once (``capabilities``). ``docs/design.md`` ("The backend contract") lists what the
+semaphores, and the runner of its programs: :mod:`.runner`), a :class:`QueueDriver`
+subclass (one semaphore's queue: the store's side of the protocol steps of
+``_core.protocol``, each written once as a program) and a :class:`FencedTransaction`
+subclass, plus one line in :mod:`semaphore_recipes.registry`; the class declares what
+it can do once (``capabilities``). ``docs/design.md`` ("The backend contract") lists what the
 store must offer; the contract suite that ships with the package
 (``python -m pytest --pyargs semaphore_recipes.testing.contract --semaphore-store
 SCHEME``) is what a backend must pass. ``semaphore_recipes.memory`` is a complete
@@ -44,6 +45,7 @@ from .capabilities import Capabilities, Capability
 from .driver import ADMITTED_VIEWS_KEPT, QueueDriver, queues_of
 from .fenced import FencedTransaction, Write, WriteKind
 from .hub import SessionHub
+from .runner import Program, Runner
 from .session import RESTORED, SUSPENDED, SessionChange, SessionEvent, SessionState, session_lost
 from .store import MULTI, Backend, default_owner
 from .waiter import Waiter
@@ -70,7 +72,9 @@ __all__ = [
     "EntryStatus",
     "Event",
     "FencedTransaction",
+    "Program",
     "QueueDriver",
+    "Runner",
     "ServiceURL",
     "SessionChange",
     "SessionEvent",

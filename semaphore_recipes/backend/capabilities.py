@@ -30,9 +30,10 @@ class Capability(enum.Enum):
 class Capabilities:
     """A backend's declaration (``Backend.capabilities``).
 
-    ``async_face``: the ``*_async`` hooks of the backend, its queues and transactions
-    (``semaphore_recipes.aio``); ``slots``: its queues keep job slot records
-    (``QueueDriver.list_slots``/``take_slot``, deleted with their entry);
+    ``async_face``: it runs its programs awaited (``Runner.run_async``) and connects
+    and closes without blocking the loop (``semaphore_recipes.aio``); ``slots``: its
+    queues keep job slot records (``QueueDriver.list_slots``/``take_slot``, deleted
+    with their entry);
     ``acquire_all``: it creates entries in several queues in one atomic request
     (``Backend.enqueue_all``/``delete_all``/``transaction_all``);
     ``server_admission``: its write decides admission on the server (Redis's scripts),
@@ -60,14 +61,9 @@ class Capabilities:
 
 #: the hooks a backend class must define for each capability it declares
 HOOKS: dict[Capability, tuple[str, ...]] = {
-    Capability.ASYNC_FACE: (
-        "from_url_async",
-        "open_queue_async",
-        "read_async",
-        "delete_semaphore_async",
-        "close_async",
-    ),
+    # the runner's awaited half, and opening and closing without blocking the loop
+    Capability.ASYNC_FACE: ("run_async", "from_url_async", "close_async"),
     Capability.ACQUIRE_ALL: ("enqueue_all", "delete_all", "transaction_all"),
 }
-#: ... and, declaring both, these too
-ASYNC_ACQUIRE_ALL_HOOKS = ("enqueue_all_async", "delete_all_async")
+#: the hooks the queue class (``Backend.queue_type``) of a store with slots defines
+SLOT_HOOKS = ("list_slots", "take_slot")

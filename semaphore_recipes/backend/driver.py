@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from .._core.codec import EntryData
 from .._core.deadline import Deadline
+from .._core.program import Program
 from .._core.protocol import (
     CapacityChanged,
     Enqueued,
@@ -203,9 +204,9 @@ class QueueDriver(ABC):
         with self._lock:
             self._unmarked.pop(key, None)
 
-    # -- the store's side --
+    # -- the store's side: each step a program (``runner.py``), run by either face --
     @abstractmethod
-    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
         """Create a fresh entry of ``waiter.weight`` and list the entries lower than it
         (and the capacity, when it changed): the Enqueue step. Retries within
         ``deadline`` while the store cannot be reached; AcquireTimeout when it passes."""
@@ -213,12 +214,12 @@ class QueueDriver(ABC):
     @abstractmethod
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
+    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
         """Read each key and watch it: the Arm step. A deletion posts EntryDeleted, a
         held mark EntryHeld or EntryMarked, to ``waiter`` for its current generation."""
 
     @abstractmethod
-    def relist(self, waiter: Waiter, deadline: Deadline) -> Sequence[Entry] | SessionLost:
+    def relist(self, waiter: Waiter, deadline: Deadline) -> Program[Sequence[Entry] | SessionLost]:
         """The entries lower than the waiter's own, listed afresh (no watches)."""
 
     @abstractmethod
@@ -227,43 +228,51 @@ class QueueDriver(ABC):
     ) -> None:
         """Write the held mark on our entry without waiting for the reply (safety never
         depends on it); ``on_lost`` when the entry turns out to be gone. Must not
-        re-create an entry that is gone."""
+        re-create an entry that is gone, and must not block (the event loop calls it)."""
 
     @abstractmethod
-    def abandon(self, waiter: Waiter) -> None:
+    def abandon(self, waiter: Waiter) -> Program[None]:
         """Remove the waiter's entry if it exists (exact key, or found by entry id after
-        a lost create reply); never raises; retried in the background if unreachable."""
+        a lost create reply): the reply within the request timeout, then retried in the
+        background; never raises but an interrupt (the delete goes on)."""
+
+    @abstractmethod
+    def abandon_nowait(self, waiter: Waiter) -> None:
+        """:meth:`abandon`, started and not waited for (an acquire program closed where
+        nothing can be awaited): the delete goes on in the background, also when the
+        create's reply is still on its way (it finds the entry by its id)."""
 
     @abstractmethod
     def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
         """Call ``on_lost`` when the holder's entry is deleted, until ``remove(key)``
-        (the holder's own held mark does not end the watch)."""
+        (the holder's own held mark does not end the watch). Must not block."""
 
     @abstractmethod
-    def remove(self, key: str) -> None:
-        """Delete the holder's own entry now; never raises (background retry)."""
+    def remove(self, key: str) -> Program[None]:
+        """Delete the holder's own entry: the reply within the request timeout, then
+        retried in the background; never raises but an interrupt."""
 
     @abstractmethod
-    def status(self) -> Status:
+    def status(self) -> Program[Status]:
         """Capacity, holders and waiters in queue order, within the request timeout;
         SemaphoreNotFound once the capacity record is gone (never a cached capacity)."""
 
     @abstractmethod
-    def set_capacity(self, capacity: int) -> None:
+    def set_capacity(self, capacity: int) -> Program[None]:
         """Store a new capacity (validated by the caller), within the request timeout."""
 
     @abstractmethod
     def transaction(self, key: str, token: int) -> FencedTransaction:
-        """A transaction fenced by the entry ``key`` created with ``token``."""
+        """A transaction fenced by the entry ``key`` created with ``token`` (no I/O)."""
 
-    # -- job slots (optional: ``has_slots``) --
-    def list_slots(self, waiter: Waiter, deadline: Deadline) -> frozenset[int] | SessionLost:
+    # -- job slots (``Capabilities(slots=True)``: the backend's queue class defines both) --
+    def list_slots(self, waiter: Waiter, deadline: Deadline) -> Program[frozenset[int] | SessionLost]:
         """The ListSlots step: the indices of the semaphore's slot records."""
         raise SlotsNotSupported(self.backend.scheme)
 
     def take_slot(
         self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | frozenset[int] | SessionLost:
+    ) -> Program[int | frozenset[int] | SessionLost]:
         """The TakeSlot step for the waiter's admitted entry: create the record of
         slot ``index`` if there is none, on the session, only while the entry exists
         (``_core.slots.TakeSlot``). Answers its token; a fresh listing when another entry
@@ -271,63 +280,6 @@ class QueueDriver(ABC):
         adopts a record that names our entry. Call :meth:`slot_sending` before the
         create and :meth:`slot_answered` after it."""
         raise SlotsNotSupported(self.backend.scheme)
-
-    async def list_slots_async(
-        self, waiter: Waiter, deadline: Deadline
-    ) -> frozenset[int] | SessionLost:
-        """:meth:`list_slots`, awaited."""
-        raise SlotsNotSupported(self.backend.scheme)
-
-    async def take_slot_async(
-        self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | frozenset[int] | SessionLost:
-        """:meth:`take_slot`, awaited."""
-        raise SlotsNotSupported(self.backend.scheme)
-
-    # -- the asyncio face (semaphore_recipes.aio), for a backend with ``has_async_face``.
-    # Write each step once, as a program (``run_program``/``run_program_async``), and
-    # run it blocking above and awaited here. ``mark_held``/``write_mark`` and
-    # ``watch_entry`` are called from the event loop too: they must not block.
-    async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        """:meth:`enqueue`, awaited."""
-        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
-
-    async def arm_async(
-        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
-        """:meth:`arm`, awaited."""
-        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
-
-    async def relist_async(
-        self, waiter: Waiter, deadline: Deadline
-    ) -> Sequence[Entry] | SessionLost:
-        """:meth:`relist`, awaited."""
-        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
-
-    def abandon_nowait(self, waiter: Waiter) -> None:
-        """:meth:`abandon`, started and not waited for (a cancelled acquire must not
-        wait): the delete goes on in the background, also when the create's reply is
-        still on its way (it finds the entry by its id)."""
-        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
-
-    async def abandon_async(self, waiter: Waiter) -> None:
-        """:meth:`abandon`, awaited: the delete's confirmation within the request
-        timeout, then the background; never raises but the task's cancellation (the
-        delete goes on). By default :meth:`abandon_nowait`, not waiting for anything."""
-        self.abandon_nowait(waiter)
-
-    async def remove_async(self, key: str) -> None:
-        """:meth:`remove`, awaited: the reply within the request timeout, then the
-        background; never raises but the task's cancellation (the delete goes on)."""
-        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
-
-    async def status_async(self) -> Status:
-        """:meth:`status`, awaited."""
-        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
-
-    async def set_capacity_async(self, capacity: int) -> None:
-        """:meth:`set_capacity`, awaited."""
-        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
 
 
 Q = TypeVar("Q", bound=QueueDriver)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import final
+
+from .runner import Program, Runner
 
 
 class WriteKind(enum.Enum):
@@ -42,7 +45,8 @@ class FencedTransaction(ABC):
     A key is written at most once per transaction (ValueError before any I/O).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
         self.writes: list[Write] = []
 
     def create(self, key: str, value: bytes = b"") -> FencedTransaction:
@@ -68,9 +72,16 @@ class FencedTransaction(ABC):
         return self
 
     @abstractmethod
+    def apply(self) -> Program[None]:
+        """The store's side: apply every write and the fence in one atomic request, or
+        none (the errors of the class docstring), within the request timeout."""
+
+    @final
     def commit(self) -> None:
         """Apply every write, or none (see the class docstring for the errors)."""
+        self.runner.run(self.apply())
 
+    @final
     async def commit_async(self) -> None:
-        """:meth:`commit` for the asyncio face (a backend with one overrides it)."""
-        raise NotImplementedError(f"{type(self).__name__} has no asyncio face")
+        """:meth:`commit` for the asyncio face."""
+        await self.runner.run_async(self.apply())

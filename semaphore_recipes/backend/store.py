@@ -27,8 +27,9 @@ from .._core.status import Status
 from .._url import ServiceURL
 from ..errors import NotSupported
 from ..instrumentation import NO_INSTRUMENTATION, Instrumentation
-from .capabilities import ASYNC_ACQUIRE_ALL_HOOKS, HOOKS, Capabilities, Capability
+from .capabilities import HOOKS, SLOT_HOOKS, Capabilities, Capability
 from .driver import QueueDriver
+from .runner import Program, Runner
 from .fenced import FencedTransaction
 from .hub import SessionHub
 from .session import SessionState
@@ -53,7 +54,7 @@ def default_owner() -> str:
 MULTI = Capability.ACQUIRE_ALL.value
 
 
-class Backend(SessionHub, ABC):
+class Backend(SessionHub, Runner):
     """A session with a coordination store, and the semaphores opened over it.
 
     Made by :func:`semaphore_recipes.connect`. ``request_timeout`` (seconds) bounds every
@@ -67,6 +68,8 @@ class Backend(SessionHub, ABC):
 
     #: The URL scheme (``zookeeper``, ``etcd``, ``memory``): set by each subclass.
     scheme: ClassVar[str]
+    #: The class of the backend's queues (what ``open_queue`` makes).
+    queue_type: ClassVar[type[QueueDriver]] = QueueDriver
 
     def __init__(self, *, owner: str, request_timeout: float) -> None:
         self.owner = owner
@@ -127,7 +130,7 @@ class Backend(SessionHub, ABC):
 
         validate_name(name)
         checked = validate_open_capacity(capacity, create)
-        driver = self.open_queue(name, checked, adopt_capacity=adopt_capacity, create=create)
+        driver = self.run(self.open_queue(name, checked, adopt_capacity=adopt_capacity, create=create))
         return Semaphore(driver, self, self.owner)
 
     def status(self, name: str) -> Status:
@@ -138,8 +141,10 @@ class Backend(SessionHub, ABC):
     @abstractmethod
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> QueueDriver:
-        """The queue driver of semaphore ``name`` (arguments already validated)."""
+    ) -> Program[QueueDriver]:
+        """Open the queue driver of semaphore ``name`` (arguments already validated):
+        create the semaphore if ``create`` and it is missing, agree on the capacity
+        (CapacityMismatch, SemaphoreNotFound), within the request timeout."""
 
     @abstractmethod
     def describe(self) -> str:
@@ -152,7 +157,7 @@ class Backend(SessionHub, ABC):
         """The session's state right now."""
 
     @abstractmethod
-    def read(self, key: str) -> bytes | None:
+    def read(self, key: str) -> Program[bytes | None]:
         """The value of ``key`` in the store's own key space (the one fenced
         transactions write), or None; within the request timeout."""
 
@@ -163,7 +168,7 @@ class Backend(SessionHub, ABC):
         for fenced transactions. InvalidName on a bad name (``validate_name``)."""
 
     @abstractmethod
-    def delete_semaphore(self, name: str) -> None:
+    def delete_semaphore(self, name: str) -> Program[None]:
         """Delete what is stored of semaphore ``name``: its capacity, its entries and its
         data keys; nothing if it does not exist. For tests, demos and operators, when
         nothing uses it: a holder learns its entry is gone at its next fenced commit (at
@@ -191,12 +196,11 @@ class Backend(SessionHub, ABC):
 
     #: What this store can do (:mod:`.capabilities`), declared once; the faces and the
     #: CLI read it before any I/O. Declaring a capability obliges the class to define
-    #: its hooks (checked when the class is made): ``async_face``, the ``*_async``
-    #: methods below (its queues override QueueDriver's async hooks and its
-    #: transactions ``commit_async``); ``acquire_all``, the three hooks further down;
-    #: ``slots``, its queues override ``list_slots``/``take_slot`` (and their async
-    #: twins), delete an entry's slot records in the same request as the entry and show
-    #: them in ``status()`` (``EntryStatus.slots``).
+    #: its hooks (checked when the class is made): ``async_face``, ``run_async`` and the
+    #: two ``*_async`` methods below; ``acquire_all``, the three hooks further down;
+    #: ``slots``, its ``queue_type`` defines ``list_slots``/``take_slot``, deletes an
+    #: entry's slot records in the same request as the entry and shows them in
+    #: ``status()`` (``EntryStatus.slots``).
     capabilities: ClassVar[Capabilities] = Capabilities()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -208,9 +212,14 @@ class Backend(SessionHub, ABC):
             if declared.has(capability)
             for hook in hooks
         ]
-        if declared.async_face and declared.acquire_all:
-            needed += ASYNC_ACQUIRE_ALL_HOOKS
         missing = [hook for hook in needed if getattr(cls, hook) is getattr(Backend, hook)]
+        if declared.slots:
+            queue = cls.queue_type
+            missing += [
+                f"{queue.__name__}.{hook}"
+                for hook in SLOT_HOOKS
+                if getattr(queue, hook) is getattr(QueueDriver, hook)
+            ]
         if missing:
             raise TypeError(
                 f"{cls.__name__} declares {declared} but does not define {', '.join(missing)}"
@@ -219,22 +228,8 @@ class Backend(SessionHub, ABC):
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> Backend:
         """:meth:`from_url` for the asyncio face, connecting without blocking the loop.
-        The backend it returns is driven through its ``*_async`` methods only."""
+        The backend it returns runs its programs with ``run_async`` only."""
         raise NotSupported(cls.scheme, Capability.ASYNC_FACE.value, "async_face")
-
-    async def open_queue_async(
-        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> QueueDriver:
-        """:meth:`open_queue`, awaited."""
-        raise NotSupported(self.scheme, Capability.ASYNC_FACE.value, "async_face")
-
-    async def read_async(self, key: str) -> bytes | None:
-        """:meth:`read`, awaited."""
-        raise NotSupported(self.scheme, Capability.ASYNC_FACE.value, "async_face")
-
-    async def delete_semaphore_async(self, name: str) -> None:
-        """:meth:`delete_semaphore`, awaited."""
-        raise NotSupported(self.scheme, Capability.ASYNC_FACE.value, "async_face")
 
     async def close_async(self) -> None:
         """:meth:`close`, awaited."""
@@ -269,7 +264,7 @@ class Backend(SessionHub, ABC):
 
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> dict[str, Enqueued]:
+    ) -> Program[dict[str, Enqueued]]:
         """The EnqueueAll step: create a fresh entry of ``waiter.weight`` in each
         driver's queue, all in **one** atomic request (so every queue orders two such
         requests alike), then list each queue's lower entries; answers by semaphore
@@ -277,7 +272,7 @@ class Backend(SessionHub, ABC):
         :meth:`QueueDriver.enqueue` does it; AcquireTimeout when ``deadline`` passes."""
         raise NotSupported(self.scheme, MULTI, "acquire_all")
 
-    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> Program[None]:
         """Delete each waiter's entry (its key, or found by its entry id after a lost
         create reply) in one atomic request; never raises (background retry, as
         :meth:`QueueDriver.remove` does)."""
@@ -288,15 +283,4 @@ class Backend(SessionHub, ABC):
     ) -> FencedTransaction:
         """A transaction fenced on every ``(driver, entry key)``, all created with
         ``token`` (one atomic create gives them one)."""
-        raise NotSupported(self.scheme, MULTI, "acquire_all")
-
-    async def enqueue_all_async(
-        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> dict[str, Enqueued]:
-        """:meth:`enqueue_all`, awaited (the asyncio face)."""
-        raise NotSupported(self.scheme, MULTI, "acquire_all")
-
-    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        """:meth:`delete_all`, awaited: the reply within the request timeout, then the
-        background; never raises but the task's cancellation (the delete goes on)."""
         raise NotSupported(self.scheme, MULTI, "acquire_all")
