@@ -1,22 +1,28 @@
-"""How the requests a ZooKeeper program yields are waited for: blocking or awaited.
+"""How the requests a ZooKeeper program yields are answered: blocking or awaited.
 
 Each step of the ZooKeeper backend is written once, as a program
 (``semaphore_recipes._core.program``) that yields what it waits for:
 
+- a :class:`Within` first: the bound of the requests that follow (a protocol step's is
+  the acquire's deadline, a call's the request timeout, a delete's the request timeout
+  and then the background), what to raise when it passes, and the path an ACL refusal
+  names. The program carries its own bound, so one runner answers every program
+  (``ZooKeeperBackend.run``/``run_async``); a program run inside another (a fallback
+  delete per queue) bounds what follows with its own;
 - a kazoo ``IAsyncResult`` (a request in flight): answered with ``result.get()``'s value,
   or its exception thrown in;
 - :data:`Await.CONNECTION`: the backend's client is connected (again);
 - a :class:`Pause`: some time passes (a retry's back-off).
 
-:class:`Waits` answers them within one deadline, with the same exception mapping for
-both faces: :meth:`Waits.wait` blocks (the sync face), :meth:`Waits.wait_async` is
+:class:`Answering` answers one run's requests, with the same exception mapping for both
+faces: :meth:`Answering.wait` blocks (the sync face), :meth:`Answering.wait_async` is
 awaited from the event loop, woken by kazoo's callback thread through
-``loop.call_soon_threadsafe`` (no thread, no executor per request). When the deadline
-passes, ``timed_out()`` is raised; kazoo's ConnectionClosedError becomes
+``loop.call_soon_threadsafe`` (no thread, no executor per request). When the bound
+passes, its ``timed_out()`` is raised; kazoo's ConnectionClosedError becomes
 BackendUnavailable (or KeyboardInterrupt, when it hid one), NoAuthError PermissionDenied
-naming ``path``, and any other failure of kazoo itself BackendUnavailable. ZooKeeper's
-own errors (ConnectionLoss, SessionExpiredError, NoNodeError...) reach the program as
-they are: what to do about them is the step's business.
+naming the bound's ``path``, and any other failure of kazoo itself BackendUnavailable.
+ZooKeeper's own errors (ConnectionLoss, SessionExpiredError, NoNodeError...) reach the
+program as they are: what to do about them is the step's business.
 """
 
 from __future__ import annotations
@@ -39,11 +45,11 @@ from . import _kazoo_compat
 if TYPE_CHECKING:
     from .backend import ZooKeeperBackend
 
-__all__ = ["Await", "NoReplyInTime", "Pause", "Waits", "ZkProgram", "reply_async"]
+__all__ = ["Answering", "Await", "NoReplyInTime", "Pause", "Within", "ZkProgram", "reply_async"]
 
 T = TypeVar("T")
-#: A ZooKeeper program: what it yields is answered by :class:`Waits`; the replies are
-#: kazoo's values (typed Any, as kazoo is untyped).
+#: A ZooKeeper program: what it yields is answered by :class:`Answering`; the replies
+#: are kazoo's values (typed Any, as kazoo is untyped).
 ZkProgram = Generator[object, Any, T]
 
 
@@ -54,7 +60,7 @@ class NoReplyInTime(Exception):
 class Await(enum.Enum):
     """What a program may wait for besides a reply."""
 
-    CONNECTION = "connection"  #: the client is connected (within the deadline)
+    CONNECTION = "connection"  #: the client is connected (within the bound)
     #: let the event loop run the other ready tasks once (the sync face: nothing)
     TURN = "turn"
 
@@ -66,35 +72,47 @@ class Pause:
     seconds: float
 
 
-class Waits:
-    """Answers a ZooKeeper program's requests within ``deadline`` (see the module)."""
+@dataclass(frozen=True)
+class Within:
+    """Yielded by a program before its first request: answer the requests that follow
+    within ``deadline``, then raise ``timed_out()``; an ACL refusal names ``path``."""
 
-    __slots__ = ("_backend", "_deadline", "_path", "_timed_out")
+    deadline: Deadline
+    timed_out: Callable[[], Exception]
+    path: str
 
-    def __init__(
-        self,
-        backend: ZooKeeperBackend,
-        deadline: Deadline,
-        *,
-        timed_out: Callable[[], Exception],
-        path: str,
-    ) -> None:
+
+class Answering:
+    """Answers one run of a ZooKeeper program, each request within the last
+    :class:`Within` it yielded (see the module): the runner's two halves."""
+
+    __slots__ = ("_backend", "_within")
+
+    def __init__(self, backend: ZooKeeperBackend) -> None:
         self._backend = backend
-        self._deadline = deadline
-        self._timed_out = timed_out
-        self._path = path
+        self._within: Within | None = None
+
+    def _bound(self) -> Within:
+        within = self._within
+        if within is None:
+            raise TypeError("a ZooKeeper program yields Within(...) before its first request")
+        return within
 
     # ---- blocking ------------------------------------------------------------
     def wait(self, request: object) -> object:
+        if type(request) is Within:
+            self._within = request
+            return None
+        within = self._bound()
         if request is Await.CONNECTION:
-            self._backend.wait_connected(self._deadline)
+            self._backend.wait_connected(within.deadline)
             return None
         if request is Await.TURN:
             return None
         if isinstance(request, Pause):
             time.sleep(request.seconds)
             return None
-        deadline = self._deadline
+        deadline = within.deadline
         while True:
             try:
                 return request.get(block=True, timeout=deadline.remaining())  # type: ignore[attr-defined]
@@ -104,13 +122,17 @@ class Waits:
                 if deadline.expired():
                     break
             except Exception as exc:
-                raise self._mapped(exc) from exc
-        raise self._timed_out()
+                raise self._mapped(exc, within) from exc
+        raise within.timed_out()
 
     # ---- awaited -------------------------------------------------------------
     async def wait_async(self, request: object) -> object:
+        if type(request) is Within:
+            self._within = request
+            return None
+        within = self._bound()
         if request is Await.CONNECTION:
-            await self._backend.wait_connected_async(self._deadline)
+            await self._backend.wait_connected_async(within.deadline)
             return None
         if request is Await.TURN:
             await asyncio.sleep(0)
@@ -119,14 +141,14 @@ class Waits:
             await asyncio.sleep(request.seconds)
             return None
         try:
-            return await reply_async(request, self._deadline.remaining())
+            return await reply_async(request, within.deadline.remaining())
         except NoReplyInTime:
-            raise self._timed_out() from None
+            raise within.timed_out() from None
         except Exception as exc:
-            raise self._mapped(exc) from exc
+            raise self._mapped(exc, within) from exc
 
     # ---- both ----------------------------------------------------------------
-    def _mapped(self, exc: Exception) -> BaseException:
+    def _mapped(self, exc: Exception, within: Within) -> BaseException:
         if isinstance(exc, ConnectionClosedError):
             client = self._backend.client
             if _kazoo_compat.interrupted_request(exc, client):
@@ -136,7 +158,7 @@ class Waits:
                 return KeyboardInterrupt("interrupted while kazoo was sending a request")
             return BackendUnavailable("the ZooKeeper client was closed")
         if isinstance(exc, NoAuthError):
-            return self._backend.permission_denied(self._path, exc)
+            return self._backend.permission_denied(within.path, exc)
         if isinstance(exc, (KazooException, SemaphoreError)):
             return exc
         # kazoo's own failure, e.g. its connection loop dying

@@ -14,15 +14,17 @@ A server that refuses the session because its history is older than the client's
 or restored from a backup; :mod:`._history`) ends the backend at once, as a dead
 connection loop does, with StoreHistoryReset.
 
-The asyncio face (``from_url_async`` and the ``*_async`` methods) is the same backend:
-the same programs, awaited; kazoo's state listener and callback thread wake the event
-loop (``loop.call_soon_threadsafe``), so no thread is added per waiting task.
+Every step is a program (``_waits.py``) that carries its own bound: ``run`` answers it
+blocking, ``run_async`` awaited (the asyncio face, as ``from_url_async``); kazoo's state
+listener and callback thread wake the event loop (``loop.call_soon_threadsafe``), so no
+thread is added per waiting task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 import threading
@@ -47,7 +49,7 @@ from kazoo.protocol.states import KazooState, KeeperState
 from .. import _reachability
 from .._core.deadline import Deadline
 from .._core.names import join_path, validate_name, validate_root
-from .._core.program import run_program, run_program_async
+from .._core.program import Program, run_program, run_program_async
 from .._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from ..backend import (
     RESTORED,
@@ -72,7 +74,7 @@ from ..errors import (
 from . import _history, _kazoo_compat, multi
 from ._refusals import Refusals
 from ._tls import TLS_PARAMETERS, is_certificate_refusal, tls_failure, tls_options
-from ._waits import NoReplyInTime, Pause, Waits, ZkProgram, reply_async
+from ._waits import Answering, NoReplyInTime, Pause, Within, ZkProgram, reply_async
 from .log_masking import mask_credentials
 from .queue import ZooKeeperQueue
 
@@ -110,6 +112,7 @@ class ZooKeeperBackend(Backend):
 
     scheme = "zookeeper"
     capabilities = Capabilities(async_face=True, slots=True, acquire_all=True)
+    queue_type = ZooKeeperQueue
 
     def __init__(
         self,
@@ -201,40 +204,22 @@ class ZooKeeperBackend(Backend):
 
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> ZooKeeperQueue:
+    ) -> ZkProgram[ZooKeeperQueue]:
         self.check_usable()
         queue = ZooKeeperQueue(self, name)
         opening = queue.opening(capacity, adopt_capacity, create)
-        self.call(opening, f"opening {queue.path}", queue.path)
-        self.register_queue(queue)
-        return queue
-
-    async def open_queue_async(
-        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> ZooKeeperQueue:
-        self.check_usable()
-        queue = ZooKeeperQueue(self, name)
-        opening = queue.opening(capacity, adopt_capacity, create)
-        await self.call_async(opening, f"opening {queue.path}", queue.path)
+        yield from self.within_request_timeout(opening, f"opening {queue.path}", queue.path)
         self.register_queue(queue)
         return queue
 
     # ---- several semaphores at once: one multi creates, one multi deletes (multi.py)
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> dict[str, Enqueued]:
+    ) -> ZkProgram[dict[str, Enqueued]]:
         return multi.enqueue_all(self, queues, deadline)
 
-    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        multi.delete_all(self, queues)
-
-    async def enqueue_all_async(
-        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> dict[str, Enqueued]:
-        return await multi.enqueue_all_async(self, queues, deadline)
-
-    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        await multi.delete_all_async(self, queues)
+    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> ZkProgram[None]:
+        return multi.delete_all(self, queues)
 
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int
@@ -261,11 +246,8 @@ class ZooKeeperBackend(Backend):
     def closed(self) -> bool:
         return self._closed
 
-    def read(self, key: str) -> bytes | None:
-        return self.call(lambda: self._reading(key), f"reading {key}", key)
-
-    async def read_async(self, key: str) -> bytes | None:
-        return await self.call_async(lambda: self._reading(key), f"reading {key}", key)
+    def read(self, key: str) -> ZkProgram[bytes | None]:
+        return self.within_request_timeout(lambda: self._reading(key), f"reading {key}", key)
 
     def _reading(self, key: str) -> ZkProgram[bytes | None]:
         try:
@@ -274,26 +256,25 @@ class ZooKeeperBackend(Backend):
             return None
         return bytes(value)
 
+    # ---- the runner: every program carries its bound (_waits.Within) ----------------
+    def run(self, program: Program[T]) -> T:
+        return run_program(program, Answering(self).wait)
+
+    async def run_async(self, program: Program[T]) -> T:
+        """:meth:`run`, awaited: kazoo's callback thread wakes the loop."""
+        return await run_program_async(program, Answering(self).wait_async)
+
     # ---- calls bounded by the request timeout -----------------------------------
-    def call(self, attempt: Callable[[], ZkProgram[T]], what: str, path: str) -> T:
-        """Run the program ``attempt()`` makes (retry-safe) within the request timeout,
-        again after a connection loss or a session change (kazoo queues requests made
-        while disconnected and sends them on reconnect). BackendUnavailable when the
-        time runs out, or when the client cannot be used any more; PermissionDenied
-        (naming ``path``) when an ACL refuses it."""
-        deadline = Deadline(self.request_timeout, time.monotonic)
-        program = self._bounded(attempt, what, deadline)
-        return run_program(program, self._call_waits(deadline, what, path).wait)
-
-    async def call_async(self, attempt: Callable[[], ZkProgram[T]], what: str, path: str) -> T:
-        """:meth:`call`, awaited."""
-        deadline = Deadline(self.request_timeout, time.monotonic)
-        program = self._bounded(attempt, what, deadline)
-        return await run_program_async(program, self._call_waits(deadline, what, path).wait_async)
-
-    def _bounded(
-        self, attempt: Callable[[], ZkProgram[T]], what: str, deadline: Deadline
+    def within_request_timeout(
+        self, attempt: Callable[[], ZkProgram[T]], what: str, path: str
     ) -> ZkProgram[T]:
+        """The program ``attempt()`` makes (retry-safe), within the request timeout from
+        its start, made again after a connection loss or a session change (kazoo queues
+        requests made while disconnected and sends them on reconnect). BackendUnavailable
+        when the time runs out, or when the client cannot be used any more;
+        PermissionDenied (naming ``path``) when an ACL refuses it."""
+        deadline = Deadline(self.request_timeout, time.monotonic)
+        yield Within(deadline, functools.partial(self._no_answer, what), path)
         while True:
             self.check_usable()
             try:
@@ -306,26 +287,21 @@ class ZooKeeperBackend(Backend):
                     ) from exc
                 yield Pause(deadline.cap(0.05))
 
-    def _call_waits(self, deadline: Deadline, what: str, path: str) -> Waits:
-        def timed_out() -> BackendUnavailable:
-            return BackendUnavailable(
-                f"{what}: no answer from ZooKeeper within the request "
-                f"timeout ({self.request_timeout:g} s)"
-            )
-
-        return Waits(self, deadline, timed_out=timed_out, path=path)
+    def _no_answer(self, what: str) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"{what}: no answer from ZooKeeper within the request "
+            f"timeout ({self.request_timeout:g} s)"
+        )
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
         # "+" is in no entry name (nor any semaphore name): listings skip the node
         return join_path(self.root, validate_name(semaphore), f"+{validate_name(name)}")
 
-    def delete_semaphore(self, name: str) -> None:
+    def delete_semaphore(self, name: str) -> ZkProgram[None]:
         path = join_path(self.root, validate_name(name))
-        self.call(lambda: self._deleting_semaphore(path), f"deleting {path}", path)
-
-    async def delete_semaphore_async(self, name: str) -> None:
-        path = join_path(self.root, validate_name(name))
-        await self.call_async(lambda: self._deleting_semaphore(path), f"deleting {path}", path)
+        return self.within_request_timeout(
+            lambda: self._deleting_semaphore(path), f"deleting {path}", path
+        )
 
     def _deleting_semaphore(self, path: str) -> ZkProgram[None]:
         while True:

@@ -29,9 +29,8 @@ from kazoo.exceptions import (
 from .._core.codec import decode_slot
 from .._core.deadline import Deadline
 from .._core.names import zk_slot_name
-from .._core.program import run_program, run_program_async
 from ..backend import Waiter
-from ._waits import Waits, ZkProgram
+from ._waits import Within, ZkProgram
 from .slots import SlotRecords
 from .steps import ProtocolSteps
 
@@ -46,13 +45,8 @@ log = logging.getLogger("semaphore_recipes.zookeeper")
 class Leaving(ProtocolSteps, SlotRecords):
     """Remove and abandon an entry (with its slot records); deletes in the background."""
 
-    def remove(self, key: str) -> None:
-        run_program(self._removing(key), self.delete_waits().wait)
-
-    async def remove_async(self, key: str) -> None:
-        await run_program_async(self._removing(key), self.delete_waits().wait_async)
-
-    def _removing(self, key: str) -> ZkProgram[None]:
+    def remove(self, key: str) -> ZkProgram[None]:
+        yield self.delete_waits()
         self.forget_mark(key)
         alone = self.forget_entry(key)
         if (yield from self._deleting_entry(key)) and alone is not None:
@@ -91,17 +85,12 @@ class Leaving(ProtocolSteps, SlotRecords):
                 yield from self._deleting(slot_path)
         return (yield from self._deleting(path))
 
-    def abandon(self, waiter: Waiter) -> None:
-        run_program(self._abandoning(waiter), self.delete_waits().wait)
-
-    async def abandon_async(self, waiter: Waiter) -> None:
-        await run_program_async(self._abandoning(waiter), self.delete_waits().wait_async)
-
-    def _abandoning(self, waiter: Waiter) -> ZkProgram[None]:
+    def abandon(self, waiter: Waiter) -> ZkProgram[None]:
         """Delete the waiter's entry, waiting for the replies at most the request timeout
         (then in the background): the exact entry, or, its create's reply not in hand,
         the one the listing finds by its id (sent after the create on the same session,
         it sees the create if it landed)."""
+        yield self.delete_waits()
         if waiter.key is not None:
             self.forget_entry(waiter.key)
             yield from self._deleting_entry(waiter.key)
@@ -132,10 +121,10 @@ class Leaving(ProtocolSteps, SlotRecords):
         elif waiter.entry_id is not None:
             self._delete_by_id(waiter.entry_id)
 
-    def delete_waits(self) -> Waits:
-        """A delete's: at most the request timeout, then DeletePending (it goes on)."""
-        deadline = Deadline(self.request_timeout, time.monotonic)
-        return Waits(self.backend, deadline, timed_out=DeletePending, path=self.path)
+    def delete_waits(self) -> Within:
+        """A delete's bound, from now: the request timeout, then DeletePending (it goes
+        on in the background)."""
+        return Within(Deadline(self.request_timeout, time.monotonic), DeletePending, self.path)
 
     def _deleting(self, path: str) -> ZkProgram[bool]:
         """Delete exactly ``path`` (unique id + sequence: it can only be ours). Waits for

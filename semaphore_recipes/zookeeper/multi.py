@@ -27,7 +27,6 @@ from kazoo.exceptions import (
 from .._core.codec import EntryData
 from .._core.deadline import Deadline
 from .._core.names import new_entry_id, zk_entry_prefix
-from .._core.program import run_program, run_program_async
 from .._core.protocol import Enqueued
 from ..backend import QueueDriver, Waiter, queues_of
 from ._listing import sorted_entries
@@ -50,23 +49,13 @@ def _connected(backend: ZooKeeperBackend) -> ZkProgram[None]:
         yield Await.CONNECTION
 
 
-def enqueue_all(backend: ZooKeeperBackend, pairs: Pairs, deadline: Deadline) -> dict[str, Enqueued]:
-    queues = queues_of(ZooKeeperQueue, pairs)
-    first = queues[0][0]
-    return run_program(_enqueuing_all(backend, queues), first.step_waits(deadline).wait)
-
-
-async def enqueue_all_async(
+def enqueue_all(
     backend: ZooKeeperBackend, pairs: Pairs, deadline: Deadline
-) -> dict[str, Enqueued]:
-    queues = queues_of(ZooKeeperQueue, pairs)
-    waits = queues[0][0].step_waits(deadline)
-    return await run_program_async(_enqueuing_all(backend, queues), waits.wait_async)
-
-
-def _enqueuing_all(
-    backend: ZooKeeperBackend, queues: list[tuple[ZooKeeperQueue, Waiter]]
 ) -> ZkProgram[dict[str, Enqueued]]:
+    """The EnqueueAll step: one multi creates every entry, the listings go right behind
+    it; bounded like each queue's enqueue (the acquire's deadline)."""
+    queues = queues_of(ZooKeeperQueue, pairs)
+    yield queues[0][0].step_waits(deadline)
     client = backend.client
     for _, waiter in queues:
         waiter.new_generation()
@@ -149,28 +138,19 @@ def _find_after_lost_reply(
             return None
 
 
-def delete_all(backend: ZooKeeperBackend, pairs: Pairs) -> None:
+def delete_all(backend: ZooKeeperBackend, pairs: Pairs) -> ZkProgram[None]:
     """One multi deleting every entry, waiting for its reply at most the request
     timeout (then in the background). Entries whose create reply is not in hand, or a
     multi that fails because one entry is gone already (its session ended, deleted by
     hand), fall back to each queue's own delete."""
     queues = queues_of(ZooKeeperQueue, pairs)
     if _leaving(backend, queues):
-        run_program(_deleting_all(backend, queues), queues[0][0].delete_waits().wait)
+        yield queues[0][0].delete_waits()
+        yield from _deleting_all(backend, queues)
     elif backend.failure is None:
         for queue, waiter in queues:
-            queue.abandon(waiter)  # found by its id, one by one
-
-
-async def delete_all_async(backend: ZooKeeperBackend, pairs: Pairs) -> None:
-    """:func:`delete_all`, awaited."""
-    queues = queues_of(ZooKeeperQueue, pairs)
-    if _leaving(backend, queues):
-        waits = queues[0][0].delete_waits()
-        await run_program_async(_deleting_all(backend, queues), waits.wait_async)
-    elif backend.failure is None:
-        for queue, waiter in queues:
-            await queue.abandon_async(waiter)
+            # found by its id, one by one, each bounded by its own request timeout
+            yield from queue.abandon(waiter)
 
 
 def _leaving(backend: ZooKeeperBackend, queues: list[tuple[ZooKeeperQueue, Waiter]]) -> bool:

@@ -27,7 +27,7 @@ from .._core.protocol import SessionLost
 from ..backend import QueueDriver
 from ..errors import AcquireTimeout, CapacityMismatch, SemaphoreNotFound
 from ._kazoo_compat import data_watch_registered
-from ._waits import Await, Waits, ZkProgram
+from ._waits import Await, Within, ZkProgram
 
 if TYPE_CHECKING:
     from .backend import ZooKeeperBackend
@@ -49,10 +49,10 @@ class SemaphoreNode(QueueDriver):
         self._watch_path = (self.client.chroot or "") + self.path
         self._capacity_settled = False  # the cached capacity is the watched node's value
 
-    # ---- how programs are waited for --------------------------------------------
-    def step_waits(self, deadline: Deadline) -> Waits:
-        """A protocol step's: within the acquire's deadline, then AcquireTimeout."""
-        return Waits(self.backend, deadline, timed_out=self._no_answer_in_time, path=self.path)
+    # ---- how programs are bounded ------------------------------------------------
+    def step_waits(self, deadline: Deadline) -> Within:
+        """A protocol step's bound: the acquire's deadline, then AcquireTimeout."""
+        return Within(deadline, self._no_answer_in_time, self.path)
 
     def _no_answer_in_time(self) -> AcquireTimeout:
         return AcquireTimeout(f"semaphore {self.name!r}: no answer from ZooKeeper in time")
@@ -66,10 +66,10 @@ class SemaphoreNode(QueueDriver):
     def opening(
         self, capacity: int | None, adopt: bool, create: bool
     ) -> Callable[[], ZkProgram[int]]:
-        """The opening, as a retry-safe attempt for ``backend.call``: create the node if
-        ``create`` and it is missing, then read (and watch) the stored capacity; without
-        ``create`` nothing is written. Returns the capacity; CapacityMismatch,
-        SemaphoreNotFound."""
+        """The opening, as a retry-safe attempt for ``backend.within_request_timeout``:
+        create the node if ``create`` and it is missing, then read (and watch) the
+        stored capacity; without ``create`` nothing is written. Returns the capacity;
+        CapacityMismatch, SemaphoreNotFound."""
 
         def agree() -> ZkProgram[int]:
             created = False
@@ -148,15 +148,10 @@ class SemaphoreNode(QueueDriver):
             self.client, self._watch_path, self._capacity_event
         )
 
-    def set_capacity(self, capacity: int) -> None:
+    def set_capacity(self, capacity: int) -> ZkProgram[None]:
         validate_capacity(capacity)
-        self.backend.call(self._writing_capacity(capacity), f"writing {self.path}", self.path)
-
-    async def set_capacity_async(self, capacity: int) -> None:
-        validate_capacity(capacity)
-        await self.backend.call_async(
-            self._writing_capacity(capacity), f"writing {self.path}", self.path
-        )
+        writing = self._writing_capacity(capacity)
+        yield from self.backend.within_request_timeout(writing, f"writing {self.path}", self.path)
 
     def _writing_capacity(self, capacity: int) -> Callable[[], ZkProgram[None]]:
         def write() -> ZkProgram[None]:

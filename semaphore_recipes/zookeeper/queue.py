@@ -5,10 +5,10 @@ and its capacity (``node.py``), the protocol steps (``steps.py``), job slots
 (``slots.py``), leaving and deletes in the background (``leaving.py``), the status
 (``status.py``); fenced writes are ``transaction.py``.
 
-Both faces run the same steps: each is written once as a program that yields the kazoo
-requests in flight (or "wait until connected") and is run blocking by the sync methods
-and awaited by the ``*_async`` ones (``._waits``); the asyncio face is woken by kazoo's
-callback thread through the event loop, with no thread of its own.
+Both faces run the same steps: each is written once as a program that yields its bound,
+then the kazoo requests in flight (or "wait until connected"), and the backend's runner
+runs it blocking (``run``) or awaited (``run_async``; ``._waits``); the asyncio face is
+woken by kazoo's callback thread through the event loop, with no thread of its own.
 
 Connection loss: a step waits for the connection to come back (within the acquire's
 deadline) and goes on; a create whose reply was lost is looked for by its entry id

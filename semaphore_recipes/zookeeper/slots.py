@@ -26,7 +26,6 @@ from kazoo.exceptions import (
 from .._core.codec import decode_slot, encode_slot
 from .._core.deadline import Deadline
 from .._core.names import ZK_SLOT_PREFIX, parse_slot_index, zk_slot_name
-from .._core.program import run_program, run_program_async
 from .._core.protocol import SessionLost
 from ..backend import Waiter
 from ._waits import ZkProgram
@@ -46,13 +45,11 @@ class SlotRecords(SemaphoreNode):
         # our entry -> the session its slot records were made on (they die with it)
         self._slot_sessions: dict[str, int | None] = {}
 
-    def list_slots(self, waiter: Waiter, deadline: Deadline) -> frozenset[int] | SessionLost:
-        return run_program(self._listing_slots(), self.step_waits(deadline).wait)
-
-    async def list_slots_async(
+    def list_slots(
         self, waiter: Waiter, deadline: Deadline
-    ) -> frozenset[int] | SessionLost:
-        return await run_program_async(self._listing_slots(), self.step_waits(deadline).wait_async)
+    ) -> ZkProgram[frozenset[int] | SessionLost]:
+        yield self.step_waits(deadline)
+        return (yield from self._listing_slots())
 
     def _listing_slots(self) -> ZkProgram[frozenset[int] | SessionLost]:
         children = yield from self.children(NoNodeError)  # (no node: our entry went with it)
@@ -63,22 +60,11 @@ class SlotRecords(SemaphoreNode):
 
     def take_slot(
         self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | frozenset[int] | SessionLost:
-        return run_program(self._taking_slot(waiter, index), self.step_waits(deadline).wait)
-
-    async def take_slot_async(
-        self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | frozenset[int] | SessionLost:
-        return await run_program_async(
-            self._taking_slot(waiter, index), self.step_waits(deadline).wait_async
-        )
-
-    def _taking_slot(
-        self, waiter: Waiter, index: int
     ) -> ZkProgram[int | frozenset[int] | SessionLost]:
         """A multi: check that our entry exists (so the record is made on its session,
         while it lives), create the ephemeral record; the read of the record's czxid
         (its token: a multi's reply has no stat) goes right behind it, one round trip."""
+        yield self.step_waits(deadline)
         key = waiter.key
         assert key is not None
         entry_path = f"{self.path}/{key}"

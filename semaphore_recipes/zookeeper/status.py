@@ -2,7 +2,8 @@
 
 One listing and the capacity read go out back to back, then one read per child; a child
 gone meanwhile is left out. Connection loss and expiry: the read waits at most the
-backend's request timeout, then raises BackendUnavailable (``backend.call``).
+backend's request timeout, then raises BackendUnavailable
+(``backend.within_request_timeout``).
 """
 
 from __future__ import annotations
@@ -20,15 +21,11 @@ from .node import SemaphoreNode
 class StatusReading(SemaphoreNode):
     """The semaphore's status, read from the store."""
 
-    def status(self) -> Status:
-        return self._status_of(
-            self.backend.call(self._reading_status, f"reading {self.path}", self.path)
+    def status(self) -> ZkProgram[Status]:
+        reading = self.backend.within_request_timeout(
+            self._reading_status, f"reading {self.path}", self.path
         )
-
-    async def status_async(self) -> Status:
-        return self._status_of(
-            await self.backend.call_async(self._reading_status, f"reading {self.path}", self.path)
-        )
+        return self._status_of((yield from reading))
 
     def _reading_status(self) -> ZkProgram[tuple[int, list[tuple[int, EntryStatus]]] | None]:
         listing = self.client.get_children_async(self.path)

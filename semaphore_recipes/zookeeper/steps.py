@@ -32,7 +32,6 @@ from kazoo.protocol.states import EventType
 from .._core.codec import EntryData, decode_entry
 from .._core.deadline import Deadline
 from .._core.names import new_entry_id, parse_zk_entry, zk_entry_prefix
-from .._core.program import run_program, run_program_async
 from .._core.protocol import Enqueued, EntryChanged, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from ..backend import Waiter, nearest_needed
@@ -80,13 +79,8 @@ class ProtocolSteps(SemaphoreNode):
             self._alone_since = sequence
 
     # ---- the protocol steps ---------------------------------------------------
-    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        return run_program(self._enqueue(waiter), self.step_waits(deadline).wait)
-
-    async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        return await run_program_async(self._enqueue(waiter), self.step_waits(deadline).wait_async)
-
-    def _enqueue(self, waiter: Waiter) -> ZkProgram[Enqueued]:
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> ZkProgram[Enqueued]:
+        yield self.step_waits(deadline)
         waiter.new_generation()
         while True:
             yield from self.until_connected()
@@ -227,19 +221,8 @@ class ProtocolSteps(SemaphoreNode):
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
-        return run_program(self._arm(waiter, keys), self.step_waits(deadline).wait)
-
-    async def arm_async(
-        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
-        return await run_program_async(
-            self._arm(waiter, keys), self.step_waits(deadline).wait_async
-        )
-
-    def _arm(
-        self, waiter: Waiter, keys: tuple[str, ...]
     ) -> ZkProgram[Mapping[str, EntryState | None] | SessionLost]:
+        yield self.step_waits(deadline)
         generation = waiter.generation
         while True:
             pending = [
@@ -267,13 +250,8 @@ class ProtocolSteps(SemaphoreNode):
             except SessionExpiredError:
                 return SessionLost()
 
-    def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
-        return run_program(self._relist(waiter), self.step_waits(deadline).wait)
-
-    async def relist_async(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
-        return await run_program_async(self._relist(waiter), self.step_waits(deadline).wait_async)
-
-    def _relist(self, waiter: Waiter) -> ZkProgram[list[Entry] | SessionLost]:
+    def relist(self, waiter: Waiter, deadline: Deadline) -> ZkProgram[list[Entry] | SessionLost]:
+        yield self.step_waits(deadline)
         assert waiter.key is not None
         parsed = parse_zk_entry(waiter.key)
         assert parsed is not None

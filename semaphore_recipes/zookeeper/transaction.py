@@ -22,10 +22,9 @@ from kazoo.exceptions import (
 )
 
 from .._core.deadline import Deadline
-from .._core.program import run_program, run_program_async
 from ..backend import FencedTransaction, WriteKind
 from ..errors import BackendUnavailable, PermitLost, WriteConflict
-from ._waits import Waits, ZkProgram
+from ._waits import Within, ZkProgram
 
 if TYPE_CHECKING:
     from .node import SemaphoreNode
@@ -44,32 +43,16 @@ class ZooKeeperFencedTransaction(FencedTransaction):
 
     def __init__(self, queue: SemaphoreNode, entry_path: str, others: Sequence[str] = ()) -> None:
         """``others``: more entry paths that fence it (a multi-permit's)."""
-        super().__init__()
+        super().__init__(queue.backend)
         self._queue = queue
         self.entry_path = entry_path
         self._fences = [entry_path, *others]
 
-    def commit(self) -> None:
-        run_program(self._committing(), self._waits().wait)
-
-    async def commit_async(self) -> None:
-        await run_program_async(self._committing(), self._waits().wait_async)
-
-    def _waits(self) -> Waits:
+    def apply(self) -> ZkProgram[None]:
         queue = self._queue
-        timeout = queue.request_timeout
-
-        def timed_out() -> BackendUnavailable:
-            return BackendUnavailable(
-                f"no answer from ZooKeeper within the request timeout ({timeout:g}"
-                " s): the transaction may still be applied"
-            )
-
-        deadline = Deadline(timeout, time.monotonic)
-        return Waits(queue.backend, deadline, timed_out=timed_out, path=self.entry_path)
-
-    def _committing(self) -> ZkProgram[None]:
-        queue = self._queue
+        yield Within(
+            Deadline(queue.request_timeout, time.monotonic), self._no_answer, self.entry_path
+        )
         tx = queue.client.transaction()
         for fence in self._fences:
             tx.check(fence, -1)  # version -1: any version, the node must exist
@@ -102,3 +85,9 @@ class ZooKeeperFencedTransaction(FencedTransaction):
                 raise WriteConflict(write.key, "it (or its parent) does not exist") from result
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 raise result
+
+    def _no_answer(self) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"no answer from ZooKeeper within the request timeout "
+            f"({self._queue.request_timeout:g} s): the transaction may still be applied"
+        )

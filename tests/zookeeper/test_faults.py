@@ -14,7 +14,7 @@ from semaphore_recipes.testing.harness import Cut
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 from semaphore_recipes.testing.zookeeper_server import ZooKeeperEnsemble
-from semaphore_recipes.zookeeper._waits import Waits
+from semaphore_recipes.zookeeper._waits import Answering, Within
 from semaphore_recipes.zookeeper.queue import ZooKeeperQueue
 
 from ..conftest import wait_until
@@ -154,15 +154,17 @@ def test_a_kazoo_wait_that_gives_up_before_the_deadline_is_waited_again() -> Non
 
     backend = cast(Any, SimpleNamespace(client=None))
 
-    def waits(deadline: Deadline) -> Waits:
+    def answering(deadline: Deadline) -> Answering:
+        answers = Answering(backend)
         timed_out = lambda: sr.AcquireTimeout("no answer")  # noqa: E731
-        return Waits(backend, deadline, timed_out=timed_out, path="/early")
+        answers.wait(Within(deadline, timed_out, "/early"))  # a program's first request
+        return answers
 
     reply = GivesUpOnce()
-    assert waits(Deadline(5.0, time.monotonic)).wait(reply) == "the reply"
+    assert answering(Deadline(5.0, time.monotonic)).wait(reply) == "the reply"
     assert reply.calls == 2
     with pytest.raises(sr.AcquireTimeout):
-        waits(Deadline(0.0, time.monotonic)).wait(GivesUpOnce())
+        answering(Deadline(0.0, time.monotonic)).wait(GivesUpOnce())
 
 
 def test_a_connection_lost_as_the_enqueue_rereads_a_changed_capacity_is_waited_out(
