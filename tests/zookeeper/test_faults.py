@@ -167,6 +167,43 @@ def test_a_kazoo_wait_that_gives_up_before_the_deadline_is_waited_again() -> Non
         answering(Deadline(0.0, time.monotonic)).wait(GivesUpOnce())
 
 
+def test_each_request_is_answered_within_the_bound_its_program_yielded_last() -> None:
+    """One runner answers every ZooKeeper program: the program carries its bound (a
+    Within before its first request; a program run inside another, as delete_all's
+    delete per queue, bounds what follows with its own)."""
+    from types import SimpleNamespace
+
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from semaphore_recipes._core.deadline import Deadline
+    from semaphore_recipes._core.program import run_program
+
+    class NoAnswer(Exception):
+        pass
+
+    class Silent:
+        def get(self, block: bool, timeout: float | None) -> str:
+            if timeout is not None and timeout <= 0:
+                raise KazooTimeoutError("no value")
+            return "a reply"
+
+    def program() -> Any:
+        yield Within(Deadline(5.0, time.monotonic), lambda: NoAnswer("outer"), "/p")
+        assert (yield Silent()) == "a reply"
+        yield Within(Deadline(0.0, time.monotonic), lambda: NoAnswer("inner"), "/p")
+        yield Silent()
+
+    backend = cast(Any, SimpleNamespace(client=None))
+    with pytest.raises(NoAnswer, match="inner"):
+        run_program(program(), Answering(backend).wait)
+
+    def unbounded() -> Any:
+        yield Silent()
+
+    with pytest.raises(TypeError, match="Within"):
+        run_program(unbounded(), Answering(backend).wait)
+
+
 def test_a_connection_lost_as_the_enqueue_rereads_a_changed_capacity_is_waited_out(
     zk: ZooKeeperHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
