@@ -1,4 +1,4 @@
-"""Several semaphores at once: ``backend.acquire_all({...})`` and its :class:`MultiPermit`.
+"""Several semaphores at once: ``client.acquire_all({...})`` and its :class:`MultiPermit`.
 
 The request's entries, one per semaphore, are created in one atomic store request and
 deleted in one (``Backend.enqueue_all`` / ``Backend.delete_all``); the protocol
@@ -34,15 +34,15 @@ from ._core.queue import Entry
 from ._leave import leave
 from ._permit import PermitBase, PermitState
 from .backend import Capability, FencedTransaction, QueueDriver, Waiter, session_lost
+from .semaphore import Semaphore
 
 if TYPE_CHECKING:
     from .backend import Backend
-    from .semaphore import Semaphore
 
 log = logging.getLogger("semaphore_recipes")
 
 #: What ``acquire_all`` takes: permits by semaphore (an object, or an existing one's name).
-Wanted = Mapping[str, int] | Mapping["Semaphore", int] | Mapping["str | Semaphore", int]
+Wanted = Mapping[str, int] | Mapping[Semaphore, int] | Mapping[str | Semaphore, int]
 
 __all__ = ["MultiPermit", "PermitState", "acquire_all"]
 
@@ -225,13 +225,12 @@ def _enqueued_all(enqueue_all: Program[dict[str, Enqueued]]) -> Program[Enqueued
 
 
 def _semaphore_name(what: object) -> str | None:
-    from .semaphore import Semaphore
-
     return what.name if isinstance(what, Semaphore) else None
 
 
 def acquire_all(
     backend: Backend,
+    existing: Callable[[str], Semaphore],
     weights: Wanted,
     *,
     timeout: float | None = None,
@@ -247,16 +246,14 @@ def acquire_all(
     ``Semaphore.acquire``; NotSupported before any I/O on a backend without the
     capability (``Backend.capabilities.acquire_all``). The request is granted once every queue
     admitted it (a queue that admits it first counts it as a holder while it waits
-    in the others).
+    in the others). ``existing``: the client's semaphore opened by name, kept.
     """
-    from .semaphore import Semaphore
-
     validate_timeout(timeout)
     named = requested(weights, _semaphore_name)
     check_supported(backend)
     drivers: dict[str, QueueDriver] = {}
     for name, (what, permits) in named.items():
-        semaphore = what if isinstance(what, Semaphore) else backend.existing_semaphore(name)
+        semaphore = what if isinstance(what, Semaphore) else existing(name)
         validate_permits(permits, semaphore.capacity)
         drivers[name] = semaphore._store
     inbox = _Inbox()

@@ -162,25 +162,24 @@ def test_only_a_backend_package_imports_its_store(part: str) -> None:
     assert not offenders, sorted(offenders)
 
 
-FACES = ("semaphore_recipes.semaphore", "semaphore_recipes.multi", "semaphore_recipes.aio")
-#: The seam's imports of a face still to go (issue 24 item 1): the user's handle
-#: (``semaphore()``, ``acquire_all``) is still the store class; it becomes a client
-#: object of the sync face wrapping the store, and these two lines go with it.
-SEAM_FACE_IMPORTS_LEFT = {
-    "semaphore_recipes/backend/store.py: semaphore_recipes.semaphore.Semaphore",
-    "semaphore_recipes/backend/store.py: semaphore_recipes.multi.acquire_all",
-}
+FACES = (
+    "semaphore_recipes.semaphore",
+    "semaphore_recipes.multi",
+    "semaphore_recipes.client",
+    "semaphore_recipes.aio",
+)
 
 
 def test_the_seam_imports_no_face() -> None:
     """Nothing in semaphore_recipes/backend/ imports a face (function-level imports
-    count; TYPE_CHECKING ones do not run), but the lines listed above."""
+    count; TYPE_CHECKING ones do not run): the user's handles (``Client``,
+    ``aio.AsyncBackend``) wrap the store, not the other way round."""
     offenders = set()
     for path in sorted((PACKAGE / "backend").rglob("*.py")):
         for module in _runtime_imports(path):
             if module.startswith(FACES) and module.count(".") >= 2:
                 offenders.add(f"{path.relative_to(ROOT)}: {module}")
-    assert offenders == SEAM_FACE_IMPORTS_LEFT
+    assert offenders == set()
 
 
 def _runtime_imports(path: Path) -> set[str]:
