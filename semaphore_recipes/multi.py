@@ -33,7 +33,7 @@ from ._core.protocol import AwaitEvent, BackendFailed, Enqueued, Event, MarkHeld
 from ._core.queue import Entry
 from ._leave import leave
 from ._permit import PermitBase, PermitState
-from .backend import Capability, FencedTransaction, QueueDriver, Waiter, session_lost
+from .backend import Capability, FencedTransaction, QueueDriver, Waiter
 from .semaphore import Semaphore
 
 if TYPE_CHECKING:
@@ -197,9 +197,8 @@ def multi_acquisition(
         for driver, waiter in pairs:
             driver.unregister(waiter)
     permit = new_permit(pairs, entries)
-    if inbox.session_ended():
-        permit._session_changed(session_lost("the session ended as the permits were granted"))
-    elif marks_lost:
+    permit._follow_session(backend, inbox.session_ended)
+    if marks_lost:  # (a permit lost with its session stays so)
         permit._entry_lost(marks_lost[0])
     log.debug("acquired %s (token %d)", dict(weights), permit.token)
     return permit
@@ -321,10 +320,6 @@ class MultiPermitBase(PermitBase):
         entries = [(driver, self.keys[waiter.semaphore]) for driver, waiter in self._pairs]
         return self._backend.transaction_all(entries, self.token)
 
-    def _listen(self) -> None:
-        """Follow the session (called once ``lost`` exists)."""
-        self._unlisten = self._backend.add_permit_listener(self._session_changed)
-
 
 class MultiPermit(MultiPermitBase):
     """Permits held in several semaphores at once. Release with :meth:`release` or a
@@ -338,7 +333,6 @@ class MultiPermit(MultiPermitBase):
     def __init__(self, backend: Backend, pairs: Pairs, entries: Mapping[str, Entry]) -> None:
         super().__init__(backend, pairs, entries)
         self.lost = threading.Event()  #: set when the permit is gone (never cleared)
-        self._listen()
 
     def _signal_lost(self) -> None:
         self.lost.set()

@@ -42,9 +42,7 @@ from .backend import (
     FencedTransaction,
     QueueDriver,
     Waiter,
-    session_lost,
 )
-from .errors import BackendUnavailable
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -211,16 +209,7 @@ class Semaphore:
     def _new_permit(self, me: Entry, waiter: Waiter) -> Permit:
         assert waiter.token is not None
         permit = Permit(self, me, waiter.token, self.owner)
-        permit._unlisten = self._session.add_permit_listener(permit._session_changed)
-        # Backends tell permits first, then waiters: a session that ended after the
-        # decision but before the line above is in the waiter's inbox.
-        try:
-            ended = waiter.session_ended()
-        except BackendUnavailable:  # closed, or failed, as the permit was granted
-            permit._unlisten()
-            raise
-        if ended:
-            permit._session_changed(session_lost("the session ended as the permit was granted"))
+        permit._follow_session(self._session, waiter.session_ended)
         return permit
 
     def status(self) -> Status:

@@ -47,7 +47,6 @@ class AsyncMultiPermit(LostOnLoop, MultiPermitBase):
     def __init__(self, backend: Backend, pairs: Pairs, entries: Mapping[str, Entry]) -> None:
         super().__init__(backend, pairs, entries)
         self._lost_on_loop()
-        self._listen()
 
     def transaction(self) -> AsyncTransaction:
         """Writes that commit only while *every* entry of this permit is held: ``await

@@ -31,8 +31,8 @@ from .._core.program import run_program_async
 from .._core.protocol import AwaitEvent
 from .._core.queue import Entry
 from .._core.status import Status
-from ..backend import QueueDriver, Waiter, session_lost
-from ..errors import AcquireTimeout, BackendUnavailable
+from ..backend import QueueDriver, Waiter
+from ..errors import AcquireTimeout
 from ._waiter import AsyncWaiter
 from .permit import AsyncPermit
 
@@ -155,16 +155,7 @@ class AsyncSemaphore:
         def new_permit(me: Entry, waiter: Waiter) -> AsyncPermit:
             assert waiter.token is not None
             permit = AsyncPermit(self, store, me, waiter.token, self.owner)
-            permit._unlisten = self._backend.backend.add_permit_listener(permit._session_changed)
-            # Backends tell permits first, then waiters: a session that ended after the
-            # decision but before the line above is in the waiter's inbox.
-            try:
-                ended = waiter.session_ended()
-            except BackendUnavailable:  # closed, or failed, as the permit was granted
-                permit._unlisten()
-                raise
-            if ended:
-                permit._session_changed(session_lost("the session ended as the permit was granted"))
+            permit._follow_session(self._backend.backend, waiter.session_ended)
             return permit
 
         program = acquisition(
