@@ -13,6 +13,7 @@ from ._core.names import MAX_CAPACITY
 from ._core.slots import Slot
 from ._core.status import EntryStatus, Status
 from .backend import Backend, FencedTransaction, SessionChange, SessionState
+from .client import Client
 from .errors import (
     AcquireTimeout,
     AuthenticationFailed,
@@ -42,6 +43,7 @@ __all__ = [
     "BackendNotInstalled",
     "BackendUnavailable",
     "CapacityMismatch",
+    "Client",
     "CorruptState",
     "EntryStatus",
     "FencedTransaction",
@@ -78,8 +80,8 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def connect(target: str | object, *, owner: str | None = None, **options: str) -> Backend:
-    """Connect to a coordination service and return a backend.
+def connect(target: str | object, *, owner: str | None = None, **options: str) -> Client:
+    """Connect to a coordination service: the :class:`Client` of a session with it.
 
     ``target`` is a URL whose scheme picks the backend through
     :mod:`semaphore_recipes.registry` (``zookeeper://h1:2181,h2:2181/chroot?session_timeout=10``,
@@ -96,10 +98,10 @@ def connect(target: str | object, *, owner: str | None = None, **options: str) -
     if isinstance(target, str):
         url = registry.parse_url(target)
         url.params.update(params)
-        return registry.backend_class(url.scheme).from_url(url, owner=owner)
+        return Client(registry.backend_class(url.scheme).from_url(url, owner=owner))
     found = registry.spec_for_client(target)
     if found is None:
         raise TypeError(
             f"connect() takes a URL or a client object a backend knows, not {type(target).__name__}"
         )
-    return registry.backend_class(found.scheme).from_client(target, owner=owner, **params)
+    return Client(registry.backend_class(found.scheme).from_client(target, owner=owner, **params))

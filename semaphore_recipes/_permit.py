@@ -16,8 +16,8 @@ from typing import Protocol
 
 from ._core.queue import Entry
 from ._core.slots import Slot
-from .backend import SessionChange, SessionEvent
-from .errors import PermitLost
+from .backend import SessionChange, SessionEvent, SessionHub, session_lost
+from .errors import BackendUnavailable, PermitLost
 from .instrumentation import Instrumentation, LostReason, report
 
 log = logging.getLogger("semaphore_recipes")
@@ -107,6 +107,21 @@ class PermitBase:
                 )
             else:
                 self._mark_lost(event.reason, LostReason.SESSION)
+
+    def _follow_session(self, hub: SessionHub, session_ended: Callable[[], bool]) -> None:
+        """Listen to ``hub``'s session changes from now on, then ask ``session_ended``
+        (the acquire's inbox, drained) whether the session ended since the admission:
+        backends tell permits first, then waiters, so an end that came before the
+        listener is in the inbox. BackendUnavailable (closed or failed as the permit was
+        granted) passes, the listener removed."""
+        self._unlisten = hub.add_permit_listener(self._session_changed)
+        try:
+            ended = session_ended()
+        except BackendUnavailable:
+            self._stop_listening()
+            raise
+        if ended:
+            self._session_changed(session_lost("the session ended as the permit was granted"))
 
     def _entry_lost(self, why: str) -> None:
         with self._lock:

@@ -14,7 +14,7 @@ import pytest
 import semaphore_recipes as sr
 
 
-def pay_invoice(backend: sr.Backend, invoice: str) -> None:
+def pay_invoice(backend: sr.Client, invoice: str) -> None:
     """The code under test: one payment run per invoice at a time, and the payment is
     recorded only while the run holds its permit (a fenced write)."""
     sem = backend.semaphore(f"invoice-{invoice}", capacity=1)

@@ -1,5 +1,6 @@
-"""The store interface: a session with a coordination store and the semaphores opened
-over it (:class:`Backend`).
+"""The store interface: a session with a coordination store, as a backend implements
+it (:class:`Backend`); users hold it through a face's handle (``Client``,
+``aio.AsyncBackend``).
 
 What a backend does on connection loss and expiry: it publishes session changes to the
 permits, tells waiters to enter the queue again when their entries died with a
@@ -12,32 +13,25 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from .._core.deadline import Deadline
-from .._core.names import validate_name, validate_open_capacity
 from .._core.protocol import (
     Enqueued,
 )
-from .._core.status import Status
 from .._url import ServiceURL
 from ..errors import NotSupported
 from ..instrumentation import NO_INSTRUMENTATION, Instrumentation
 from .capabilities import HOOKS, SLOT_HOOKS, Capabilities, Capability
 from .driver import QueueDriver
-from .runner import Program, Runner
 from .fenced import FencedTransaction
 from .hub import SessionHub
+from .runner import Program, Runner
 from .session import SessionState
 from .waiter import Waiter
-
-if TYPE_CHECKING:
-    from ..multi import MultiPermit, Wanted
-    from ..semaphore import Semaphore
 
 log = logging.getLogger("semaphore_recipes")
 B = TypeVar("B", bound="Backend")
@@ -55,11 +49,14 @@ MULTI = Capability.ACQUIRE_ALL.value
 
 
 class Backend(SessionHub, Runner):
-    """A session with a coordination store, and the semaphores opened over it.
+    """A session with a coordination store: opens its semaphores' queues and runs
+    their programs (:class:`Runner`).
 
-    Made by :func:`semaphore_recipes.connect`. ``request_timeout`` (seconds) bounds every
-    call but a waiting acquire. ``close()`` ends the session: the store removes the
-    backend's entries with it (how soon: the backend's docs).
+    Made by :func:`semaphore_recipes.connect` (the sync face wraps it in a
+    ``Client``) or ``semaphore_recipes.aio.connect`` (in an ``AsyncBackend``).
+    ``request_timeout`` (seconds) bounds every call but a waiting acquire. ``close()``
+    ends the session: the store removes the backend's entries with it (how soon: the
+    backend's docs).
 
     For backend authors: the ``register_waiter``/``add_permit_listener`` bookkeeping is
     done here; a subclass reports its session with :meth:`publish`,
@@ -68,8 +65,8 @@ class Backend(SessionHub, Runner):
 
     #: The URL scheme (``zookeeper``, ``etcd``, ``memory``): set by each subclass.
     scheme: ClassVar[str]
-    #: The class of the backend's queues (what ``open_queue`` makes).
-    queue_type: ClassVar[type[QueueDriver]] = QueueDriver
+    #: The class of the backend's queues (what ``open_queue`` makes); required with slots.
+    queue_type: ClassVar[type[QueueDriver] | None] = None
 
     def __init__(self, *, owner: str, request_timeout: float) -> None:
         self.owner = owner
@@ -77,9 +74,6 @@ class Backend(SessionHub, Runner):
         SessionHub.__init__(self)
         #: told of every acquire and permit of both faces (``instrument()``)
         self.instrumentation: Instrumentation = NO_INSTRUMENTATION
-        #: semaphores ``acquire_all`` opened by name, kept open (each holds a watch)
-        self._opened_by_name: dict[str, Semaphore] = {}
-        self._opened_lock = threading.Lock()
 
     # -- made from a URL (by connect) --
     @classmethod
@@ -95,7 +89,6 @@ class Backend(SessionHub, Runner):
         client types a backend takes); TypeError by default."""
         raise TypeError(f"the {cls.scheme} backend takes no client object")
 
-    # -- what users call --
     def instrument(self, instrumentation: Instrumentation) -> None:
         """Report the acquires and permits of every semaphore of this backend (both
         faces) to ``instrumentation`` from now on, in place of the one before
@@ -107,36 +100,6 @@ class Backend(SessionHub, Runner):
             )
         self.instrumentation = instrumentation
         instrumentation.attached(self)
-
-    def semaphore(
-        self,
-        name: str,
-        capacity: int | None = None,
-        *,
-        adopt_capacity: bool = False,
-        create: bool = True,
-    ) -> Semaphore:
-        """The semaphore ``name``; created with ``capacity`` if it does not exist.
-
-        Raises CapacityMismatch if it is stored with another capacity (unless
-        ``adopt_capacity``), InvalidName/ValueError on bad input before any I/O.
-        With ``create=False`` nothing is written: an existing semaphore is opened
-        (``capacity`` None: the stored one) and SemaphoreNotFound is raised when there
-        is none; read permission is enough (``status()``, monitoring).
-        PermissionDenied when the store refuses the user; BackendUnavailable when it
-        does not answer within the request timeout.
-        """
-        from ..semaphore import Semaphore
-
-        validate_name(name)
-        checked = validate_open_capacity(capacity, create)
-        driver = self.run(self.open_queue(name, checked, adopt_capacity=adopt_capacity, create=create))
-        return Semaphore(driver, self, self.owner)
-
-    def status(self, name: str) -> Status:
-        """The status of the existing semaphore ``name`` (SemaphoreNotFound if none);
-        writes nothing."""
-        return self.semaphore(name, create=False).status()
 
     @abstractmethod
     def open_queue(
@@ -157,22 +120,20 @@ class Backend(SessionHub, Runner):
         """The session's state right now."""
 
     @abstractmethod
-    def read(self, key: str) -> Program[bytes | None]:
+    def reading(self, key: str) -> Program[bytes | None]:
         """The value of ``key`` in the store's own key space (the one fenced
         transactions write), or None; within the request timeout."""
 
     @abstractmethod
     def data_key(self, semaphore: str, name: str = "data") -> str:
         """A key for application data ``name`` kept with semaphore ``semaphore`` (under
-        its node or prefix, apart from its entries; removed by :meth:`delete_semaphore`),
+        its node or prefix, apart from its entries; removed by :meth:`deleting_semaphore`),
         for fenced transactions. InvalidName on a bad name (``validate_name``)."""
 
     @abstractmethod
-    def delete_semaphore(self, name: str) -> Program[None]:
-        """Delete what is stored of semaphore ``name``: its capacity, its entries and its
-        data keys; nothing if it does not exist. For tests, demos and operators, when
-        nothing uses it: a holder learns its entry is gone at its next fenced commit (at
-        once with ``watch_entry``), and a waiter may re-create the semaphore."""
+    def deleting_semaphore(self, name: str) -> Program[None]:
+        """Delete what is stored of semaphore ``name`` (validated): its capacity, its
+        entries and its data keys; nothing if it does not exist."""
 
     @abstractmethod
     def close(self) -> None:
@@ -213,8 +174,10 @@ class Backend(SessionHub, Runner):
             for hook in hooks
         ]
         missing = [hook for hook in needed if getattr(cls, hook) is getattr(Backend, hook)]
-        if declared.slots:
-            queue = cls.queue_type
+        queue = cls.queue_type
+        if declared.slots and queue is None:
+            missing.append("queue_type")
+        elif declared.slots and queue is not None:
             missing += [
                 f"{queue.__name__}.{hook}"
                 for hook in SLOT_HOOKS
@@ -238,30 +201,6 @@ class Backend(SessionHub, Runner):
     # -- several semaphores at once (``acquire_all``, docs/design.md section 2): a
     # backend that can create entries in several queues in one atomic request declares
     # ``Capabilities(acquire_all=True)`` and defines the hooks below.
-    def acquire_all(
-        self,
-        weights: Wanted,
-        timeout: float | None = None,
-        blocking: bool = True,
-    ) -> MultiPermit:
-        """Take ``weights[s]`` permits of each semaphore ``s`` at once, or none: see
-        :func:`semaphore_recipes.multi.acquire_all`."""
-        from ..multi import acquire_all
-
-        return acquire_all(self, weights, timeout=timeout, blocking=blocking)
-
-    def existing_semaphore(self, name: str) -> Semaphore:
-        """The existing semaphore ``name``, opened once per backend (``acquire_all``
-        names them at every call: opening each time would cost a read and a capacity
-        watch per call). SemaphoreNotFound when there is none."""
-        with self._opened_lock:
-            opened = self._opened_by_name.get(name)
-        if opened is None:
-            opened = self.semaphore(name, create=False)
-            with self._opened_lock:
-                opened = self._opened_by_name.setdefault(name, opened)
-        return opened
-
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
     ) -> Program[dict[str, Enqueued]]:

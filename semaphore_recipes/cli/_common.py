@@ -20,7 +20,7 @@ from .._core.names import validate_name
 from .._core.shown import redact_url
 from .._core.status import EntryStatus, Status
 from .._url import ServiceURL
-from ..backend import Backend
+from ..client import Client
 from ..errors import (
     AcquireTimeout,
     BackendNotInstalled,
@@ -134,7 +134,7 @@ def check_name(name: str) -> str:
         raise CliError(ExitCode.USAGE, str(exc)) from None
 
 
-def connect(url: str, *, owner: str | None = None) -> Backend:
+def connect(url: str, *, owner: str | None = None) -> Client:
     """``semaphore_recipes.connect``: the backend is found by the URL's scheme."""
     from .. import connect as sr_connect
 

@@ -39,7 +39,7 @@ from types import FrameType
 from typing import Any, TextIO
 from urllib.parse import parse_qsl, urlencode
 
-from ..backend import Backend
+from ..client import Client
 from ..devtools.dev_server import DevServer
 from ..semaphore import Semaphore
 from ._common import ENV_URL, CliError, ExitCode, describe_url, resolve_url, status_table
@@ -116,7 +116,7 @@ class Demo:
         self.pending: list[tuple[float, int, float, str, dict[str, Any]]] = []
         self.seq = itertools.count()
         self.workers: dict[str, Worker] = {}
-        self.observer: Backend | None = None
+        self.observer: Client | None = None
         self.created: list[str] = []
         self.results: list[tuple[str, bool, str]] = []
         self.started = time.monotonic()
@@ -307,7 +307,7 @@ class Demo:
 
     # ---- the store -----------------------------------------------------------------
     @property
-    def store(self) -> Backend:
+    def store(self) -> Client:
         assert self.observer is not None, "connected in _run()"
         return self.observer
 

@@ -31,7 +31,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ..backend import Backend, SessionState
+from ..backend import SessionState
+from ..client import Client
 from ..instrumentation import Instrumentation
 from ..semaphore import Permit, PermitState, Semaphore
 from ._common import (
@@ -140,7 +141,7 @@ class Sidecar:
         self.name = name
         self.permits = permits
         self.phase = Phase.CONNECTING
-        self.backend: Backend | None = None
+        self.backend: Client | None = None
         self.semaphore: Semaphore | None = None
         self.permit: Permit | None = None
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.status import Status
-from ..backend import Backend
+from ..client import Client
 from ..errors import BackendUnavailable, SemaphoreNotFound
 from ._common import PROG, dumps, status_json, status_table
 
@@ -113,7 +113,7 @@ class Reader:
     """Reads the status of ``name`` in a thread of its own, one read at a time, a new
     one every ``interval`` (at once after a read that took longer)."""
 
-    def __init__(self, backend: Backend, name: str, interval: float) -> None:
+    def __init__(self, backend: Client, name: str, interval: float) -> None:
         self.backend = backend
         self.name = name
         self.interval = interval
@@ -237,7 +237,7 @@ def ticks(interval: float) -> Iterator[float]:
 
 
 def watch(
-    backend: Backend,
+    backend: Client,
     name: str,
     where: str,
     interval: float,

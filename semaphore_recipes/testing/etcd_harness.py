@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..backend import Backend
+from ..client import Client
 from ..etcd.backend import EtcdBackend
 from .faces import store_backend
 from .harness import NetworkHarness, Verb
@@ -33,7 +33,7 @@ class EtcdHarness(NetworkHarness):
     def __init__(
         self,
         url: str,
-        make: Callable[..., Backend],
+        make: Callable[..., Client],
         *,
         servers: list[str],
         namespace: str,
@@ -52,12 +52,12 @@ class EtcdHarness(NetworkHarness):
             else {}
         )
 
-    def connect(self, *args: Any, **kwargs: Any) -> EtcdBackend:
+    def connect(self, *args: Any, **kwargs: Any) -> Client:
         """As :meth:`Harness.connect`, typed for this store."""
         backend = super().connect(*args, **kwargs)
         if not isinstance(store_backend(backend), EtcdBackend):
             raise TypeError(f"the etcd harness opened {backend!r}")
-        return backend  # type: ignore[return-value]  # or the asyncio face's blocking view
+        return backend
 
     @contextmanager
     def _admin_client(self) -> Iterator[EtcdClient]:
@@ -74,7 +74,7 @@ class EtcdHarness(NetworkHarness):
         with self._admin_client() as admin:
             return leftover_etcd_entries(admin, self._namespace, name)
 
-    def expire_session(self, backend: Backend) -> None:
+    def expire_session(self, backend: Client) -> None:
         with self._admin_client() as admin:
             admin.lease_revoke(self.session_of(backend))
 
@@ -82,7 +82,7 @@ class EtcdHarness(NetworkHarness):
         with self._admin_client() as admin:
             return alive_etcd_leases(admin)
 
-    def session_of(self, backend: Backend) -> int:
+    def session_of(self, backend: Client) -> int:
         backend = store_backend(backend)
         if not isinstance(backend, EtcdBackend):
             raise TypeError(f"not an etcd backend: {backend!r}")

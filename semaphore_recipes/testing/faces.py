@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..client import Client
 from ..instrumentation import Instrumentation
 
 if TYPE_CHECKING:
@@ -366,6 +367,11 @@ class BlockingTransaction:
 
 
 def store_backend(backend: Any) -> Any:
-    """The store's :class:`~semaphore_recipes.backend.Backend` behind ``backend``, which
-    is one, or a :class:`BlockingAsyncBackend` (the harness's verbs act on the store's)."""
-    return getattr(backend, "store_backend", backend)
+    """The store's :class:`~semaphore_recipes.backend.Backend` behind ``backend``: a
+    :class:`~semaphore_recipes.Client`, a :class:`BlockingAsyncBackend`, or the store's
+    itself (the harness's verbs act on the store's)."""
+    if isinstance(backend, BlockingAsyncBackend):
+        return backend.store_backend
+    if isinstance(backend, Client):
+        return backend.backend
+    return backend

@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from ..backend import Backend
+from ..client import Client
 from .faces import Face
 from .proxy import FaultProxy, ProxyMode
 
@@ -84,7 +84,7 @@ class Harness(ABC):
     #: view (``testing.faces``), so one test body checks both faces
     face: Face = Face.SYNC
 
-    def __init__(self, url: str, make: Callable[..., Backend]) -> None:
+    def __init__(self, url: str, make: Callable[..., Client]) -> None:
         self.url = url
         self._make = make
 
@@ -101,12 +101,12 @@ class Harness(ABC):
         session_timeout: float | None = None,
         proxied: bool = False,
         **options: Any,
-    ) -> Backend:
+    ) -> Client:
         """A backend into the test's namespace (``url`` replaces the harness's;
         ``session_timeout`` replaces its query; ``options`` go to ``connect()``).
         ``proxied=True``: through fault proxies, so ``cut``/``lose_next_reply`` work on it.
         With the asyncio :attr:`face`, a :class:`~.faces.BlockingAsyncBackend` (typed as
-        a Backend: it answers the calls the sync face's tests make).
+        a Client: it answers the calls the sync face's tests make).
         """
         if proxied:
             raise VerbNotSupported(self.kind, Verb.CUT, self.missing.get(Verb.CUT, "no network"))
@@ -136,22 +136,22 @@ class Harness(ABC):
             if not self.supports(verb):
                 raise self._lacks(verb)
 
-    def expire_session(self, backend: Backend) -> None:
+    def expire_session(self, backend: Client) -> None:
         """End ``backend``'s session on the store, as its expiry would: its entries go.
         Returns once the store ended it; the backend learns of it by its own means."""
         raise self._lacks(Verb.EXPIRE_SESSION)
 
-    def cut(self, backend: Backend, how: Cut = Cut.RESET) -> None:
+    def cut(self, backend: Client, how: Cut = Cut.RESET) -> None:
         """Cut every connection of ``backend`` (opened with ``proxied=True``) until
         :meth:`restore`."""
         raise self._lacks(Verb.CUT)
 
-    def restore(self, backend: Backend) -> None:
+    def restore(self, backend: Client) -> None:
         """End a cut or lost replies: connections that lost bytes are reset (a stream
         with a hole cannot go on), then the backend reconnects as usual."""
         raise self._lacks(Verb.CUT)
 
-    def lose_next_reply(self, backend: Backend) -> None:
+    def lose_next_reply(self, backend: Client) -> None:
         """From now until :meth:`restore`, ``backend``'s requests reach the store and
         their replies are lost (a create whose reply never comes)."""
         raise self._lacks(Verb.LOSE_NEXT_REPLY)
@@ -165,7 +165,7 @@ class Harness(ABC):
         """The ids of every session the store holds now."""
         raise self._lacks(Verb.LIST_SESSIONS)
 
-    def session_of(self, backend: Backend) -> int:
+    def session_of(self, backend: Client) -> int:
         """The id of ``backend``'s current session (as :meth:`sessions` lists it)."""
         raise self._lacks(Verb.LIST_SESSIONS)
 
@@ -180,10 +180,10 @@ class NetworkHarness(Harness):
     """A store reached over TCP: ``cut``/``restore``/``lose_next_reply`` through one
     :class:`FaultProxy` per server for each backend opened with ``proxied=True``."""
 
-    def __init__(self, url: str, make: Callable[..., Backend], servers: list[str]) -> None:
+    def __init__(self, url: str, make: Callable[..., Client], servers: list[str]) -> None:
         super().__init__(url, make)
         self._servers = servers  #: host:port of each server the URL names
-        self._proxied: dict[int, tuple[Backend, list[FaultProxy]]] = {}
+        self._proxied: dict[int, tuple[Client, list[FaultProxy]]] = {}
 
     def connect(
         self,
@@ -192,7 +192,7 @@ class NetworkHarness(Harness):
         session_timeout: float | None = None,
         proxied: bool = False,
         **options: Any,
-    ) -> Backend:
+    ) -> Client:
         if not proxied:
             return super().connect(url, session_timeout=session_timeout, **options)
         if url is not None:
@@ -215,26 +215,26 @@ class NetworkHarness(Harness):
         self._proxied[id(backend)] = (backend, proxies)
         return backend
 
-    def _proxies(self, backend: Backend) -> list[FaultProxy]:
+    def _proxies(self, backend: Client) -> list[FaultProxy]:
         found = self._proxied.get(id(backend))
         if found is None or found[0] is not backend:
             raise ValueError(f"{backend!r} was not opened with harness.connect(proxied=True)")
         return found[1]
 
-    def cut(self, backend: Backend, how: Cut = Cut.RESET) -> None:
+    def cut(self, backend: Client, how: Cut = Cut.RESET) -> None:
         for proxy in self._proxies(backend):
             if how is Cut.RESET:
                 proxy.cut()
             else:
                 proxy.blackhole()
 
-    def restore(self, backend: Backend) -> None:
+    def restore(self, backend: Client) -> None:
         for proxy in self._proxies(backend):
             if proxy.mode in (ProxyMode.BLACKHOLE, ProxyMode.DROP_REPLIES):
                 proxy.cut()  # bytes were lost: these connections cannot go on
             proxy.restore()
 
-    def lose_next_reply(self, backend: Backend) -> None:
+    def lose_next_reply(self, backend: Client) -> None:
         for proxy in self._proxies(backend):
             proxy.drop_replies()
 

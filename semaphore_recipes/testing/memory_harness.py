@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..backend import Backend
+from ..client import Client
 from ..memory import MemoryBackend, store_named
 from .faces import store_backend
 from .harness import Harness, Verb
@@ -29,12 +29,12 @@ class MemoryHarness(Harness):
         Verb.KILL_LEADER: "one in-process store, no members to elect a leader",
     }
 
-    def connect(self, *args: Any, **kwargs: Any) -> MemoryBackend:
+    def connect(self, *args: Any, **kwargs: Any) -> Client:
         """As :meth:`Harness.connect`, typed for this store."""
         backend = super().connect(*args, **kwargs)
         if not isinstance(store_backend(backend), MemoryBackend):
             raise TypeError(f"the memory harness opened {backend!r}")
-        return backend  # type: ignore[return-value]  # or the asyncio face's blocking view
+        return backend
 
     @property
     def _store_name(self) -> str:
@@ -44,18 +44,18 @@ class MemoryHarness(Harness):
         paths = store_named(self._store_name).entry_paths()
         return [p for p in paths if name is None or p.rpartition("/")[0].endswith(f"/{name}")]
 
-    def expire_session(self, backend: Backend) -> None:
+    def expire_session(self, backend: Client) -> None:
         _memory(backend).expire_session()
 
     def sessions(self) -> set[int]:
         return store_named(self._store_name).sessions()
 
-    def session_of(self, backend: Backend) -> int:
+    def session_of(self, backend: Client) -> int:
         return _memory(backend).session
 
 
-def _memory(backend: Backend) -> MemoryBackend:
-    backend = store_backend(backend)
-    if not isinstance(backend, MemoryBackend):
+def _memory(backend: Client) -> MemoryBackend:
+    store = store_backend(backend)
+    if not isinstance(store, MemoryBackend):
         raise TypeError(f"not a memory backend: {backend!r}")
-    return backend
+    return store

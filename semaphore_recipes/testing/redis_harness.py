@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..backend import Backend
+from ..client import Client
 from .faces import store_backend
 from .harness import NetworkHarness, Verb
 
@@ -53,7 +53,7 @@ class RedisHarness(NetworkHarness):
     def __init__(
         self,
         url: str,
-        make: Callable[..., Backend],
+        make: Callable[..., Client],
         *,
         server: RedisServer,
         prefix: str,
@@ -64,14 +64,14 @@ class RedisHarness(NetworkHarness):
         self.prefix = prefix
         self.admin = admin
 
-    def connect(self, *args: Any, **kwargs: Any) -> RedisBackend:
+    def connect(self, *args: Any, **kwargs: Any) -> Client:
         """As :meth:`Harness.connect`, typed for this store."""
         from ..redis.backend import RedisBackend
 
         backend = super().connect(*args, **kwargs)
         if not isinstance(store_backend(backend), RedisBackend):
             raise TypeError(f"the redis harness opened {backend!r}")
-        return backend  # type: ignore[return-value]  # or the asyncio face's blocking view
+        return backend
 
     def url_with(self, **params: object) -> str:
         """The harness's URL with ``params`` as its query, beside the test's prefix."""
@@ -106,18 +106,18 @@ class RedisHarness(NetworkHarness):
         finally:
             runner.close()
 
-    def expire_session(self, backend: Backend) -> None:
+    def expire_session(self, backend: Client) -> None:
         self.admin.delete(f"{self.prefix}:lease:{_redis(backend).lease}")
 
     def sessions(self) -> set[int]:
         keys = self.admin.scan_iter(match=f"{self.prefix}:lease:*", count=1000)
         return {int(_text(k).rsplit(":", 1)[1], 16) for k in keys}
 
-    def session_of(self, backend: Backend) -> int:
+    def session_of(self, backend: Client) -> int:
         return int(_redis(backend).lease, 16)
 
 
-def _redis(backend: Backend) -> RedisBackend:
+def _redis(backend: Client) -> RedisBackend:
     from ..redis.backend import RedisBackend
 
     found = store_backend(backend)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..backend import Backend
+from ..client import Client
 from ..zookeeper.backend import ZooKeeperBackend
 from .faces import store_backend
 from .harness import NetworkHarness, Verb
@@ -32,7 +32,7 @@ class ZooKeeperHarness(NetworkHarness):
     def __init__(
         self,
         url: str,
-        make: Callable[..., Backend],
+        make: Callable[..., Client],
         *,
         servers: list[str],
         namespace: str,
@@ -51,19 +51,19 @@ class ZooKeeperHarness(NetworkHarness):
             missing[Verb.KILL_LEADER] = "a single server (zookeeper_cluster_harness has one)"
         self.missing = missing
 
-    def connect(self, *args: Any, **kwargs: Any) -> ZooKeeperBackend:
+    def connect(self, *args: Any, **kwargs: Any) -> Client:
         """As :meth:`Harness.connect`, typed for this store."""
         backend = super().connect(*args, **kwargs)
         if not isinstance(store_backend(backend), ZooKeeperBackend):
             raise TypeError(f"the ZooKeeper harness opened {backend!r}")
-        return backend  # type: ignore[return-value]  # or the asyncio face's blocking view
+        return backend
 
     def entries(self, name: str | None = None) -> list[str]:
         # retried: an ensemble's admin client may be reconnecting after a leader kill
         found: list[str] = self._admin.retry(leftover_entries, self._admin, self._namespace, name)
         return found
 
-    def expire_session(self, backend: Backend) -> None:
+    def expire_session(self, backend: Client) -> None:
         backend = store_backend(backend)
         if not isinstance(backend, ZooKeeperBackend):
             raise TypeError(f"not a ZooKeeper backend: {backend!r}")

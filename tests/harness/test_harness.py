@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from semaphore_recipes.backend import Backend
+from semaphore_recipes.client import Client
 from semaphore_recipes.testing.etcd_harness import EtcdHarness
 from semaphore_recipes.testing.harness import Harness, Verb, VerbNotSupported
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
@@ -32,7 +32,7 @@ class InProcessHarness(Harness):
         return []
 
 
-def _never_connects(**_: Any) -> Backend:
+def _never_connects(**_: Any) -> Client:
     raise AssertionError("the harness must not open a backend here")
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.backend import Waiter
-from semaphore_recipes.memory import MemoryBackend, MemoryStore
+from semaphore_recipes.backend import Program, Waiter
+from semaphore_recipes.memory import MemoryStore
 from semaphore_recipes.memory.queue import MemoryQueue
 
 #: The store calls of an acquire's steps (enqueue, arm, relist, held mark). The calls of
@@ -69,7 +69,7 @@ def interrupt_at(
     ],
 )
 def test_an_interrupt_at_any_step_of_an_acquire_leaves_nothing_behind(
-    memory_backend: Callable[..., MemoryBackend], scenario: str, after: bool
+    memory_backend: Callable[..., sr.Client], scenario: str, after: bool
 ) -> None:
     backend, other = memory_backend(), memory_backend()
     capacity = 2 if scenario == "free" else 1
@@ -108,7 +108,7 @@ def test_an_interrupt_at_any_step_of_an_acquire_leaves_nothing_behind(
 
 
 def test_a_second_ctrl_c_during_the_cleanup_still_removes_the_entry(
-    memory_backend: Callable[..., MemoryBackend],
+    memory_backend: Callable[..., sr.Client],
 ) -> None:
     """Ctrl-C ends a waiting acquire; a second one arrives as its cleanup begins (a user
     pressing twice). It ends the caller's wait for the removal, not the removal: the
@@ -122,12 +122,12 @@ def test_a_second_ctrl_c_during_the_cleanup_still_removes_the_entry(
     main = threading.main_thread().ident
     assert main is not None
 
-    def abandon(self: MemoryQueue, waiter: Waiter) -> None:
+    def abandon(self: MemoryQueue, waiter: Waiter) -> Program[None]:
         if not abandons:
             abandons.append(1)
             signal.pthread_kill(main, signal.SIGINT)  # the second Ctrl-C
             time.sleep(0.05)  # (it lands while the main thread waits for this removal)
-        real_abandon(self, waiter)
+        yield from real_abandon(self, waiter)
 
     first_ctrl_c = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
     MemoryQueue.abandon = abandon  # type: ignore[method-assign]
@@ -151,7 +151,7 @@ def test_a_second_ctrl_c_during_the_cleanup_still_removes_the_entry(
 @pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
 @pytest.mark.parametrize("scenario", ["free", "full", "wait"])
 def test_an_interrupt_at_any_step_of_an_acquire_all_leaves_nothing_in_any_queue(
-    memory_backend: Callable[..., MemoryBackend], scenario: str, after: bool
+    memory_backend: Callable[..., sr.Client], scenario: str, after: bool
 ) -> None:
     """The same for ``acquire_all`` over two semaphores, one of them held by another
     backend: every entry of the request goes, in every queue."""

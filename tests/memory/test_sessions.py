@@ -10,11 +10,10 @@ from collections.abc import Callable
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.memory import MemoryBackend
 
 from ..conftest import wait_until, waiter_thread
 
-Connect = Callable[..., MemoryBackend]
+Connect = Callable[..., sr.Client]
 
 
 def test_expire_session_loses_the_permits_and_lets_the_next_in_at_once(

@@ -24,7 +24,7 @@ def test_every_connect_to_a_name_shares_its_store_each_as_its_own_session(
     memory_backend: Callable[..., Any], memory_url: str
 ) -> None:
     a, b = memory_backend(owner="a"), memory_backend(owner="b")
-    assert isinstance(a, MemoryBackend) and a.store is b.store
+    assert isinstance(a.backend, MemoryBackend) and a.store is b.store
     assert a.session != b.session
     held = a.semaphore("s", capacity=1).acquire()
     with pytest.raises(sr.WouldBlock):
@@ -54,7 +54,7 @@ def test_stores_of_other_names_and_prefixes_are_apart(
 
 def test_memory_with_no_name_is_one_default_store() -> None:
     with sr.connect("memory://") as a, sr.connect("memory:///") as b:
-        assert isinstance(a, MemoryBackend) and isinstance(b, MemoryBackend)
+        assert isinstance(a.backend, MemoryBackend) and isinstance(b.backend, MemoryBackend)
         assert a.store is b.store is store_named("")
         name = f"default-{uuid.uuid4().hex[:8]}"
         with a.semaphore(name, capacity=1).acquire(), pytest.raises(sr.WouldBlock):
@@ -98,7 +98,7 @@ def _transcript(url: str) -> list[object]:
     """A single-threaded scenario, everything it observed."""
     seen: list[object] = []
     with sr.connect(url, owner="a") as a, sr.connect(url, owner="b") as b:
-        assert isinstance(a, MemoryBackend)
+        assert isinstance(a.backend, MemoryBackend)
         sa, sb = a.semaphore("s", capacity=3), b.semaphore("s", capacity=3)
         p1 = sa.acquire(permits=2)
         p2 = sb.acquire(permits=1)

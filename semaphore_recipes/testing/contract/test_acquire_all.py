@@ -16,10 +16,11 @@ import semaphore_recipes as sr
 from semaphore_recipes import registry
 from semaphore_recipes._url import parse_url
 from semaphore_recipes.aio import AsyncBackend
-from semaphore_recipes.backend import Backend, Capabilities
+from semaphore_recipes.backend import Backend, Capabilities, QueueDriver
 from semaphore_recipes.cli import main as cli_main
 from semaphore_recipes.cli._common import ExitCode
 from semaphore_recipes.memory.backend import MemoryBackend
+from semaphore_recipes.memory.queue import MemoryQueue
 from semaphore_recipes.registry import BackendSpec
 from semaphore_recipes.testing.harness import Cut, Harness, Verb
 from semaphore_recipes.testing.polling import wait_until
@@ -301,7 +302,7 @@ class _NoMulti(MemoryBackend):
 
 
 def test_a_backend_without_the_capability_says_so_before_any_io() -> None:
-    with _NoMulti.from_url(parse_url(f"memory://nm{uuid.uuid4().hex[:8]}")) as backend:
+    with sr.Client(_NoMulti.from_url(parse_url(f"memory://nm{uuid.uuid4().hex[:8]}"))) as backend:
         sem = backend.semaphore("nm-a", capacity=1)
         assert not backend.capabilities.acquire_all
         with pytest.raises(sr.NotSupported, match="nomulti backend cannot acquire several"):
@@ -310,7 +311,7 @@ def test_a_backend_without_the_capability_says_so_before_any_io() -> None:
         assert sem.status().holders == sem.status().waiters == ()
         assert backend._opened_by_name == {}
         with pytest.raises(sr.NotSupported) as refused:
-            AsyncBackend(backend).acquire_all({"nm-a": 1})
+            AsyncBackend(backend.backend).acquire_all({"nm-a": 1})
         assert refused.value.capability == "acquire_all"
     assert isinstance(sr.NotSupported("x", "y"), NotImplementedError)  # as it was
     with sr.connect(f"memory://nm{uuid.uuid4().hex[:8]}") as memory:
@@ -319,20 +320,28 @@ def test_a_backend_without_the_capability_says_so_before_any_io() -> None:
 
 def test_a_backend_declaring_a_capability_without_its_hooks_is_refused_when_defined() -> None:
     """The declaration is checked when the class is made, not at the first call."""
-    with pytest.raises(TypeError, match="enqueue_all_async, delete_all_async"):
+    with pytest.raises(TypeError, match="does not define run_async, delete_all"):
 
         class _SyncOnly(MemoryBackend):  # declares MemoryBackend's async face and acquire_all
-            enqueue_all_async = Backend.enqueue_all_async
-            delete_all_async = Backend.delete_all_async
+            run_async = Backend.run_async
+            delete_all = Backend.delete_all
+
+    with pytest.raises(TypeError, match=r"does not define _NoSlotsQueue\.take_slot"):
+
+        class _NoSlotsQueue(MemoryQueue):
+            take_slot = QueueDriver.take_slot
+
+        class _SlotsWithout(MemoryBackend):  # declares MemoryBackend's slots
+            queue_type = _NoSlotsQueue
 
     class _NoAsync(MemoryBackend):
         capabilities = Capabilities(slots=True, acquire_all=True)
 
-    with _NoAsync.from_url(parse_url(f"memory://na{uuid.uuid4().hex[:8]}")) as sync_only:
+    with sr.Client(_NoAsync.from_url(parse_url(f"memory://na{uuid.uuid4().hex[:8]}"))) as sync_only:
         sync_only.semaphore("na-a", capacity=1)
         sync_only.acquire_all({"na-a": 1}).release()
         with pytest.raises(sr.NotSupported, match="cannot be used from asyncio") as refused:
-            AsyncBackend(sync_only)
+            AsyncBackend(sync_only.backend)
         assert refused.value.capability == "async_face"
 
 
@@ -346,7 +355,10 @@ def test_run_also_on_such_a_backend_is_a_usage_error(
     assert cli_main(args) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert "cannot acquire several semaphores" in err and "internal error" not in err
-    with _NoMulti.from_url(parse_url(url)) as backend, pytest.raises(sr.SemaphoreNotFound):
+    with (
+        sr.Client(_NoMulti.from_url(parse_url(url))) as backend,
+        pytest.raises(sr.SemaphoreNotFound),
+    ):
         backend.semaphore("job", create=False)  # refused before NAME was created
 
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.backend import Backend
 from semaphore_recipes.testing.harness import Harness
 
 
-def _fresh(service: Harness, name: str) -> tuple[Backend, sr.Semaphore, str]:
+def _fresh(service: Harness, name: str) -> tuple[sr.Client, sr.Semaphore, str]:
     backend = service.connect()
     sem = backend.semaphore(name, capacity=1)
     return backend, sem, backend.data_key(name, "value")
