@@ -246,7 +246,7 @@ class ZooKeeperBackend(Backend):
     def closed(self) -> bool:
         return self._closed
 
-    def read(self, key: str) -> ZkProgram[bytes | None]:
+    def reading(self, key: str) -> ZkProgram[bytes | None]:
         return self.within_request_timeout(lambda: self._reading(key), f"reading {key}", key)
 
     def _reading(self, key: str) -> ZkProgram[bytes | None]:
@@ -297,13 +297,13 @@ class ZooKeeperBackend(Backend):
         # "+" is in no entry name (nor any semaphore name): listings skip the node
         return join_path(self.root, validate_name(semaphore), f"+{validate_name(name)}")
 
-    def delete_semaphore(self, name: str) -> ZkProgram[None]:
+    def deleting_semaphore(self, name: str) -> ZkProgram[None]:
         path = join_path(self.root, validate_name(name))
         return self.within_request_timeout(
-            lambda: self._deleting_semaphore(path), f"deleting {path}", path
+            lambda: self._deleting_node(path), f"deleting {path}", path
         )
 
-    def _deleting_semaphore(self, path: str) -> ZkProgram[None]:
+    def _deleting_node(self, path: str) -> ZkProgram[None]:
         while True:
             try:
                 children = yield self.client.get_children_async(path)
