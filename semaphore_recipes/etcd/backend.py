@@ -416,7 +416,7 @@ class EtcdBackend(Backend):
     def closed(self) -> bool:
         return self._closed
 
-    def read(self, key: str) -> Program[bytes | None]:
+    def reading(self, key: str) -> Program[bytes | None]:
         raw = key.encode()
         reply = yield from self._bounded(
             lambda timeout: Call.range(raw, timeout=timeout), f"key {key}"
@@ -427,8 +427,8 @@ class EtcdBackend(Backend):
         # beside config and entries/
         return f"{self.prefix}{validate_name(semaphore)}/data/{validate_name(name)}"
 
-    def delete_semaphore(self, name: str) -> Program[None]:
-        start = f"{self.prefix}{validate_name(name)}/".encode()
+    def deleting_semaphore(self, name: str) -> Program[None]:
+        start = f"{self.prefix}{name}/".encode()
         end = prefix_range_end(start)
         yield from self._bounded(
             lambda timeout: Call.delete_range(start, end, timeout=timeout),
