@@ -17,14 +17,14 @@ raises BackendUnavailable; ``close()`` leaves a lease it could not revoke in tim
 expire.
 
 The asyncio face (``sr.aio.connect``) is the same backend over an
-:class:`~.aio_client.AioEtcdClient`: the same programs awaited, the keepalive and the
-watch stream as tasks of the loop, and the same behaviour on connection loss and expiry
-(several tasks finding the lease gone: one grants, the others await it).
+:class:`~.aio_client.AioEtcdClient`: the same programs awaited (:mod:`.runner`), the
+keepalive and the watch stream as tasks of the loop, and the same behaviour on
+connection loss and expiry (several tasks finding the lease gone: one grants, the
+others await it).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import threading
@@ -107,13 +107,15 @@ class EtcdBackend(Backend):
 
     Built by :func:`semaphore_recipes.connect` from an ``etcd://`` URL (over an
     :class:`EtcdClient`), or by :func:`semaphore_recipes.aio.connect` (over an
-    :class:`AioEtcdClient`: the asyncio face, driven through the ``*_async`` methods
-    only). ``close()`` revokes the lease, which removes this backend's entries at once.
+    :class:`AioEtcdClient`: the asyncio face, which runs its programs with
+    :meth:`run_async` only). ``close()`` revokes the lease, which removes this
+    backend's entries at once.
     ``request_timeout`` bounds every call but a waiting acquire (seconds).
     """
 
     scheme = "etcd"
     capabilities = Capabilities(async_face=True, slots=True, acquire_all=True)
+    queue_type = EtcdQueue
 
     def __init__(
         self,
@@ -145,9 +147,9 @@ class EtcdBackend(Backend):
         self._history = StoreHistory()  # the cluster id and newest revision seen
         self._failure: str | None = None  # the store's history restarted: why
         if isinstance(client, AioEtcdClient):
-            self._aio = AsyncRunner(client, self._answer_async, self._history.seen)
+            self._aio = AsyncRunner(client, self._history.seen)
         else:
-            self._sync = SyncRunner(client, self._answer_sync, self._history.seen)
+            self._sync = SyncRunner(client, self._history.seen)
             self.run(self._new_lease(Deadline(connect_timeout, _monotonic)))
 
     @classmethod
@@ -215,30 +217,13 @@ class EtcdBackend(Backend):
         elif self._sync is not None:
             self._sync.spawn(program)
 
-    def undo_create(self, entry: str, undo: Program[None]) -> asyncio.Task[None] | None:
+    def undo_create(self, entry: str, undo: Program[None]) -> None:
         """Run ``undo`` in the background once the create call of ``entry`` (if one is
-        still on its way: a cancelled acquire's) has its outcome: its task (asyncio face;
-        None once closed, or on the sync face)."""
-        if self._aio is None:
+        still on its way: a cancelled acquire's) has its outcome."""
+        if self._aio is not None:
+            self._aio.undo_create(entry, undo)
+        else:
             self.spawn(undo)
-            return None
-        aio = self._aio
-
-        async def after_the_create() -> None:
-            await aio.client.settled(entry)
-            await aio.run(undo)
-
-        return aio.spawn_task(after_the_create())
-
-    def _answer_sync(self, request: object) -> object:
-        assert isinstance(request, AwaitTurn)
-        request.turns.wait(request)
-        return None
-
-    async def _answer_async(self, request: object) -> object:
-        assert isinstance(request, AwaitTurn)
-        await request.turns.wait_async(request)
-        return None
 
     # ---- the session (lease) -------------------------------------------------
     def _new_lease(self, deadline: Deadline) -> Program[int]:
@@ -303,11 +288,6 @@ class EtcdBackend(Backend):
             self._failure = reason
         log.error("%s", reason)
         self.fail(reason)
-
-    def current_lease(self, deadline: Deadline) -> int:
-        """The live lease, granting a new one after an expiry (within ``deadline``); see
-        :meth:`lease`."""
-        return self.run(self.lease(deadline))
 
     def lease(self, deadline: Deadline) -> Program[int]:
         """The live lease, granting a new one after an expiry (within ``deadline``).
@@ -401,23 +381,11 @@ class EtcdBackend(Backend):
     # ---- several semaphores at once: one txn creates, one txn deletes (multi.py)
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> dict[str, Enqueued]:
-        return self.run(multi.enqueuing_all(self, queues, deadline))
+    ) -> Program[dict[str, Enqueued]]:
+        return multi.enqueuing_all(self, queues, deadline)
 
-    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        self.run(multi.deleting_all(self, queues))
-
-    async def enqueue_all_async(
-        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> dict[str, Enqueued]:
-        return await self.run_async(multi.enqueuing_all(self, queues, deadline))
-
-    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        if multi.one_by_one(queues):
-            for queue, waiter in queues:
-                await queue.abandon_async(waiter)
-            return
-        await self.run_async(multi.deleting_all(self, queues))
+    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> Program[None]:
+        return multi.deleting_all(self, queues)
 
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int
@@ -426,13 +394,8 @@ class EtcdBackend(Backend):
 
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> EtcdQueue:
-        return self.run(EtcdQueue(self, name).open(capacity, adopt_capacity, create))
-
-    async def open_queue_async(
-        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> EtcdQueue:
-        return await self.run_async(EtcdQueue(self, name).open(capacity, adopt_capacity, create))
+    ) -> Program[EtcdQueue]:
+        return EtcdQueue(self, name).open(capacity, adopt_capacity, create)
 
     def describe(self) -> str:
         return f"etcd at {', '.join(self.client.endpoints)} (prefix {self.prefix})"
@@ -453,13 +416,7 @@ class EtcdBackend(Backend):
     def closed(self) -> bool:
         return self._closed
 
-    def read(self, key: str) -> bytes | None:
-        return self.run(self._read(key))
-
-    async def read_async(self, key: str) -> bytes | None:
-        return await self.run_async(self._read(key))
-
-    def _read(self, key: str) -> Program[bytes | None]:
+    def reading(self, key: str) -> Program[bytes | None]:
         raw = key.encode()
         reply = yield from self._bounded(
             lambda timeout: Call.range(raw, timeout=timeout), f"key {key}"
@@ -470,14 +427,8 @@ class EtcdBackend(Backend):
         # beside config and entries/
         return f"{self.prefix}{validate_name(semaphore)}/data/{validate_name(name)}"
 
-    def delete_semaphore(self, name: str) -> None:
-        self.run(self._delete_semaphore(name))
-
-    async def delete_semaphore_async(self, name: str) -> None:
-        await self.run_async(self._delete_semaphore(name))
-
-    def _delete_semaphore(self, name: str) -> Program[None]:
-        start = f"{self.prefix}{validate_name(name)}/".encode()
+    def deleting_semaphore(self, name: str) -> Program[None]:
+        start = f"{self.prefix}{name}/".encode()
         end = prefix_range_end(start)
         yield from self._bounded(
             lambda timeout: Call.delete_range(start, end, timeout=timeout),

@@ -27,31 +27,13 @@ log = logging.getLogger("semaphore_recipes.etcd")
 class SlotRecords(SemaphoreKeys):
     """List and take job slots."""
 
-    def list_slots(self, waiter: Waiter, deadline: Deadline) -> frozenset[int] | SessionLost:
-        return self.backend.run(self._list_slots(deadline))
-
-    async def list_slots_async(
-        self, waiter: Waiter, deadline: Deadline
-    ) -> frozenset[int] | SessionLost:
-        return await self.backend.run_async(self._list_slots(deadline))
-
-    def _list_slots(self, deadline: Deadline) -> Program[frozenset[int]]:
+    def list_slots(self, waiter: Waiter, deadline: Deadline) -> Program[frozenset[int]]:
         reply = yield from self.call(
             lambda timeout: Call.txn([], [self.slots_range], [], timeout=timeout), deadline
         )
         return self.slot_indices(reply.responses[0].response_range.kvs)
 
     def take_slot(
-        self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | frozenset[int] | SessionLost:
-        return self.backend.run(self._take_slot(waiter, index, deadline))
-
-    async def take_slot_async(
-        self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | frozenset[int] | SessionLost:
-        return await self.backend.run_async(self._take_slot(waiter, index, deadline))
-
-    def _take_slot(
         self, waiter: Waiter, index: int, deadline: Deadline
     ) -> Program[int | frozenset[int] | SessionLost]:
         """One txn: if our entry still has its create_revision and the slot's key does

@@ -209,13 +209,7 @@ class SemaphoreKeys(QueueDriver):
             on_error=self._capacity_watch_failed,
         )
 
-    def set_capacity(self, capacity: int) -> None:
-        self.backend.run(self._set_capacity(capacity))
-
-    async def set_capacity_async(self, capacity: int) -> None:
-        await self.backend.run_async(self._set_capacity(capacity))
-
-    def _set_capacity(self, capacity: int) -> Program[None]:
+    def set_capacity(self, capacity: int) -> Program[None]:
         validate_capacity(capacity)
         reply = yield from self.call(
             lambda timeout: Call.put(self.config_key, encode_capacity(capacity), timeout=timeout)

@@ -5,7 +5,9 @@ what we kept about it (its token, a held mark not sent yet, its holder's watch) 
 forgotten first. A delete is tried now, bounded by the request timeout; if etcd cannot
 be reached it is retried in the background until the queue closes (the lease's end
 removes the entry anyway). A cancelled asyncio acquire deletes its entry in the
-background, after its create's outcome if the create was still on its way.
+background, after its create's outcome if the create was still on its way. ``remove``
+and ``abandon`` are programs (:mod:`.runner`): the sync face runs them blocking, the
+asyncio face awaited, where a cancel of the awaiting task leaves the delete going on.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .errors import EtcdError, EtcdUnavailable
 from .keyspace import ATTEMPT_TIMEOUT, SemaphoreKeys
 from .ops import Compare, Op
 from .retry import retrying
-from .rpc import Call
+from .rpc import Call, UndoCreate
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -74,17 +76,15 @@ class Leaving(SemaphoreKeys):
         return watchers
 
     # ---- leaving ------------------------------------------------------------------
-    def remove(self, key: str) -> None:
-        self.backend.run(self.delete_entry(key, self.leaving(key)))
-
-    async def remove_async(self, key: str) -> None:
+    def remove(self, key: str) -> Program[None]:
         # Its first attempt is bounded by the request timeout, then it goes on in the
-        # background (delete_entry). Cancelling this task cancels the call, which may or may
-        # not have been applied: the delete (guarded, so repeating it is harmless) is
-        # sent again in the background.
+        # background (delete_entry). Cancelling the asyncio face's task cancels the call,
+        # which may or may not have been applied: the delete (guarded, so repeating it is
+        # harmless) is sent again in the background. (The sync face holds an interrupt
+        # until the call returns: the delete was sent.)
         token = self.leaving(key)
         try:
-            await self.backend.run_async(self.delete_entry(key, token))
+            yield from self.delete_entry(key, token)
         except asyncio.CancelledError:
             self.backend.spawn(self.delete_entry(key, token))
             raise
@@ -101,13 +101,18 @@ class Leaving(SemaphoreKeys):
             self.cancel_watchers([watcher])
         return token
 
-    def abandon(self, waiter: Waiter) -> None:
+    def abandon(self, waiter: Waiter) -> Program[None]:
+        if self.backend.closed:
+            return  # the close revokes the lease: every entry goes with it
         if waiter.key is not None:
-            self.remove(waiter.key)
+            yield from self.remove(waiter.key)
         elif waiter.entry_id is not None:
             # Its slot is not reused before this delete lands: only ever our entry. The
-            # create, if it was sent, is over (SyncRunner holds interrupts until it returns).
-            self.backend.run(self.delete_entry(waiter.entry_id, None))
+            # create, if it was sent, may still be on its way (a cancelled asyncio
+            # acquire's): the undo waits for its outcome, within the request timeout,
+            # then goes on in the background.
+            undo = self.delete_entry(waiter.entry_id, None)
+            yield UndoCreate(waiter.entry_id, undo, self.request_timeout)
 
     def abandon_nowait(self, waiter: Waiter) -> None:
         if waiter.key is not None:
@@ -116,21 +121,6 @@ class Leaving(SemaphoreKeys):
             # A create still on its way when the acquire was cancelled: its undo waits
             # for its outcome first, else the delete could reach etcd before it.
             self.backend.undo_create(waiter.entry_id, self.delete_entry(waiter.entry_id, None))
-
-    async def abandon_async(self, waiter: Waiter) -> None:
-        if self.backend.closed:
-            return  # the close revokes the lease: every entry goes with it
-        if waiter.key is not None:
-            await self.remove_async(waiter.key)
-        elif waiter.entry_id is not None:
-            # the undo of abandon_nowait (after the create's end), awaited within the
-            # request timeout; it goes on in the background after that, or when this
-            # task is cancelled
-            undo = self.backend.undo_create(
-                waiter.entry_id, self.delete_entry(waiter.entry_id, None)
-            )
-            if undo is not None:
-                await asyncio.wait({undo}, timeout=self.request_timeout)
 
     def delete_entry(self, uid: str, token: int | None) -> Program[None]:
         """Delete our entry, guarded by its create_revision when known, and its job slot

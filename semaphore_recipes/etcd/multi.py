@@ -124,7 +124,7 @@ def deleting_all(backend: EtcdBackend, pairs: Pairs) -> Program[None]:
     queues = queues_of(EtcdQueue, pairs)
     if one_by_one(pairs):
         for queue, waiter in queues:
-            queue.abandon(waiter)
+            yield from queue.abandon(waiter)
         return
     (token,) = {waiter.token for _, waiter in queues}
     assert token is not None

@@ -38,9 +38,9 @@ __all__ = ["EtcdFencedTransaction", "EtcdQueue"]
 
 
 class EtcdQueue(ProtocolSteps, SlotRecords, StatusReading):
-    """One semaphore's queue. Made by :meth:`EtcdBackend.open_queue` (or its asyncio
-    twin, which runs the same :meth:`open` program): each step is a program of the
-    backend's runner (:mod:`.runner`), blocking or awaited."""
+    """One semaphore's queue, made by the :meth:`EtcdBackend.open_queue` program (its
+    :meth:`open`): each step is a program that the backend's runner (:mod:`.runner`)
+    runs, blocking or awaited."""
 
     def open(self, capacity: int | None, adopt_capacity: bool, create: bool) -> Program[EtcdQueue]:
         """Agree on the capacity (creating the semaphore if ``create``), then watch it."""

@@ -2,7 +2,8 @@
 
 A step of the recipe (the enqueue txn and its retries, a guarded delete, a lease grant)
 is written once as a program (``_core.program``) that yields :class:`Call` values (and
-:class:`Pause` between retries) and receives each call's reply, or has the call's
+:class:`Pause` between retries, :class:`UndoCreate` to delete an entry whose create may
+still be on its way) and receives each call's reply, or has the call's
 :class:`~.errors.EtcdError` thrown in. The sync face answers a :class:`Call` with
 :meth:`EtcdClient.execute <.client.EtcdClient.execute>` (blocking), the asyncio face
 with :meth:`AioEtcdClient.execute <.aio_client.AioEtcdClient.execute>` (awaited); both
@@ -16,11 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._core.program import Program
 from ._proto import etcd_api_pb2 as pb
 from .errors import EtcdError
 from .ops import Key, delete_request, put_request, range_request
 
-__all__ = ["Call", "Pause", "Rpc", "granted_lease"]
+__all__ = ["Call", "Pause", "Rpc", "UndoCreate", "granted_lease"]
 
 
 class Rpc(enum.Enum):
@@ -116,6 +118,21 @@ class Pause:
     """Sleep ``seconds`` (a retry's backoff): ``time.sleep`` or ``asyncio.sleep``."""
 
     seconds: float
+
+
+@dataclass(frozen=True)
+class UndoCreate:
+    """Run ``undo`` (the delete of ``entry``) once the call that may create ``entry``
+    has ended, waiting for it at most ``timeout`` seconds; it goes on in the background
+    after that. Blocking, the create is over already (the sync runner holds an
+    interrupt until a call returns): ``undo`` runs at once. Awaited, a cancelled
+    acquire's create may still be on its way (:meth:`.aio_client.AioEtcdClient.settled`)
+    and ``undo`` runs as a task of the loop, which a cancel of the awaiting task does
+    not end."""
+
+    entry: str
+    undo: Program[None] = field(repr=False)
+    timeout: float
 
 
 def granted_lease(reply: pb.LeaseGrantResponse) -> tuple[int, int]:

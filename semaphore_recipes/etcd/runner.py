@@ -2,12 +2,13 @@
 
 Each step of the backend and its queues (the capacity agreement, the enqueue, arm,
 relist, status, the deletes, the fenced commit, the lease grant) is written once as a
-program (``_core.program``) that yields :class:`~.rpc.Call` and :class:`~.rpc.Pause`
-values, plus the backend's own requests (``extra``: waiting for another caller's lease
-grant). :class:`SyncRunner` answers them on :class:`~.client.EtcdClient` in the calling
-thread and runs background programs (held marks, delete retries) on a small thread
-pool; :class:`AsyncRunner` awaits them on :class:`~.aio_client.AioEtcdClient` and runs
-background programs as tasks of the event loop: no thread per request.
+program (``_core.program``) that yields :class:`~.rpc.Call`, :class:`~.rpc.Pause` and
+:class:`~.rpc.UndoCreate` values, and :class:`~.turns.AwaitTurn` (waiting for another
+caller's lease grant or shared read). This module is the only place that decides
+blocking or awaited: :class:`SyncRunner` answers them on :class:`~.client.EtcdClient`
+in the calling thread and runs background programs (held marks, delete retries) on a
+small thread pool; :class:`AsyncRunner` awaits them on :class:`~.aio_client.AioEtcdClient`
+and runs background programs as tasks of the event loop: no thread per request.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -24,7 +25,8 @@ from .._core.program import Program, run_program, run_program_async
 from .._interrupts import call_with_sigint_held
 from .aio_client import AioEtcdClient
 from .client import EtcdClient
-from .rpc import Call, Pause
+from .rpc import Call, Pause, UndoCreate
+from .turns import AwaitTurn
 
 __all__ = ["AsyncRunner", "SyncRunner"]
 
@@ -38,13 +40,9 @@ class SyncRunner:
     (``_interrupts``) and an interrupted create is over before its undo is sent."""
 
     def __init__(
-        self,
-        client: EtcdClient,
-        extra: Callable[[object], object],
-        seen: Callable[[object], None] = lambda reply: None,
+        self, client: EtcdClient, seen: Callable[[object], None] = lambda reply: None
     ) -> None:
         self.client = client
-        self._extra = extra
         self._seen = seen  # told every reply (the backend reads its header)
         # fire-and-forget programs (held marks, deletes that must be retried)
         self.background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sr-etcd")
@@ -57,7 +55,12 @@ class SyncRunner:
         if isinstance(request, Pause):
             time.sleep(request.seconds)
             return None
-        return self._extra(request)
+        if isinstance(request, AwaitTurn):
+            request.turns.wait(request)
+            return None
+        if isinstance(request, UndoCreate):
+            return self.run(request.undo)  # the create is over: its call has returned
+        raise TypeError(f"not an etcd request: {request!r}")
 
     def run(self, program: Program[T]) -> T:
         return run_program(program, self.answer)
@@ -83,13 +86,9 @@ class AsyncRunner:
     """Programs answered awaited, in the event loop; background programs as its tasks."""
 
     def __init__(
-        self,
-        client: AioEtcdClient,
-        extra: Callable[[object], Awaitable[object]],
-        seen: Callable[[object], None] = lambda reply: None,
+        self, client: AioEtcdClient, seen: Callable[[object], None] = lambda reply: None
     ) -> None:
         self.client = client
-        self._extra = extra
         self._seen = seen  # told every reply (the backend reads its header)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
@@ -102,7 +101,16 @@ class AsyncRunner:
         if isinstance(request, Pause):
             await asyncio.sleep(request.seconds)
             return None
-        return await self._extra(request)
+        if isinstance(request, AwaitTurn):
+            await request.turns.wait_async(request)
+            return None
+        if isinstance(request, UndoCreate):
+            # a task: a cancel of the awaiting one does not end the undo
+            undo = self.undo_create(request.entry, request.undo)
+            if undo is not None:
+                await asyncio.wait({undo}, timeout=request.timeout)
+            return None
+        raise TypeError(f"not an etcd request: {request!r}")
 
     async def run(self, program: Program[T]) -> T:
         return await run_program_async(program, self.answer)
@@ -110,6 +118,17 @@ class AsyncRunner:
     def spawn(self, program: Program[None]) -> None:
         """Run ``program`` as a task of the loop, not waiting for it."""
         self.spawn_task(self.run(program))
+
+    def undo_create(self, entry: str, undo: Program[None]) -> asyncio.Task[None] | None:
+        """Run ``undo`` as a task once the call that may create ``entry`` (a cancelled
+        acquire's, if one is still on its way) has its outcome: gRPC does not order
+        calls, so the delete must not overtake it. The task, or None once closed."""
+
+        async def after_the_create() -> None:
+            await self.client.settled(entry)
+            await self.run(undo)
+
+        return self.spawn_task(after_the_create())
 
     def spawn_task(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
         """Run ``coroutine`` as a task, kept until it ends; its failure is logged. None

@@ -16,13 +16,7 @@ from .rpc import Call
 class StatusReading(SemaphoreKeys):
     """The semaphore's status, read from the store."""
 
-    def status(self) -> Status:
-        return self.backend.run(self._status())
-
-    async def status_async(self) -> Status:
-        return await self.backend.run_async(self._status())
-
-    def _status(self) -> Program[Status]:
+    def status(self) -> Program[Status]:
         reply = yield from self.call(
             lambda timeout: Call.txn(
                 [], [*self.entries_and_config, self.slots_range], [], timeout=timeout

@@ -109,13 +109,7 @@ class ProtocolSteps(Leaving):
         self.cancel_watchers(watchers.values())
 
     # ---- the protocol steps ------------------------------------------------------
-    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        return self.backend.run(self._enqueue(waiter, deadline))
-
-    async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        return await self.backend.run_async(self._enqueue(waiter, deadline))
-
-    def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
         self.drop_watchers(waiter)
         while True:
             # A generation per attempt: the end of the lease an attempt gave up on may
@@ -301,16 +295,6 @@ class ProtocolSteps(Leaving):
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
-        return self.backend.run(self._arm(waiter, keys, deadline))
-
-    async def arm_async(
-        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
-        return await self.backend.run_async(self._arm(waiter, keys, deadline))
-
-    def _arm(
-        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
     ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
         generation = waiter.generation
         token = waiter.token
@@ -335,13 +319,7 @@ class ProtocolSteps(Leaving):
             self._watch(waiter, generation, key, kvs[0].create_revision, reply.header.revision + 1)
         return states
 
-    def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
-        return self.backend.run(self._relist(waiter, deadline))
-
-    async def relist_async(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
-        return await self.backend.run_async(self._relist(waiter, deadline))
-
-    def _relist(self, waiter: Waiter, deadline: Deadline) -> Program[list[Entry] | SessionLost]:
+    def relist(self, waiter: Waiter, deadline: Deadline) -> Program[list[Entry] | SessionLost]:
         token = waiter.token
         assert token is not None
         reply = yield from self.call(

@@ -33,24 +33,17 @@ class EtcdFencedTransaction(FencedTransaction):
         self, queue: SemaphoreKeys, entry_key: bytes, token: int, others: Sequence[bytes] = ()
     ) -> None:
         """``others``: more entry keys of the same token that fence it (a multi-permit's)."""
-        super().__init__()
+        super().__init__(queue.backend)
         self._queue = queue
         self.entry_key = entry_key
         self.token = token
         self._fences = [entry_key, *others]
 
-    def commit(self) -> None:
+    def apply(self) -> Program[None]:
         """One attempt, bounded by the request timeout (a txn of yours is not retried:
         it need not be idempotent). BackendUnavailable when it fails or times out: the
-        txn may still have been applied then, so read back before committing again."""
-        self._queue.backend.run(self._commit())
-
-    async def commit_async(self) -> None:
-        """:meth:`commit`, awaited. Cancelling the awaiting task does not un-send the
-        txn: it may still be applied (read back before committing again)."""
-        await self._queue.backend.run_async(self._commit())
-
-    def _commit(self) -> Program[None]:
+        txn may still have been applied then, so read back before committing again.
+        Cancelling the asyncio face's awaiting task does not un-send the txn either."""
         compare = [Compare.create_revision(fence, "==", self.token) for fence in self._fences]
         ops = []
         for write in self.writes:

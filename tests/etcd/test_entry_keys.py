@@ -53,18 +53,19 @@ def test_a_reused_key_is_not_taken_for_the_entry_it_replaced(ed: EtcdHarness) ->
     holder_sem = holder_backend.semaphore("reuse", capacity=1)
     first = holder_sem.acquire()
     queue = ed.connect().semaphore("reuse", capacity=1)._store
+    run = queue.backend.run
     waiter = Waiter(1, "test-waiter")
     queue.register(waiter)
     deadline = Deadline(30.0, time.monotonic)
     try:
-        enqueued = queue.enqueue(waiter, deadline)
+        enqueued = run(queue.enqueue(waiter, deadline))
         assert [e.key for e in enqueued.lower] == [first.key]
         first.release()
         t, out = waiter_thread(holder_sem)  # its new entry takes the freed key, behind us
         wait_until(lambda: [w.key for w in holder_sem.status().waiters] == [first.key])
-        assert queue.arm(waiter, (first.key,), deadline) == {first.key: None}
+        assert run(queue.arm(waiter, (first.key,), deadline)) == {first.key: None}
     finally:
-        queue.abandon(waiter)
+        run(queue.abandon(waiter))
         queue.unregister(waiter)
     t.join(10)
     assert out and out[0][1].key == first.key and out[0][1].token > first.token

@@ -17,6 +17,7 @@ def test_enqueue_lists_the_nearest_entries_and_says_the_listing_is_truncated(
     ed: EtcdHarness,
 ) -> None:
     queue = ed.connect().semaphore("nearest", capacity=1)._store
+    run = queue.backend.run
     nearest = nearest_needed(1)
     deadline = Deadline(30.0, time.monotonic)
     waiters, answers = [], []
@@ -25,7 +26,7 @@ def test_enqueue_lists_the_nearest_entries_and_says_the_listing_is_truncated(
             waiter = Waiter(1, "test-waiter")
             queue.register(waiter)
             waiters.append(waiter)
-            answers.append(queue.enqueue(waiter, deadline))
+            answers.append(run(queue.enqueue(waiter, deadline)))
         tokens = [a.me.order for a in answers]
         assert tokens == sorted(tokens)
         # a short queue is listed whole
@@ -41,7 +42,7 @@ def test_enqueue_lists_the_nearest_entries_and_says_the_listing_is_truncated(
         assert not short.later_entries  # listed in the create's txn: nobody after us
     finally:
         for waiter in waiters:
-            queue.abandon(waiter)
+            run(queue.abandon(waiter))
             queue.unregister(waiter)
     assert ed.entries() == []
 
@@ -54,6 +55,7 @@ def test_waiters_enqueuing_together_share_the_read_of_their_nearest_entries(
     server (at W=10,000 the drain's server CPU grew with W). Threads enqueuing at once
     behind a long queue share reads, and each still gets its own nearest entries."""
     queue = ed.connect().semaphore("shared-nearest", capacity=1)._store
+    run = queue.backend.run
     nearest = nearest_needed(1)
     burst = 48
     deadline = Deadline(60.0, time.monotonic)
@@ -72,7 +74,7 @@ def test_waiters_enqueuing_together_share_the_read_of_their_nearest_entries(
     def enqueue(i: int, one: Waiter) -> None:
         try:
             start.wait()
-            answers[i] = queue.enqueue(one, deadline)
+            answers[i] = run(queue.enqueue(one, deadline))
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -80,7 +82,7 @@ def test_waiters_enqueuing_together_share_the_read_of_their_nearest_entries(
         return float(etcd_server.metrics().total("grpc_server_handled_total", grpc_method="Range"))
 
     try:
-        ahead = [queue.enqueue(waiter(), deadline).me.order for _ in range(nearest + 2)]
+        ahead = [run(queue.enqueue(waiter(), deadline)).me.order for _ in range(nearest + 2)]
         together = [waiter() for _ in range(burst)]
         before = ranges()
         threads = [threading.Thread(target=enqueue, args=(i, w)) for i, w in enumerate(together)]
@@ -101,6 +103,6 @@ def test_waiters_enqueuing_together_share_the_read_of_their_nearest_entries(
         assert reads <= burst / 2, f"{reads:g} reads for {burst} waiters: not shared"
     finally:
         for one in waiters:
-            queue.abandon(one)
+            run(queue.abandon(one))
             queue.unregister(one)
     assert ed.entries() == []
