@@ -49,6 +49,7 @@ from ..backend import (
     SessionState,
     Waiter,
     default_owner,
+    run_program,
     session_lost,
     validate_name,
 )
@@ -158,11 +159,19 @@ class RedisBackend(Backend):
 
     # ---- running programs: the runner (each step is one program, :mod:`.calls`) -------------
     def run(self, program: Program[T]) -> T:
-        self._check_open()
+        """Run ``program`` on the sync connection. A closed (or failed) backend answers
+        each request with BackendUnavailable (StoreHistoryReset): a removal takes it
+        for one not confirmed (it never raises), every other step raises it."""
+        refusal = self.refusal()
+        if refusal is not None:
+            return run_program(program, _answering(refusal))
         return self.sync.run(program)
 
     async def run_async(self, program: Program[T]) -> T:
-        self._check_open()
+        """:meth:`run`, awaited on the asyncio connection."""
+        refusal = self.refusal()
+        if refusal is not None:
+            return run_program(program, _answering(refusal))  # (nothing to await)
         assert self.aio is not None, "the asyncio face's calls need from_url_async"
         cancels = cancels_pending()
         answer = await self.aio.run(program)
@@ -263,7 +272,7 @@ class RedisBackend(Backend):
         """Wait (within ``deadline``) until the keeper replaced the lease ``old``."""
         self.keeper.lease_gone()
         while self.lease == old:
-            self._check_open()
+            self.check_open()
             if deadline.expired():
                 from ..errors import AcquireTimeout
 
@@ -376,11 +385,20 @@ class RedisBackend(Backend):
         with self._state_lock:
             return SessionState.CLOSED if self._closed else self._state
 
-    def _check_open(self) -> None:
+    def refusal(self) -> BackendUnavailable | None:
+        """Why this backend runs no more requests (closed, or its store's history went
+        back), or None."""
         if self._closed:
-            raise BackendUnavailable(f"the backend of {self.describe()} is closed")
+            return BackendUnavailable(f"the backend of {self.describe()} is closed")
         if self._failure is not None:
-            raise StoreHistoryReset(self._failure)
+            return StoreHistoryReset(self._failure)
+        return None
+
+    def check_open(self) -> None:
+        """Raise :meth:`refusal`, if any."""
+        refusal = self.refusal()
+        if refusal is not None:
+            raise refusal
 
     def read(self, key: str) -> Program[bytes | None]:
         value: bytes | None = yield from command(("GET", key), self.describe(), self.params)
@@ -459,6 +477,15 @@ class RedisBackend(Backend):
         self._background.shutdown(wait=False, cancel_futures=True)
         for runner in (self.sync, self.keeper.runner, self.notifier.runner):
             runner.close()
+
+
+def _answering(refusal: BackendUnavailable) -> Callable[[object], object]:
+    """The answer of a backend that runs no more requests, to each one: ``refusal``."""
+
+    def answer(request: object) -> object:
+        raise refusal
+
+    return answer
 
 
 def cancels_pending() -> int:

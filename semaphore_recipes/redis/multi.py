@@ -40,6 +40,7 @@ def enqueue_all(
     backend: RedisBackend, pairs: Pairs, deadline: Deadline
 ) -> Program[dict[str, Enqueued]]:
     """The EnqueueAll step (a program, run by either face)."""
+    backend.check_open()  # (before an entry id is chosen: nothing to abandon)
     queues = queues_of(RedisQueue, pairs)
     for queue, waiter in queues:
         queue.drop_route(waiter.entry_id)

@@ -165,6 +165,7 @@ class RedisQueue(QueueDriver):
 
     # ---- the protocol steps ------------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
+        self.backend.check_open()  # (before an entry id is chosen: nothing to abandon)
         self.drop_route(waiter.entry_id)
         while True:
             lease = self.backend.lease
