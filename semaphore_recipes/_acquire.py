@@ -3,7 +3,8 @@
 The protocol generator (``_core.protocol``) decides; this program adds what is the
 same for both faces around it: the waiter's registration, the permit made at admission,
 the held mark, and the cleanup on every way out without a permit. It yields the store
-requests (:class:`StoreRequest`) that a face answers, blocking or awaited; whatever the
+requests (:class:`StoreCall`, :class:`Leave`: store programs, and AwaitEvent) that a
+face answers, blocking or awaited (:func:`answer_blocking`, :func:`answer_awaited`); whatever the
 face's answer raises (a timeout, KeyboardInterrupt, the task's cancellation) is thrown
 in at the ``yield``, so the cleanup below runs for it.
 """
@@ -16,9 +17,11 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from ._core.deadline import ONE_REPLY_FLOOR, Deadline, one_reply_deadline
-from ._core.protocol import Enqueue, MarkHeld, Step, acquire_protocol
+from ._core.program import Program
+from ._core.protocol import Arm, AwaitEvent, Enqueue, MarkHeld, Relist, Step, acquire_protocol
 from ._core.queue import Entry
 from ._core.slots import ListSlots, Slot, TakeSlot
+from ._leave import leave, leave_async
 from .backend import Backend, QueueDriver, Waiter
 from .errors import AcquireTimeout, BackendUnavailable, SlotsNotSupported
 from .instrumentation import AcquireOutcome, Instrumentation, outcome_of, report
@@ -44,28 +47,43 @@ P = TypeVar("P", bound=HeldPermit)
 
 
 @dataclass(frozen=True)
-class StoreRequest:
-    """Answer ``step`` (Enqueue, Arm, Relist, AwaitEvent, ListSlots or TakeSlot) within
-    ``deadline``.
-    ``first_try``: a request bounded by the request timeout rather than the caller's
-    deadline (the first enqueue, and the slot steps of an admitted entry); its
-    AcquireTimeout is the face's to turn into BackendUnavailable
-    (:func:`first_try_failed`)."""
+class StoreCall:
+    """Run ``program``, a store step (``backend.runner``), on the face's runner.
+    ``first_try``: a step bounded by the one-reply floor rather than the caller's
+    deadline (the first enqueue, and the slot steps of an admitted entry), for which an
+    AcquireTimeout means the store did not answer: the face raises
+    BackendUnavailable naming ``what`` (:func:`answer_blocking`)."""
 
-    step: Step
-    deadline: Deadline
+    program: Program[object]
     first_try: bool = False
+    what: str = ""
 
 
 @dataclass(frozen=True)
-class Abandon:
-    """Remove the waiter's entry (found by its id if the create's reply is still to
-    come) and wait for the store to confirm it, at most ``_leave.CONFIRM_WAIT`` (then it
-    goes on in the background: the caller has its answer at its deadline). Answer:
-    None."""
+class Leave:
+    """Run the removal ``program`` and wait for it at most ``_leave.CONFIRM_WAIT``
+    (then it goes on in the background: the caller has its answer at its deadline).
+    Answer: None."""
+
+    program: Program[None]
+    what: str
 
 
-ABANDON = Abandon()
+def store_program(
+    store: QueueDriver, waiter: Waiter, step: Step, deadline: Deadline
+) -> Program[object]:
+    """The store's program for a protocol ``step`` of ``waiter``: the one table from the
+    protocol's steps to a queue driver's, for both faces and both acquire shapes."""
+    if isinstance(step, Arm):
+        return store.arm(waiter, step.keys, deadline)
+    if isinstance(step, Relist):
+        return store.relist(waiter, deadline)
+    if isinstance(step, ListSlots):
+        return store.list_slots(waiter, deadline)
+    if isinstance(step, TakeSlot):
+        return store.take_slot(waiter, step.index, deadline)
+    assert isinstance(step, Enqueue), step
+    return store.enqueue(waiter, deadline)
 
 
 def acquisition(
@@ -77,9 +95,9 @@ def acquisition(
     watch_entry: bool,
     slots: bool = False,
     new_permit: Callable[[Entry, Waiter], P],
-    abandon: Callable[[Waiter], None],
+    abandon_nowait: Callable[[Waiter], None],
     clock: Callable[[], float],
-) -> Generator[StoreRequest | Abandon, object, P]:
+) -> Generator[StoreCall | Leave | AwaitEvent, object, P]:
     """The program of one acquire: returns the permit (its held mark handed to the store)."""
     name = store.name
     permit: P | None = None
@@ -101,13 +119,15 @@ def acquisition(
             elif isinstance(step, Enqueue):
                 if waiter.entry_id is not None:
                     log.warning("session lost while waiting for %r: entering the queue again", name)
-                    abandon(waiter)
-                answer = yield _one_reply_request(step, step.first, store, deadline, clock)
+                    yield Leave(store.abandon(waiter), name)
+                answer = yield _one_reply_call(step, step.first, store, waiter, deadline, clock)
             elif isinstance(step, (ListSlots, TakeSlot)):
                 # admitted: a deadline that passed (timeout=0) still gets the slots' replies
-                answer = yield _one_reply_request(step, True, store, deadline, clock)
+                answer = yield _one_reply_call(step, True, store, waiter, deadline, clock)
+            elif isinstance(step, AwaitEvent):
+                answer = yield step  # the face waits for the waiter's next event
             else:
-                answer = yield StoreRequest(step, deadline)
+                answer = yield StoreCall(store_program(store, waiter, step, deadline))
             try:
                 step = protocol.send(answer)
             except StopIteration:
@@ -125,9 +145,9 @@ def acquisition(
         if permit is not None:  # interrupted between admission and return
             permit._abandoned()  # the abandon below deletes its entry
         if isinstance(exc, GeneratorExit):
-            abandon(waiter)  # the program is being closed: nothing can be awaited now
+            abandon_nowait(waiter)  # the program is being closed: nothing can be awaited now
         else:
-            yield ABANDON  # the face waits for the delete, as a release would
+            yield Leave(store.abandon(waiter), name)  # waited for, as a release would be
         raise
     finally:
         store.unregister(waiter)
@@ -136,16 +156,22 @@ def acquisition(
     return permit
 
 
-def _one_reply_request(
-    step: Step, awaited: bool, store: QueueDriver, deadline: Deadline, clock: Callable[[], float]
-) -> StoreRequest:
+def _one_reply_call(
+    step: Step,
+    awaited: bool,
+    store: QueueDriver,
+    waiter: Waiter,
+    deadline: Deadline,
+    clock: Callable[[], float],
+) -> StoreCall:
     """A step whose reply is ``awaited`` (the first try of an acquire; the slot steps
     of an admitted entry) is given at least ``one_reply_deadline``'s time, whatever the
     caller's timeout: ``timeout=0`` needs one reply to decide."""
     floor = one_reply_deadline(deadline, store.request_timeout, clock) if awaited else None
     if floor is None:
-        return StoreRequest(step, deadline)
-    return StoreRequest(step, floor, first_try=True)
+        return StoreCall(store_program(store, waiter, step, deadline))
+    what = f"semaphore {store.name!r}"
+    return StoreCall(store_program(store, waiter, step, floor), first_try=True, what=what)
 
 
 def validate_slot(slot: object, backend: Backend) -> None:
@@ -157,11 +183,42 @@ def validate_slot(slot: object, backend: Backend) -> None:
         raise SlotsNotSupported(backend.scheme)
 
 
-def first_try_failed(store: QueueDriver, exc: AcquireTimeout) -> BackendUnavailable:
-    """A first enqueue that ran out of its one-reply time, not of the caller's deadline."""
-    error = BackendUnavailable(
-        f"semaphore {store.name!r}: no answer within "
-        f"{min(store.request_timeout, ONE_REPLY_FLOOR):g} s"
+def answer_blocking(request: StoreCall | Leave, backend: Backend) -> object:
+    """The sync face's answer to a store request of an acquire program (both shapes)."""
+    if isinstance(request, Leave):
+        removal = request.program
+        leave(
+            lambda: backend.run(removal),
+            request.what,
+            backend.request_timeout,
+            backend.instrumentation,
+        )
+        return None
+    try:
+        return backend.run(request.program)
+    except AcquireTimeout as exc:
+        if request.first_try:
+            raise _no_reply(request.what, backend.request_timeout) from exc
+        raise
+
+
+async def answer_awaited(request: StoreCall | Leave, backend: Backend) -> object:
+    """:func:`answer_blocking` for the asyncio face: a removal is not shielded beyond
+    ``_leave.CONFIRM_WAIT``, and goes on when the awaiting task is cancelled."""
+    if isinstance(request, Leave):
+        removal = backend.run_async(request.program)
+        await leave_async(removal, request.what, backend.request_timeout, backend.instrumentation)
+        return None
+    try:
+        return await backend.run_async(request.program)
+    except AcquireTimeout as exc:
+        if request.first_try:
+            raise _no_reply(request.what, backend.request_timeout) from exc
+        raise
+
+
+def _no_reply(what: str, request_timeout: float) -> BackendUnavailable:
+    """A first try that ran out of its one-reply time, not of the caller's deadline."""
+    return BackendUnavailable(
+        f"{what}: no answer within {min(request_timeout, ONE_REPLY_FLOOR):g} s"
     )
-    error.__cause__ = exc
-    return error

@@ -21,20 +21,19 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._core.deadline import ONE_REPLY_FLOOR, Deadline, one_reply_deadline, validate_timeout
+from ._acquire import Leave, StoreCall, answer_blocking, store_program
+from ._core.deadline import Deadline, one_reply_deadline, validate_timeout
 from ._core.multi import EnqueueAll, EnqueuedAll, InQueue, QueueEvent, multi_acquire_protocol
 from ._core.names import validate_name, validate_permits
-from ._core.program import run_program
-from ._core.protocol import Arm, AwaitEvent, BackendFailed, Event, MarkHeld, Relist, SessionLost
+from ._core.program import Program, run_program
+from ._core.protocol import AwaitEvent, BackendFailed, Enqueued, Event, MarkHeld, SessionLost
 from ._core.queue import Entry
 from ._leave import leave
 from ._permit import PermitBase, PermitState
 from .backend import Capability, FencedTransaction, QueueDriver, Waiter, session_lost
-from .errors import AcquireTimeout, BackendUnavailable
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -138,33 +137,6 @@ def check_supported(backend: Backend, *, aio: bool = False) -> None:
 # ---- the program both faces run --------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class EnqueueAllRequest:
-    """Answer with ``EnqueuedAll(backend.enqueue_all(pairs, deadline))``; ``first_try``:
-    its AcquireTimeout is :func:`first_try_failed`'s BackendUnavailable."""
-
-    pairs: Pairs
-    deadline: Deadline
-    first_try: bool
-
-
-@dataclass(frozen=True)
-class QueueRequest:
-    """Answer ``step`` (Arm or Relist) of ``waiter`` in ``driver``'s queue."""
-
-    driver: QueueDriver
-    waiter: QueueWaiter
-    step: Arm | Relist
-    deadline: Deadline
-
-
-@dataclass(frozen=True)
-class DeleteAll:
-    """Remove every entry of ``pairs`` in one request (``backend.delete_all``); None."""
-
-    pairs: Pairs
-
-
 P = TypeVar("P", bound=PermitBase)
 
 
@@ -177,13 +149,14 @@ def multi_acquisition(
     *,
     blocking: bool,
     new_permit: Callable[[Pairs, Mapping[str, Entry]], P],
-    abandon: Callable[[Pairs], None],
+    abandon_nowait: Callable[[Pairs], None],
     clock: Callable[[], float],
-) -> Generator[EnqueueAllRequest | QueueRequest | AwaitEvent | DeleteAll, object, P]:
+) -> Generator[StoreCall | Leave | AwaitEvent, object, P]:
     """One ``acquire_all`` as a program (``_core.program``): yields the store requests
-    a face answers (an AwaitEvent with ``inbox``'s next event), blocking or awaited;
-    returns the permit. On any way out without a permit every entry is removed, in one
-    request (``abandon``, not awaited, when the program is closed)."""
+    a face answers as for one acquire (``_acquire.answer_blocking``/``answer_awaited``;
+    an AwaitEvent with ``inbox``'s next event), blocking or awaited; returns the
+    permit. On any way out without a permit every entry is removed, in one request
+    (``abandon_nowait``, not awaited, when the program is closed)."""
     names = sorted(weights)
     waiters = {n: QueueWaiter(weights[n], backend.owner, n, inbox) for n in names}
     pairs: Pairs = [(drivers[n], waiters[n]) for n in names]
@@ -198,15 +171,15 @@ def multi_acquisition(
             if isinstance(step, EnqueueAll):
                 if any(w.key is not None or w.entry_id is not None for w in waiters.values()):
                     log.warning("session lost while waiting for %s: entering again", names)
-                    yield DeleteAll(pairs)
-                answer = yield _enqueue_all_request(backend, pairs, deadline, step.first, clock)
+                    yield Leave(backend.delete_all(pairs), describe_pairs(pairs))
+                answer = yield _enqueue_all_call(backend, pairs, deadline, step.first, clock)
             elif isinstance(step, InQueue):
                 driver, waiter = drivers[step.name], waiters[step.name]
                 inner = step.step
                 if isinstance(inner, MarkHeld):
                     driver.mark_held(waiter, inner.me, inner.now, inner.lower, marks_lost.append)
                 else:
-                    answer = yield QueueRequest(driver, waiter, inner, deadline)
+                    answer = yield StoreCall(store_program(driver, waiter, inner, deadline))
             else:
                 answer = yield step
             try:
@@ -216,9 +189,9 @@ def multi_acquisition(
                 break
     except BaseException as exc:
         if isinstance(exc, GeneratorExit):
-            abandon(pairs)  # the program is being closed: nothing can be awaited now
+            abandon_nowait(pairs)  # the program is being closed: nothing can be awaited now
         else:
-            yield DeleteAll(pairs)  # every entry, in one request
+            yield Leave(backend.delete_all(pairs), describe_pairs(pairs))  # all, in one request
         raise
     finally:
         for driver, waiter in pairs:
@@ -232,23 +205,20 @@ def multi_acquisition(
     return permit
 
 
-def _enqueue_all_request(
+def _enqueue_all_call(
     backend: Backend, pairs: Pairs, deadline: Deadline, first: bool, clock: Callable[[], float]
-) -> EnqueueAllRequest:
+) -> StoreCall:
     """The first try is given at least ``one_reply_deadline``'s time, as for one acquire."""
     floor = one_reply_deadline(deadline, backend.request_timeout, clock) if first else None
     if floor is None:
-        return EnqueueAllRequest(pairs, deadline, first_try=False)
-    return EnqueueAllRequest(pairs, floor, first_try=True)
+        return StoreCall(_enqueued_all(backend.enqueue_all(pairs, deadline)))
+    what = f"semaphores {sorted(w.semaphore for _, w in pairs)}"
+    return StoreCall(_enqueued_all(backend.enqueue_all(pairs, floor)), first_try=True, what=what)
 
 
-def first_try_failed(backend: Backend, pairs: Pairs, exc: AcquireTimeout) -> BackendUnavailable:
-    error = BackendUnavailable(
-        f"semaphores {sorted(w.semaphore for _, w in pairs)}: no answer within "
-        f"{min(backend.request_timeout, ONE_REPLY_FLOOR):g} s"
-    )
-    error.__cause__ = exc
-    return error
+def _enqueued_all(enqueue_all: Program[dict[str, Enqueued]]) -> Program[EnqueuedAll]:
+    """The protocol's answer to EnqueueAll."""
+    return EnqueuedAll((yield from enqueue_all))
 
 
 # ---- the sync face ---------------------------------------------------------------------
@@ -298,36 +268,24 @@ def acquire_all(
         Deadline(timeout if blocking else 0.0, time.monotonic),
         blocking=blocking,
         new_permit=lambda pairs, entries: MultiPermit(backend, pairs, entries),
-        abandon=lambda pairs: _leave_all(backend, pairs),
+        abandon_nowait=lambda pairs: _leave_all(backend, pairs),
         clock=time.monotonic,
     )
 
     def answer(request: object) -> object:
-        if isinstance(request, QueueRequest):
-            driver, waiter, step = request.driver, request.waiter, request.step
-            if isinstance(step, Arm):
-                return driver.arm(waiter, step.keys, request.deadline)
-            return driver.relist(waiter, request.deadline)
         if isinstance(request, AwaitEvent):
             return inbox.next_event(request.timeout)
-        if isinstance(request, DeleteAll):
-            _leave_all(backend, request.pairs)
-            return None
-        assert isinstance(request, EnqueueAllRequest)
-        try:
-            return EnqueuedAll(backend.enqueue_all(request.pairs, request.deadline))
-        except AcquireTimeout as exc:
-            if request.first_try:
-                raise first_try_failed(backend, request.pairs, exc) from exc
-            raise
+        assert isinstance(request, (StoreCall, Leave))
+        return answer_blocking(request, backend)
 
     return run_program(program, answer)
 
 
 def _leave_all(backend: Backend, pairs: Pairs) -> None:
     """Remove every entry of ``pairs``, waiting for it as ``_leave.leave`` does."""
+    removal = backend.delete_all(pairs)
     leave(
-        lambda: backend.delete_all(pairs),
+        lambda: backend.run(removal),
         describe_pairs(pairs),
         backend.request_timeout,
         backend.instrumentation,
@@ -397,7 +355,7 @@ class MultiPermit(MultiPermitBase):
         """Give every permit back, in one request. Idempotent; never raises; returns
         within the request timeout (the rest goes on in the background)."""
         if self._begin_release():
-            self._backend.delete_all(self._pairs)
+            self._backend.run(self._backend.delete_all(self._pairs))
             log.debug("released %s (token %d)", self.weights, self.token)
 
     def __enter__(self) -> MultiPermit:

@@ -29,13 +29,12 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._acquire import Abandon, StoreRequest, acquisition, first_try_failed, validate_slot
+from ._acquire import Leave, StoreCall, acquisition, answer_blocking, validate_slot
 from ._core.deadline import Deadline, validate_timeout
-from ._core.names import validate_permits
+from ._core.names import validate_capacity, validate_permits
 from ._core.program import run_program
-from ._core.protocol import Arm, AwaitEvent, Relist
+from ._core.protocol import AwaitEvent
 from ._core.queue import Entry
-from ._core.slots import ListSlots, TakeSlot
 from ._core.status import Status
 from ._leave import leave
 from ._permit import PermitBase, PermitState
@@ -45,7 +44,7 @@ from .backend import (
     Waiter,
     session_lost,
 )
-from .errors import AcquireTimeout, BackendUnavailable
+from .errors import BackendUnavailable
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -84,7 +83,8 @@ class Permit(PermitBase):
         is deleted as well, in case its session outlived the client's verdict; the state
         stays LOST."""
         if self._begin_release():
-            self.semaphore._store.remove(self.key)
+            store = self.semaphore._store
+            store.backend.run(store.remove(self.key))
             log.debug("released %s of %r (token %d)", self.permits, self._name, self.token)
 
     def __enter__(self) -> Permit:
@@ -176,14 +176,16 @@ class Semaphore:
         deadline = Deadline(timeout if blocking else 0.0, self._clock)
         waiter = Waiter(permits, self.owner)
         store = self._store
+        backend = self._session
 
-        def abandon(waiter: Waiter) -> None:
-            # the caller has its answer by its deadline: an unconfirmed removal goes on
+        def abandon_nowait(waiter: Waiter) -> None:
+            # the program is being closed: the removal on a thread, waited for briefly
+            removal = store.abandon(waiter)
             leave(
-                lambda: store.abandon(waiter),
+                lambda: backend.run(removal),
                 store.name,
                 store.request_timeout,
-                self._session.instrumentation,
+                backend.instrumentation,
             )
 
         program = acquisition(
@@ -194,32 +196,15 @@ class Semaphore:
             watch_entry=watch_entry,
             slots=slot,
             new_permit=self._new_permit,
-            abandon=abandon,
+            abandon_nowait=abandon_nowait,
             clock=self._clock,
         )
 
         def answer(request: object) -> object:
-            if isinstance(request, Abandon):
-                abandon(waiter)
-                return None
-            assert isinstance(request, StoreRequest)
-            step = request.step
-            if isinstance(step, AwaitEvent):
-                return waiter.next_event(step.timeout)
-            if isinstance(step, Arm):
-                return store.arm(waiter, step.keys, request.deadline)
-            if isinstance(step, Relist):
-                return store.relist(waiter, request.deadline)
-            try:
-                if isinstance(step, ListSlots):
-                    return store.list_slots(waiter, request.deadline)
-                if isinstance(step, TakeSlot):
-                    return store.take_slot(waiter, step.index, request.deadline)
-                return store.enqueue(waiter, request.deadline)
-            except AcquireTimeout as exc:
-                if request.first_try:
-                    raise first_try_failed(store, exc) from exc
-                raise
+            if isinstance(request, AwaitEvent):
+                return waiter.next_event(request.timeout)
+            assert isinstance(request, (StoreCall, Leave))
+            return answer_blocking(request, backend)
 
         return run_program(program, answer)
 
@@ -243,7 +228,7 @@ class Semaphore:
         transaction; ZooKeeper lists the entries, then reads each one (an entry that
         leaves meanwhile is left out). Raises BackendUnavailable when they cannot be
         read within the request timeout."""
-        return self._store.status()
+        return self._session.run(self._store.status())
 
     def set_capacity(self, capacity: int) -> None:
         """Store a new capacity; waiters everywhere are woken. Holders keep what they hold.
@@ -251,4 +236,5 @@ class Semaphore:
         ValueError above ``MAX_CAPACITY`` (before any I/O); BackendUnavailable when the
         write is not confirmed within the request timeout (it may still be applied).
         """
-        self._store.set_capacity(capacity)
+        validate_capacity(capacity)
+        self._session.run(self._store.set_capacity(capacity))

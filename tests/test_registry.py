@@ -8,13 +8,16 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes import registry
-from semaphore_recipes.backend import QueueDriver, ServiceURL, SessionState
+from semaphore_recipes.backend import Program, QueueDriver, ServiceURL, SessionState, run_program
 from semaphore_recipes.registry import BackendSpec
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "semaphore_recipes"
@@ -50,7 +53,7 @@ class Recorder(sr.Backend):
 
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> QueueDriver:
+    ) -> Program[QueueDriver]:
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -60,13 +63,18 @@ class Recorder(sr.Backend):
     def session_state(self) -> SessionState:
         return SessionState.CONNECTED
 
-    def read(self, key: str) -> bytes | None:
+    def run(self, program: Program[T]) -> T:
+        return run_program(program, lambda request: None)
+
+    def reading(self, key: str) -> Program[bytes | None]:
+        yield from ()
         return None
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
         return f"{semaphore}/{name}"
 
-    def delete_semaphore(self, name: str) -> None: ...
+    def deleting_semaphore(self, name: str) -> Program[None]:
+        yield from ()
 
     def close(self) -> None: ...
 

@@ -101,12 +101,12 @@ class AsyncBackend:
 
     async def read(self, key: str) -> bytes | None:
         """See :meth:`semaphore_recipes.Backend.read`."""
-        return await self.backend.read_async(key)
+        return await self.backend.run_async(self.backend.reading(key))
 
     async def delete_semaphore(self, name: str) -> None:
         """See :meth:`semaphore_recipes.Backend.delete_semaphore`."""
         validate_name(name)
-        await self.backend.delete_semaphore_async(name)
+        await self.backend.run_async(self.backend.deleting_semaphore(name))
 
     async def close(self) -> None:
         """End the session (its entries go with it); within the request timeout."""

@@ -18,26 +18,14 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._acquire import Leave, StoreCall, answer_awaited
 from .._core.deadline import Deadline
-from .._core.multi import EnqueuedAll
 from .._core.names import validate_permits
 from .._core.program import run_program_async
-from .._core.protocol import Arm, AwaitEvent
+from .._core.protocol import AwaitEvent
 from .._core.queue import Entry
-from .._leave import leave_async
 from ..backend import Backend, QueueDriver
-from ..errors import AcquireTimeout
-from ..multi import (
-    DeleteAll,
-    EnqueueAllRequest,
-    MultiPermitBase,
-    Pairs,
-    QueueRequest,
-    _Inbox,
-    describe_pairs,
-    first_try_failed,
-    multi_acquisition,
-)
+from ..multi import MultiPermitBase, Pairs, _Inbox, multi_acquisition
 from ._waiter import Doorbell
 from .permit import AsyncTransaction, LostOnLoop
 from .semaphore import AsyncSemaphore
@@ -72,7 +60,7 @@ class AsyncMultiPermit(LostOnLoop, MultiPermitBase):
         within the request timeout (the delete goes on in the background); cancelling
         the awaiting task does not stop the delete."""
         if self._begin_release():
-            await asyncio.shield(self._backend.delete_all_async(self._pairs))
+            await asyncio.shield(self._backend.run_async(self._backend.delete_all(self._pairs)))
             log.debug("released %s (token %d)", self.weights, self.token)
 
 
@@ -97,7 +85,7 @@ async def acquiring_all(
     cleanups: set[asyncio.Task[None]] = set()
 
     def abandon(pairs: Pairs) -> None:  # the program is being closed: not awaited
-        task = loop.create_task(backend.delete_all_async(pairs))
+        task = loop.create_task(backend.run_async(backend.delete_all(pairs)))
         cleanups.add(task)  # (a task nobody holds may be collected mid-way)
         task.add_done_callback(cleanups.discard)
 
@@ -109,33 +97,14 @@ async def acquiring_all(
         deadline,
         blocking=blocking,
         new_permit=lambda pairs, entries: AsyncMultiPermit(backend, pairs, entries),
-        abandon=abandon,
+        abandon_nowait=abandon,
         clock=time.monotonic,
     )
 
     async def answer(request: object) -> Any:
-        if isinstance(request, QueueRequest):
-            driver, waiter, step = request.driver, request.waiter, request.step
-            if isinstance(step, Arm):
-                return await driver.arm_async(waiter, step.keys, request.deadline)
-            return await driver.relist_async(waiter, request.deadline)
         if isinstance(request, AwaitEvent):
             return await bell.wait_for(lambda: inbox.next_event(0), request.timeout)
-        if isinstance(request, DeleteAll):
-            # cancelled again, or not confirmed in time: the delete goes on
-            await leave_async(
-                backend.delete_all_async(request.pairs),
-                describe_pairs(request.pairs),
-                backend.request_timeout,
-                backend.instrumentation,
-            )
-            return None
-        assert isinstance(request, EnqueueAllRequest)
-        try:
-            return EnqueuedAll(await backend.enqueue_all_async(request.pairs, request.deadline))
-        except AcquireTimeout as exc:
-            if request.first_try:
-                raise first_try_failed(backend, request.pairs, exc) from exc
-            raise
+        assert isinstance(request, (StoreCall, Leave))
+        return await answer_awaited(request, backend)
 
     return await run_program_async(program, answer)

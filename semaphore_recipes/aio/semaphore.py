@@ -24,15 +24,13 @@ from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .._acquire import Abandon, StoreRequest, acquisition, first_try_failed, validate_slot
+from .._acquire import Leave, StoreCall, acquisition, answer_awaited, validate_slot
 from .._core.deadline import ONE_REPLY_FLOOR, Deadline, validate_timeout
 from .._core.names import validate_capacity, validate_permits
 from .._core.program import run_program_async
-from .._core.protocol import Arm, AwaitEvent, Relist
+from .._core.protocol import AwaitEvent
 from .._core.queue import Entry
-from .._core.slots import ListSlots, TakeSlot
 from .._core.status import Status
-from .._leave import leave_async
 from ..backend import QueueDriver, Waiter, session_lost
 from ..errors import AcquireTimeout, BackendUnavailable
 from ._waiter import AsyncWaiter
@@ -108,14 +106,13 @@ class AsyncSemaphore:
         if self._store is not None:
             return self._store
         if self._opening is None or _failed(self._opening):
-            self._opening = asyncio.ensure_future(
-                self._backend.backend.open_queue_async(
-                    self._name,
-                    self._asked_capacity,
-                    adopt_capacity=self._adopt_capacity,
-                    create=self._create,
-                )
+            opening = self._backend.backend.open_queue(
+                self._name,
+                self._asked_capacity,
+                adopt_capacity=self._adopt_capacity,
+                create=self._create,
             )
+            self._opening = asyncio.ensure_future(self._backend.backend.run_async(opening))
             self._opening.add_done_callback(_failed)  # its error is the callers' (no warning)
         # shielded: one caller's cancellation must not cancel the opening others await
         store = await asyncio.shield(self._opening)
@@ -178,52 +175,31 @@ class AsyncSemaphore:
             watch_entry=watch_entry,
             slots=slot,
             new_permit=new_permit,
-            abandon=store.abandon_nowait,
+            abandon_nowait=store.abandon_nowait,
             clock=self._clock,
         )
+        backend = self._backend.backend
 
         async def answer(request: object) -> object:
-            if isinstance(request, Abandon):
-                # cancelled again, or not confirmed in time: the delete goes on
-                await leave_async(
-                    store.abandon_async(waiter),
-                    store.name,
-                    store.request_timeout,
-                    self._backend.backend.instrumentation,
-                )
-                return None
-            assert isinstance(request, StoreRequest)
-            step = request.step
-            if isinstance(step, AwaitEvent):
-                return await waiter.next_event_async(step.timeout)
-            if isinstance(step, Arm):
-                return await store.arm_async(waiter, step.keys, request.deadline)
-            if isinstance(step, Relist):
-                return await store.relist_async(waiter, request.deadline)
-            try:
-                if isinstance(step, ListSlots):
-                    return await store.list_slots_async(waiter, request.deadline)
-                if isinstance(step, TakeSlot):
-                    return await store.take_slot_async(waiter, step.index, request.deadline)
-                return await store.enqueue_async(waiter, request.deadline)
-            except AcquireTimeout as exc:
-                if request.first_try:
-                    raise first_try_failed(store, exc) from exc
-                raise
+            if isinstance(request, AwaitEvent):
+                return await waiter.next_event_async(request.timeout)
+            assert isinstance(request, (StoreCall, Leave))
+            return await answer_awaited(request, backend)
 
         return await run_program_async(program, answer)
 
     async def status(self) -> Status:
         """Capacity, holders and waiters in queue order (BackendUnavailable when they
         cannot be read within the request timeout)."""
-        return await (await self._opened()).status_async()
+        return await self._backend.backend.run_async((await self._opened()).status())
 
     async def set_capacity(self, capacity: int) -> None:
         """Store a new capacity; waiters everywhere are woken. Holders keep what they hold.
         ValueError above ``MAX_CAPACITY`` (before any I/O); BackendUnavailable when the
         write is not confirmed within the request timeout (it may still be applied)."""
         validate_capacity(capacity)
-        await (await self._opened()).set_capacity_async(capacity)
+        store = await self._opened()
+        await self._backend.backend.run_async(store.set_capacity(capacity))
 
 
 class _Releasable(Protocol):

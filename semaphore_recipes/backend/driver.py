@@ -266,7 +266,9 @@ class QueueDriver(ABC):
         """A transaction fenced by the entry ``key`` created with ``token`` (no I/O)."""
 
     # -- job slots (``Capabilities(slots=True)``: the backend's queue class defines both) --
-    def list_slots(self, waiter: Waiter, deadline: Deadline) -> Program[frozenset[int] | SessionLost]:
+    def list_slots(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> Program[frozenset[int] | SessionLost]:
         """The ListSlots step: the indices of the semaphore's slot records."""
         raise SlotsNotSupported(self.backend.scheme)
 

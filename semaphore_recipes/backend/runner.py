@@ -14,7 +14,7 @@ waiting for its reply) still is one: ``yield from ()`` makes a function a progra
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from .._core.program import Program
 from ..errors import NotSupported
@@ -29,7 +29,7 @@ class Runner(ABC):
     """What runs a backend's programs (``Backend`` is one)."""
 
     #: the URL scheme, named by NotSupported
-    scheme: str
+    scheme: ClassVar[str]
 
     @abstractmethod
     def run(self, program: Program[T]) -> T:

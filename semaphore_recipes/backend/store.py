@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import threading
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, TypeVar
@@ -29,9 +29,9 @@ from ..errors import NotSupported
 from ..instrumentation import NO_INSTRUMENTATION, Instrumentation
 from .capabilities import HOOKS, SLOT_HOOKS, Capabilities, Capability
 from .driver import QueueDriver
-from .runner import Program, Runner
 from .fenced import FencedTransaction
 from .hub import SessionHub
+from .runner import Program, Runner
 from .session import SessionState
 from .waiter import Waiter
 
@@ -68,8 +68,8 @@ class Backend(SessionHub, Runner):
 
     #: The URL scheme (``zookeeper``, ``etcd``, ``memory``): set by each subclass.
     scheme: ClassVar[str]
-    #: The class of the backend's queues (what ``open_queue`` makes).
-    queue_type: ClassVar[type[QueueDriver]] = QueueDriver
+    #: The class of the backend's queues (what ``open_queue`` makes); required with slots.
+    queue_type: ClassVar[type[QueueDriver] | None] = None
 
     def __init__(self, *, owner: str, request_timeout: float) -> None:
         self.owner = owner
@@ -130,7 +130,9 @@ class Backend(SessionHub, Runner):
 
         validate_name(name)
         checked = validate_open_capacity(capacity, create)
-        driver = self.run(self.open_queue(name, checked, adopt_capacity=adopt_capacity, create=create))
+        driver = self.run(
+            self.open_queue(name, checked, adopt_capacity=adopt_capacity, create=create)
+        )
         return Semaphore(driver, self, self.owner)
 
     def status(self, name: str) -> Status:
@@ -156,10 +158,14 @@ class Backend(SessionHub, Runner):
     def session_state(self) -> SessionState:
         """The session's state right now."""
 
-    @abstractmethod
-    def read(self, key: str) -> Program[bytes | None]:
+    def read(self, key: str) -> bytes | None:
         """The value of ``key`` in the store's own key space (the one fenced
         transactions write), or None; within the request timeout."""
+        return self.run(self.reading(key))
+
+    @abstractmethod
+    def reading(self, key: str) -> Program[bytes | None]:
+        """The program of :meth:`read`."""
 
     @abstractmethod
     def data_key(self, semaphore: str, name: str = "data") -> str:
@@ -167,12 +173,16 @@ class Backend(SessionHub, Runner):
         its node or prefix, apart from its entries; removed by :meth:`delete_semaphore`),
         for fenced transactions. InvalidName on a bad name (``validate_name``)."""
 
-    @abstractmethod
-    def delete_semaphore(self, name: str) -> Program[None]:
+    def delete_semaphore(self, name: str) -> None:
         """Delete what is stored of semaphore ``name``: its capacity, its entries and its
         data keys; nothing if it does not exist. For tests, demos and operators, when
         nothing uses it: a holder learns its entry is gone at its next fenced commit (at
         once with ``watch_entry``), and a waiter may re-create the semaphore."""
+        self.run(self.deleting_semaphore(validate_name(name)))
+
+    @abstractmethod
+    def deleting_semaphore(self, name: str) -> Program[None]:
+        """The program of :meth:`delete_semaphore` (``name`` validated)."""
 
     @abstractmethod
     def close(self) -> None:
@@ -213,8 +223,10 @@ class Backend(SessionHub, Runner):
             for hook in hooks
         ]
         missing = [hook for hook in needed if getattr(cls, hook) is getattr(Backend, hook)]
-        if declared.slots:
-            queue = cls.queue_type
+        queue = cls.queue_type
+        if declared.slots and queue is None:
+            missing.append("queue_type")
+        elif declared.slots and queue is not None:
             missing += [
                 f"{queue.__name__}.{hook}"
                 for hook in SLOT_HOOKS

@@ -44,6 +44,7 @@ from ..backend import (
     Waiter,
     call_with_sigint_held,
     default_owner,
+    queues_of,
     quoted_url,
     run_program,
     run_program_async,
@@ -73,6 +74,7 @@ class MemoryBackend(Backend):
 
     scheme = "memory"
     capabilities = Capabilities(async_face=True, slots=True, acquire_all=True)
+    queue_type = MemoryQueue
 
     def __init__(
         self,
@@ -241,60 +243,41 @@ class MemoryBackend(Backend):
         if self._closed:
             raise BackendUnavailable(f"the memory backend of store {self.store.name!r} is closed")
 
-    # ---- several semaphores at once --------------------------------------------------------
+    # ---- what the base runs (each a program: ``run`` or ``run_async``) ------------------
+    def open_queue(
+        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> Generator[object, object, MemoryQueue]:
+        queue = MemoryQueue(self, name)
+        return queue.open(capacity, adopt_capacity=adopt_capacity, create=create)
+
+    def reading(self, key: str) -> Generator[object, object, bytes | None]:
+        yield Connected(None)
+        return self.store.read(key)
+
+    def deleting_semaphore(self, name: str) -> Generator[object, object, None]:
+        path = self.semaphore_path(name)
+        yield Connected(None)
+        call_with_sigint_held(lambda: self.store.delete_semaphore(path))
+
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> dict[str, Enqueued]:
-        return self.run(multi.enqueue_all(self, queues, deadline))
+    ) -> Generator[object, object, dict[str, Enqueued]]:
+        return multi.enqueue_all(self, queues, deadline)
 
-    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        multi.delete_all(self, queues)
-
-    async def enqueue_all_async(
-        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> dict[str, Enqueued]:
-        return await self.run_async(multi.enqueue_all(self, queues, deadline))
-
-    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        multi.delete_all(self, queues)  # it never waits: sent now or on reconnect
+    def delete_all(
+        self, queues: Sequence[tuple[QueueDriver, Waiter]]
+    ) -> Generator[object, object, None]:
+        return multi.delete_all(self, queues)
 
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int
     ) -> MemoryFencedTransaction:
-        fences = [(queue, key) for queue, key in entries if isinstance(queue, MemoryQueue)]
-        assert fences and len(fences) == len(entries)
-        (first, first_key), *others = fences
-        return MemoryFencedTransaction(first, first_key, token, others)
-
-    # ---- Backend ---------------------------------------------------------------------------
-    def open_queue(
-        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> MemoryQueue:
-        queue = MemoryQueue(self, name)
-        return self.run(queue.open(capacity, adopt_capacity=adopt_capacity, create=create))
-
-    # ---- the asyncio face: the same programs, awaited ------------------------------------
+        (first, key), *others = queues_of(MemoryQueue, entries)
+        return MemoryFencedTransaction(first, key, token, others)
 
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> MemoryBackend:
         return cls.from_url(url, owner=owner)  # nothing to connect to: no I/O
-
-    async def open_queue_async(
-        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> MemoryQueue:
-        queue = MemoryQueue(self, name)
-        return await self.run_async(
-            queue.open(capacity, adopt_capacity=adopt_capacity, create=create)
-        )
-
-    async def read_async(self, key: str) -> bytes | None:
-        await self.request_async()
-        return self.store.read(key)
-
-    async def delete_semaphore_async(self, name: str) -> None:
-        path = self.semaphore_path(validate_name(name))
-        await self.request_async()
-        call_with_sigint_held(lambda: self.store.delete_semaphore(path))
 
     async def close_async(self) -> None:
         self.close()  # in-process: it never waits
@@ -318,17 +301,8 @@ class MemoryBackend(Backend):
     def closed(self) -> bool:
         return self._closed
 
-    def read(self, key: str) -> bytes | None:
-        self.request()
-        return self.store.read(key)
-
     def data_key(self, semaphore: str, name: str = "data") -> str:
         return f"{self.semaphore_path(validate_name(semaphore))}/data/{validate_name(name)}"
-
-    def delete_semaphore(self, name: str) -> None:
-        path = self.semaphore_path(validate_name(name))
-        self.request()
-        call_with_sigint_held(lambda: self.store.delete_semaphore(path))
 
     def close(self) -> None:
         """End the session: its entries are deleted at once, held permits go LOST and

@@ -66,9 +66,12 @@ def enqueue_all(
         return answers
 
 
-def delete_all(backend: MemoryBackend, pairs: Sequence[tuple[QueueDriver, Waiter]]) -> None:
+def delete_all(
+    backend: MemoryBackend, pairs: Sequence[tuple[QueueDriver, Waiter]]
+) -> Generator[object, object, None]:
     """Every waiter's entry (the entry id is the key, chosen before the create), in one
-    store operation: now, or on reconnect."""
+    store operation: sent now, or on reconnect (a program with nothing to wait for)."""
+    yield from ()
     entries = []
     for queue, waiter in queues_of(MemoryQueue, pairs):
         queue.drop_watches(waiter)

@@ -28,7 +28,6 @@ from ..backend import (
     Waiter,
     call_with_sigint_held,
     split_queue,
-    validate_capacity,
 )
 from ..errors import CapacityMismatch, SemaphoreNotFound
 from .store import SessionEnded, StoredEntry
@@ -90,24 +89,11 @@ class MemoryQueue(QueueDriver):
         return call_with_sigint_held(request)
 
     # ---- capacity ------------------------------------------------------------------------
-    def set_capacity(self, capacity: int) -> None:
-        validate_capacity(capacity)
-        self.backend.run(self.call(lambda: self.store.set_capacity(self.path, capacity)))
-
-    async def set_capacity_async(self, capacity: int) -> None:
-        validate_capacity(capacity)
-        await self.backend.run_async(
-            self.call(lambda: self.store.set_capacity(self.path, capacity))
-        )
+    def set_capacity(self, capacity: int) -> Generator[object, object, None]:
+        yield from self.call(lambda: self.store.set_capacity(self.path, capacity))
 
     # ---- the protocol steps ----------------------------------------------------------------
-    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        return self.backend.run(self._enqueue(waiter, deadline))
-
-    async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        return await self.backend.run_async(self._enqueue(waiter, deadline))
-
-    def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
         self.drop_watches(waiter)
         while True:
             # A generation per attempt: the end of a session this attempt gave up on is
@@ -141,16 +127,6 @@ class MemoryQueue(QueueDriver):
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
-        return self.backend.run(self._arm(waiter, keys, deadline))
-
-    async def arm_async(
-        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
-        return await self.backend.run_async(self._arm(waiter, keys, deadline))
-
-    def _arm(
-        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
     ) -> Generator[object, object, Mapping[str, EntryState | None]]:
         generation = waiter.generation
 
@@ -180,15 +156,7 @@ class MemoryQueue(QueueDriver):
                 states[key] = self.gone_state(key)  # (takes the lock)
         return states
 
-    def relist(self, waiter: Waiter, deadline: Deadline) -> Sequence[Entry] | SessionLost:
-        return self.backend.run(self._relist(waiter, deadline))
-
-    async def relist_async(
-        self, waiter: Waiter, deadline: Deadline
-    ) -> Sequence[Entry] | SessionLost:
-        return await self.backend.run_async(self._relist(waiter, deadline))
-
-    def _relist(
+    def relist(
         self, waiter: Waiter, deadline: Deadline
     ) -> Generator[object, object, Sequence[Entry]]:
         token = waiter.token
@@ -229,28 +197,12 @@ class MemoryQueue(QueueDriver):
         self.backend.send(start)  # now, or on reconnect: never blocks (the asyncio face)
 
     # ---- job slots: records in the store, deleted with their entry -------------------------
-    def list_slots(self, waiter: Waiter, deadline: Deadline) -> frozenset[int] | SessionLost:
-        return self.backend.run(self._list_slots(deadline))
-
-    async def list_slots_async(
+    def list_slots(
         self, waiter: Waiter, deadline: Deadline
-    ) -> frozenset[int] | SessionLost:
-        return await self.backend.run_async(self._list_slots(deadline))
-
-    def _list_slots(self, deadline: Deadline) -> Generator[object, object, frozenset[int]]:
+    ) -> Generator[object, object, frozenset[int]]:
         return (yield from self.call(lambda: self.store.slots(self.path), deadline))
 
     def take_slot(
-        self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | frozenset[int] | SessionLost:
-        return self.backend.run(self._take_slot(waiter, index, deadline))
-
-    async def take_slot_async(
-        self, waiter: Waiter, index: int, deadline: Deadline
-    ) -> int | frozenset[int] | SessionLost:
-        return await self.backend.run_async(self._take_slot(waiter, index, deadline))
-
-    def _take_slot(
         self, waiter: Waiter, index: int, deadline: Deadline
     ) -> Generator[object, object, int | frozenset[int] | SessionLost]:
         key, token = waiter.key, waiter.token
@@ -272,7 +224,9 @@ class MemoryQueue(QueueDriver):
         for key, watch_id in armed:
             self.store.unwatch(self.path, key, watch_id)
 
-    def remove(self, key: str) -> None:
+    def remove(self, key: str) -> Generator[object, object, None]:
+        """Sent now, or on reconnect: a program with nothing to wait for."""
+        yield from ()
         self.forget_mark(key)
         with self._lock:
             watch_id = self._holder_watches.pop(key, None)
@@ -282,26 +236,17 @@ class MemoryQueue(QueueDriver):
             lambda: call_with_sigint_held(lambda: self.store.delete_entry(self.path, key))
         )
 
-    def abandon(self, waiter: Waiter) -> None:
+    def abandon(self, waiter: Waiter) -> Generator[object, object, None]:
         # The entry id is the entry's key, chosen before the create.
         key = waiter.key or waiter.entry_id
         if key is not None:
-            self.remove(key)
+            yield from self.remove(key)
 
     def abandon_nowait(self, waiter: Waiter) -> None:
-        self.abandon(waiter)  # it never waits: the delete is sent now or on reconnect
-
-    async def remove_async(self, key: str) -> None:
-        self.remove(key)
+        self.backend.run(self.abandon(waiter))  # it never waits: sent now or on reconnect
 
     # ---- reading and fencing ------------------------------------------------------------------
-    def status(self) -> Status:
-        return self.backend.run(self._status())
-
-    async def status_async(self) -> Status:
-        return await self.backend.run_async(self._status())
-
-    def _status(self) -> Generator[object, object, Status]:
+    def status(self) -> Generator[object, object, Status]:
         stored, entries, slots = yield from self.call(lambda: self.store.queue(self.path))
         if stored is None:  # deleted (or never stored): not the capacity we knew
             where = f"memory store {self.store.name!r} at {self.path}"

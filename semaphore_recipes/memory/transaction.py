@@ -26,23 +26,17 @@ class MemoryFencedTransaction(FencedTransaction):
         others: Sequence[tuple[MemoryQueue, str]] = (),
     ) -> None:
         """``others``: more entries of the same token that fence it (a multi-permit's)."""
-        super().__init__()
+        super().__init__(queue.backend)
         self._queue = queue
         self.entry_key = entry_key
         self.token = token
         self._fences = [(queue.path, entry_key), *((q.path, key) for q, key in others)]
 
-    def commit(self) -> None:
-        """Apply the writes. PermitLost when the fence fails, WriteConflict when a
-        write's condition fails (nothing is written then), BackendUnavailable when the
-        backend is closed or stays disconnected past the request timeout (nothing is
-        written then either: a memory store never leaves a commit in doubt)."""
-        self._queue.backend.run(self._commit())
-
-    async def commit_async(self) -> None:
-        await self._queue.backend.run_async(self._commit())
-
-    def _commit(self) -> Generator[object, object, None]:
+    def apply(self) -> Generator[object, object, None]:
+        """PermitLost when the fence fails, WriteConflict when a write's condition
+        fails (nothing is written then), BackendUnavailable when the backend is closed
+        or stays disconnected past the request timeout (nothing is written then either:
+        a memory store never leaves a commit in doubt)."""
         queue = self._queue
         yield from queue.call(
             lambda: queue.store.commit_fenced(self._fences, self.token, self.writes)

@@ -3,8 +3,12 @@ every backend inherits."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from semaphore_recipes._url import ServiceURL
-from semaphore_recipes.backend import Backend, QueueDriver, SessionState
+from semaphore_recipes.backend import Backend, Program, QueueDriver, SessionState, run_program
+
+T = TypeVar("T")
 
 
 class Hub(Backend):
@@ -21,7 +25,7 @@ class Hub(Backend):
 
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> QueueDriver:
+    ) -> Program[QueueDriver]:
         raise AssertionError("not used")
 
     def describe(self) -> str:
@@ -31,12 +35,17 @@ class Hub(Backend):
     def session_state(self) -> SessionState:
         return SessionState.CONNECTED
 
-    def read(self, key: str) -> bytes | None:
+    def run(self, program: Program[T]) -> T:
+        return run_program(program, lambda request: None)
+
+    def reading(self, key: str) -> Program[bytes | None]:
+        yield from ()
         return None
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
         return f"{semaphore}/{name}"
 
-    def delete_semaphore(self, name: str) -> None: ...
+    def deleting_semaphore(self, name: str) -> Program[None]:
+        yield from ()
 
     def close(self) -> None: ...

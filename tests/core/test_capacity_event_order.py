@@ -29,6 +29,7 @@ from semaphore_recipes.backend import (
     Entry,
     EntryData,
     EntryState,
+    Program,
     QueueDriver,
     SessionLost,
     Waiter,
@@ -67,7 +68,8 @@ class BurstStore(QueueDriver):
         self.burst = burst
         self.marked: list[str] = []
 
-    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
+        yield from ()
         waiter.new_generation()
         waiter.creating(MY_KEY)
         self.burst(self)  # the capacity watch's thread, while the txn is on its way
@@ -80,7 +82,8 @@ class BurstStore(QueueDriver):
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
+    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
+        yield from ()
         return {k: EntryState(held=False) for k in keys}  # slot 2: live, unmarked
 
     def write_mark(
@@ -88,18 +91,25 @@ class BurstStore(QueueDriver):
     ) -> None:
         self.marked.append(key)
 
-    def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
+    def relist(self, waiter: Waiter, deadline: Deadline) -> Program[list[Entry] | SessionLost]:
+        yield from ()
         return [HOLDER]
 
-    def abandon(self, waiter: Waiter) -> None: ...
+    def abandon(self, waiter: Waiter) -> Program[None]:
+        yield from ()
 
-    def remove(self, key: str) -> None: ...
+    def remove(self, key: str) -> Program[None]:
+        yield from ()
 
     def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None: ...
 
-    def status(self) -> Any: ...
+    def abandon_nowait(self, waiter: Waiter) -> None: ...
 
-    def set_capacity(self, capacity: int) -> None: ...
+    def status(self) -> Program[Any]:
+        yield from ()
+
+    def set_capacity(self, capacity: int) -> Program[None]:
+        yield from ()
 
     def transaction(self, key: str, token: int) -> Any: ...
 

@@ -15,6 +15,7 @@ from semaphore_recipes.backend import (
     Entry,
     EntryData,
     EntryState,
+    Program,
     QueueDriver,
     SessionLost,
     Waiter,
@@ -33,7 +34,8 @@ class OneShotStore(QueueDriver):
         super().__init__("face", hub)
         self.capacity = 1
 
-    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
+        yield from ()
         waiter.new_generation()
         waiter.creating("id")
         waiter.created("k", 7)
@@ -48,21 +50,29 @@ class OneShotStore(QueueDriver):
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
+    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
+        yield from ()
         raise AssertionError("not reached")
 
-    def relist(self, waiter: Waiter, deadline: Deadline) -> list[Entry] | SessionLost:
+    def relist(self, waiter: Waiter, deadline: Deadline) -> Program[list[Entry] | SessionLost]:
+        yield from ()
         raise AssertionError("not reached")
 
-    def abandon(self, waiter: Waiter) -> None: ...
+    def abandon(self, waiter: Waiter) -> Program[None]:
+        yield from ()
 
-    def remove(self, key: str) -> None: ...
+    def remove(self, key: str) -> Program[None]:
+        yield from ()
 
     def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None: ...
 
-    def status(self) -> Any: ...
+    def abandon_nowait(self, waiter: Waiter) -> None: ...
 
-    def set_capacity(self, capacity: int) -> None: ...
+    def status(self) -> Program[Any]:
+        yield from ()
+
+    def set_capacity(self, capacity: int) -> Program[None]:
+        yield from ()
 
     def transaction(self, key: str, token: int) -> Any: ...
 
@@ -83,7 +93,8 @@ class InterruptedAfterAdmission(OneShotStore):
         self.where = where
         self.abandoned: list[str | None] = []
 
-    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
+        yield from ()
         waiter.new_generation()
         waiter.creating("id")
         waiter.created("k", 7)
@@ -100,7 +111,8 @@ class InterruptedAfterAdmission(OneShotStore):
         if self.where == "watch":
             raise KeyboardInterrupt
 
-    def abandon(self, waiter: Waiter) -> None:
+    def abandon(self, waiter: Waiter) -> Program[None]:
+        yield from ()
         self.abandoned.append(waiter.key)
 
 
@@ -122,7 +134,8 @@ class CountingRemoves(InterruptedAfterAdmission):
         super().__init__(hub, where="nowhere")
         self.removed: list[str] = []
 
-    def remove(self, key: str) -> None:
+    def remove(self, key: str) -> Program[None]:
+        yield from ()
         self.removed.append(key)
 
 

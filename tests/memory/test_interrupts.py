@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.backend import Waiter
+from semaphore_recipes.backend import Program, Waiter
 from semaphore_recipes.memory import MemoryBackend, MemoryStore
 from semaphore_recipes.memory.queue import MemoryQueue
 
@@ -122,12 +122,12 @@ def test_a_second_ctrl_c_during_the_cleanup_still_removes_the_entry(
     main = threading.main_thread().ident
     assert main is not None
 
-    def abandon(self: MemoryQueue, waiter: Waiter) -> None:
+    def abandon(self: MemoryQueue, waiter: Waiter) -> Program[None]:
         if not abandons:
             abandons.append(1)
             signal.pthread_kill(main, signal.SIGINT)  # the second Ctrl-C
             time.sleep(0.05)  # (it lands while the main thread waits for this removal)
-        real_abandon(self, waiter)
+        yield from real_abandon(self, waiter)
 
     first_ctrl_c = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
     MemoryQueue.abandon = abandon  # type: ignore[method-assign]

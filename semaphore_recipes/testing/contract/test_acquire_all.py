@@ -16,10 +16,11 @@ import semaphore_recipes as sr
 from semaphore_recipes import registry
 from semaphore_recipes._url import parse_url
 from semaphore_recipes.aio import AsyncBackend
-from semaphore_recipes.backend import Backend, Capabilities
+from semaphore_recipes.backend import Backend, Capabilities, QueueDriver
 from semaphore_recipes.cli import main as cli_main
 from semaphore_recipes.cli._common import ExitCode
 from semaphore_recipes.memory.backend import MemoryBackend
+from semaphore_recipes.memory.queue import MemoryQueue
 from semaphore_recipes.registry import BackendSpec
 from semaphore_recipes.testing.harness import Cut, Harness, Verb
 from semaphore_recipes.testing.polling import wait_until
@@ -319,11 +320,19 @@ def test_a_backend_without_the_capability_says_so_before_any_io() -> None:
 
 def test_a_backend_declaring_a_capability_without_its_hooks_is_refused_when_defined() -> None:
     """The declaration is checked when the class is made, not at the first call."""
-    with pytest.raises(TypeError, match="enqueue_all_async, delete_all_async"):
+    with pytest.raises(TypeError, match="does not define run_async, delete_all"):
 
         class _SyncOnly(MemoryBackend):  # declares MemoryBackend's async face and acquire_all
-            enqueue_all_async = Backend.enqueue_all_async
-            delete_all_async = Backend.delete_all_async
+            run_async = Backend.run_async
+            delete_all = Backend.delete_all
+
+    with pytest.raises(TypeError, match=r"does not define _NoSlotsQueue\.take_slot"):
+
+        class _NoSlotsQueue(MemoryQueue):
+            take_slot = QueueDriver.take_slot
+
+        class _SlotsWithout(MemoryBackend):  # declares MemoryBackend's slots
+            queue_type = _NoSlotsQueue
 
     class _NoAsync(MemoryBackend):
         capabilities = Capabilities(slots=True, acquire_all=True)

@@ -36,17 +36,17 @@ def test_a_drain_of_one_process_lists_the_queue_once_per_waiter(store: Harness) 
             sem = backend.semaphore("drain", capacity=CAPACITY)
             await sem.open()
             queue: Any = sem._store
-            enqueue, relist = queue.enqueue_async, queue.relist_async
+            enqueue, relist = queue.enqueue, queue.relist
 
-            async def counted_enqueue(*args: Any) -> Any:
+            def counted_enqueue(*args: Any) -> Any:
                 steps["enqueue"] += 1
-                return await enqueue(*args)
+                return enqueue(*args)
 
-            async def counted_relist(*args: Any) -> Any:
+            def counted_relist(*args: Any) -> Any:
                 steps["relist"] += 1
-                return await relist(*args)
+                return relist(*args)
 
-            queue.enqueue_async, queue.relist_async = counted_enqueue, counted_relist
+            queue.enqueue, queue.relist = counted_enqueue, counted_relist
             gate = asyncio.Event()
             tokens: list[int] = []
 

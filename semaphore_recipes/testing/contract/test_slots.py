@@ -15,7 +15,7 @@ import time
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.backend import Deadline, QueueDriver, Waiter
+from semaphore_recipes.backend import Deadline, Program, QueueDriver, Waiter
 from semaphore_recipes.testing.faces import Face
 from semaphore_recipes.testing.harness import Harness
 from semaphore_recipes.testing.interrupts import interrupt_acquires
@@ -77,7 +77,7 @@ def test_without_slot_nothing_is_taken(service: Harness, monkeypatch: pytest.Mon
     """No slot step reaches the store without ``slot=True``."""
     sem = service.connect().semaphore("plain", capacity=2)
     driver = sem.aio._store if hasattr(sem, "aio") else sem._store
-    for hook in ("list_slots", "take_slot", "list_slots_async", "take_slot_async"):
+    for hook in ("list_slots", "take_slot"):
         monkeypatch.setattr(driver, hook, None)  # a call would raise TypeError
     with sem.acquire() as permit:
         assert permit.slots == ()
@@ -217,22 +217,13 @@ def test_leaving_while_taking_slots_leaves_no_record_and_no_entry(
     once its first slot record was made deletes that record with its entry."""
     sem = service.connect().semaphore("irq", capacity=3)
     driver, interrupt = _driver(sem), _interrupt(sem)
-    if hasattr(sem, "aio"):
-        real_async = driver.take_slot_async
+    real = driver.take_slot
 
-        async def then_interrupt(waiter: Waiter, index: int, deadline: Deadline) -> object:
-            await real_async(waiter, index, deadline)
-            raise interrupt
+    def then_interrupt(waiter: Waiter, index: int, deadline: Deadline) -> Program[object]:
+        yield from real(waiter, index, deadline)
+        raise interrupt
 
-        monkeypatch.setattr(driver, "take_slot_async", then_interrupt)
-    else:
-        real = driver.take_slot
-
-        def then_interrupt_sync(waiter: Waiter, index: int, deadline: Deadline) -> object:
-            real(waiter, index, deadline)
-            raise interrupt
-
-        monkeypatch.setattr(driver, "take_slot", then_interrupt_sync)
+    monkeypatch.setattr(driver, "take_slot", then_interrupt)
     _interrupted_acquire_leaves_nothing(service, sem)
     monkeypatch.undo()
     with sem.acquire(permits=2, slot=True, timeout=10) as permit:
@@ -316,22 +307,13 @@ def test_a_lost_reply_of_a_slot_create_adopts_the_record(
         service.lose_next_reply(backend)
         restored.start()
 
-    if hasattr(sem, "aio"):
-        real_async = driver.take_slot_async
+    real = driver.take_slot
 
-        async def losing(waiter: Waiter, index: int, deadline: Deadline) -> object:
-            lose_its_reply()
-            return await real_async(waiter, index, deadline)
+    def losing(waiter: Waiter, index: int, deadline: Deadline) -> Program[object]:
+        lose_its_reply()
+        return (yield from real(waiter, index, deadline))
 
-        monkeypatch.setattr(driver, "take_slot_async", losing)
-    else:
-        real = driver.take_slot
-
-        def losing_sync(waiter: Waiter, index: int, deadline: Deadline) -> object:
-            lose_its_reply()
-            return real(waiter, index, deadline)
-
-        monkeypatch.setattr(driver, "take_slot", losing_sync)
+    monkeypatch.setattr(driver, "take_slot", losing)
     permit = sem.acquire(slot=True, timeout=30)
     restored.join()
     assert indices(permit) == [0]
