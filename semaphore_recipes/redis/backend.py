@@ -400,18 +400,14 @@ class RedisBackend(Backend):
         if refusal is not None:
             raise refusal
 
-    def read(self, key: str) -> Program[bytes | None]:
+    def reading(self, key: str) -> Program[bytes | None]:
         value: bytes | None = yield from command(("GET", key), self.describe(), self.params)
         return value
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
         return f"{self.params.prefix}:s:{validate_name(semaphore)}:d:{validate_name(name)}"
 
-    def delete_semaphore(self, name: str) -> Program[None]:
-        validate_name(name)  # (before any I/O: when the program is made)
-        return self._deleting_semaphore(name)
-
-    def _deleting_semaphore(self, name: str) -> Program[None]:
+    def deleting_semaphore(self, name: str) -> Program[None]:
         # its data keys (SCAN's pages, each deleted as it comes), then the script
         pattern = f"{self.params.prefix}:s:{name}:d:*"
         where = self.describe()
