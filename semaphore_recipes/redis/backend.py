@@ -31,10 +31,8 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Sequence
-from typing import Any, cast
-
-import redis
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from .. import _reachability
 from ..backend import (
@@ -45,27 +43,31 @@ from ..backend import (
     Deadline,
     Enqueued,
     FencedTransaction,
+    Program,
     QueueDriver,
     ServiceURL,
     SessionState,
     Waiter,
     default_owner,
+    run_program,
     session_lost,
     validate_name,
 )
 from ..errors import BackendUnavailable, SemaphoreError, StoreHistoryReset
 from . import multi
-from .calls import TRANSIENT, Arg, AsyncRunner, Pause, SyncRunner, call, translate
+from .calls import TRANSIENT, Arg, AsyncRunner, Pause, SyncRunner, call, command
 from .history import StoreHistory
 from .lease import LeaseKeeper, new_lease_id
 from .notifier import Notifier
 from .params import DEFAULT_PORT, RedisParams
-from .queue import RedisQueue, cancels_pending
+from .queue import RedisQueue
 from .scripts import ScriptName
 
 log = logging.getLogger("semaphore_recipes.redis")
 
 __all__ = ["RedisBackend", "TlsRedisBackend"]
+
+T = TypeVar("T")
 
 
 class RedisBackend(Backend):
@@ -155,15 +157,30 @@ class RedisBackend(Backend):
         self.notifier.start()
         log.info("%s: lease %s", self.describe(), self.lease)
 
-    # ---- running programs --------------------------------------------------------------------
-    def run(self, program: Generator[object, object, Any]) -> Any:
-        self._check_open()
+    # ---- running programs: the runner (each step is one program, :mod:`.calls`) -------------
+    def run(self, program: Program[T]) -> T:
+        """Run ``program`` on the sync connection. A closed (or failed) backend answers
+        each request with BackendUnavailable (StoreHistoryReset): a removal takes it
+        for one not confirmed (it never raises), every other step raises it."""
+        refusal = self.refusal()
+        if refusal is not None:
+            return run_program(program, _answering(refusal))
         return self.sync.run(program)
 
-    async def run_async(self, program: Generator[object, object, Any]) -> Any:
-        self._check_open()
+    async def run_async(self, program: Program[T]) -> T:
+        """:meth:`run`, awaited on the asyncio connection."""
+        refusal = self.refusal()
+        if refusal is not None:
+            return run_program(program, _answering(refusal))  # (nothing to await)
         assert self.aio is not None, "the asyncio face's calls need from_url_async"
-        return await self.aio.run(program)
+        cancels = cancels_pending()
+        answer = await self.aio.run(program)
+        if cancels_pending() > cancels:
+            # redis.asyncio can answer a call whose task was cancelled meanwhile (the
+            # request was on the wire): the task must still end (an acquire's cleanup
+            # then removes its entry)
+            raise asyncio.CancelledError
+        return answer
 
     def new_id(self) -> int:
         """A number for an entry id, never given twice by this backend."""
@@ -178,7 +195,7 @@ class RedisBackend(Backend):
         deadline: Deadline | None = None,
         retry: bool = True,
         replicas: int = 0,
-    ) -> Generator[object, object, Any]:
+    ) -> Program[Any]:
         """A program running script ``name`` (:func:`.calls.call`): bounded by a waiting
         acquire's ``deadline`` (AcquireTimeout), else by the request timeout."""
         bound = deadline or Deadline(self.request_timeout, time.monotonic)
@@ -194,7 +211,7 @@ class RedisBackend(Backend):
             max_wait=self.request_timeout,
         )
 
-    def in_background(self, program: Callable[[], Generator[object, object, Any]]) -> None:
+    def in_background(self, program: Callable[[], Program[Any]]) -> None:
         """Run ``program()`` on the background thread, tried again until it works or the
         lease is over (a removal: the lease's end removes the entry anyway)."""
         lease = self.lease
@@ -215,7 +232,7 @@ class RedisBackend(Backend):
         self,
         what: str,
         exc: BackendUnavailable,
-        program: Callable[[], Generator[object, object, Any]],
+        program: Callable[[], Program[Any]],
     ) -> None:
         """A removal (``what``) that failed with ``exc``: tried again in the background
         (:meth:`in_background`), with a warning. Not once the backend is closed: its
@@ -231,11 +248,31 @@ class RedisBackend(Backend):
         log.warning("%s failed (%s); retrying", what, exc)
         self.in_background(program)
 
-    def await_new_lease(self, old: str, deadline: Deadline) -> Generator[object, object, None]:
+    def removal(
+        self, what: str, first: Program[Any], again: Callable[[], Program[Any]]
+    ) -> Program[bool]:
+        """Run the removal ``first`` (``what``), within the request timeout: True once
+        applied. Not confirmed in time: ``again()`` in the background
+        (:meth:`retry_removal`), False. Interrupted (Ctrl-C, a cancelled task, the
+        program closed): ``again()`` in the background, and the interrupt goes on (the
+        call may or may not have been applied: a removal repeats harmlessly)."""
+        try:
+            yield from first
+        except BackendUnavailable as exc:
+            self.retry_removal(what, exc, again)
+            return False
+        except Exception:
+            raise
+        except BaseException:
+            self.in_background(again)
+            raise
+        return True
+
+    def await_new_lease(self, old: str, deadline: Deadline) -> Program[None]:
         """Wait (within ``deadline``) until the keeper replaced the lease ``old``."""
         self.keeper.lease_gone()
         while self.lease == old:
-            self._check_open()
+            self.check_open()
             if deadline.expired():
                 from ..errors import AcquireTimeout
 
@@ -322,38 +359,17 @@ class RedisBackend(Backend):
     # ---- Backend ---------------------------------------------------------------------------
     def open_queue(
         self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> RedisQueue:
-        queue = self._new_queue(name)
-        return self.run(queue.open(capacity, adopt_capacity=adopt_capacity, create=create))  # type: ignore[no-any-return]
-
-    async def open_queue_async(
-        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> RedisQueue:
-        queue = self._new_queue(name)
-        return await self.run_async(  # type: ignore[no-any-return]
-            queue.open(capacity, adopt_capacity=adopt_capacity, create=create)
-        )
+    ) -> Program[QueueDriver]:
+        return self._new_queue(name).open(capacity, adopt_capacity=adopt_capacity, create=create)
 
     # ---- several semaphores at once: one script creates, one removes (multi.py) ----------
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> dict[str, Enqueued]:
-        return self.run(multi.enqueuing_all(self, queues, deadline))  # type: ignore[no-any-return]
+    ) -> Program[dict[str, Enqueued]]:
+        return multi.enqueue_all(self, queues, deadline)
 
-    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        multi.delete_all(self, queues)
-
-    async def enqueue_all_async(
-        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> dict[str, Enqueued]:
-        cancels = cancels_pending()
-        enqueued = await self.run_async(multi.enqueuing_all(self, queues, deadline))
-        if cancels_pending() > cancels:  # (as in RedisQueue.enqueue_async)
-            raise asyncio.CancelledError
-        return enqueued  # type: ignore[no-any-return]
-
-    async def delete_all_async(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> None:
-        await multi.delete_all_async(self, queues)
+    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> Program[None]:
+        return multi.delete_all(self, queues)
 
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int
@@ -369,61 +385,45 @@ class RedisBackend(Backend):
         with self._state_lock:
             return SessionState.CLOSED if self._closed else self._state
 
-    def _check_open(self) -> None:
+    def refusal(self) -> BackendUnavailable | None:
+        """Why this backend runs no more requests (closed, or its store's history went
+        back), or None."""
         if self._closed:
-            raise BackendUnavailable(f"the backend of {self.describe()} is closed")
+            return BackendUnavailable(f"the backend of {self.describe()} is closed")
         if self._failure is not None:
-            raise StoreHistoryReset(self._failure)
+            return StoreHistoryReset(self._failure)
+        return None
 
-    def read(self, key: str) -> bytes | None:
-        self._check_open()
-        try:
-            value = cast("bytes | None", self.sync.client.get(key))
-        except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe(), self.params) from exc
-        return value
+    def check_open(self) -> None:
+        """Raise :meth:`refusal`, if any."""
+        refusal = self.refusal()
+        if refusal is not None:
+            raise refusal
 
-    async def read_async(self, key: str) -> bytes | None:
-        self._check_open()
-        assert self.aio is not None
-        try:
-            value = cast("bytes | None", await self.aio.client.get(key))
-        except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe(), self.params) from exc
+    def reading(self, key: str) -> Program[bytes | None]:
+        value: bytes | None = yield from command(("GET", key), self.describe(), self.params)
         return value
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
         return f"{self.params.prefix}:s:{validate_name(semaphore)}:d:{validate_name(name)}"
 
-    def delete_semaphore(self, name: str) -> None:
-        validate_name(name)
-        self._check_open()
-        try:
-            pattern = f"{self.params.prefix}:s:{name}:d:*"
-            for key in self.sync.client.scan_iter(match=pattern, count=500):
-                self.sync.client.delete(key)
-        except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe(), self.params) from exc
+    def deleting_semaphore(self, name: str) -> Program[None]:
+        # its data keys (SCAN's pages, each deleted as it comes), then the script
+        pattern = f"{self.params.prefix}:s:{name}:d:*"
+        where = self.describe()
+        cursor = 0
+        while True:
+            scan = ("SCAN", cursor, "MATCH", pattern, "COUNT", 500)
+            cursor, keys = yield from command(scan, where, self.params)
+            if keys:
+                yield from command(("DEL", *keys), where, self.params)
+            if not cursor:
+                break
         bound = Deadline(self.request_timeout, time.monotonic)
-        self.run(call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
-                      where=self.describe(), bound=bound, params=self.params))  # fmt: skip
+        yield from call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
+                        where=where, bound=bound, params=self.params)  # fmt: skip
 
-    async def delete_semaphore_async(self, name: str) -> None:
-        validate_name(name)
-        self._check_open()
-        assert self.aio is not None
-        try:
-            pattern = f"{self.params.prefix}:s:{name}:d:*"
-            async for key in self.aio.client.scan_iter(match=pattern, count=500):
-                await self.aio.client.delete(key)
-        except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
-            raise translate(exc, self.describe(), self.params) from exc
-        bound = Deadline(self.request_timeout, time.monotonic)
-        deleting = call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
-                        where=self.describe(), bound=bound, params=self.params)  # fmt: skip
-        await self.run_async(deleting)
-
-    def _end_lease(self) -> Generator[object, object, None]:
+    def _end_lease(self) -> Program[None]:
         """Delete the lease (our entries are dead at once), then let each open queue
         admit the entries that now fit."""
         bound = Deadline(self.request_timeout, time.monotonic)
@@ -473,6 +473,23 @@ class RedisBackend(Backend):
         self._background.shutdown(wait=False, cancel_futures=True)
         for runner in (self.sync, self.keeper.runner, self.notifier.runner):
             runner.close()
+
+
+def _answering(refusal: BackendUnavailable) -> Callable[[object], object]:
+    """The answer of a backend that runs no more requests, to each one: ``refusal``."""
+
+    def answer(request: object) -> object:
+        raise refusal
+
+    return answer
+
+
+def cancels_pending() -> int:
+    """How many cancellations of the current task are pending (Python 3.11+; 0 before:
+    there a swallowed cancellation goes unnoticed until the acquire's deadline)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return int(cancelling()) if cancelling is not None else 0
 
 
 def _unreachable(exc: BaseException) -> bool:

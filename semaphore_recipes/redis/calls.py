@@ -1,10 +1,12 @@
 """Script calls as values, and the two runners that make them: one program, two faces.
 
 A Redis program (``_core.program``) yields :class:`Eval` (run a script of
-:mod:`.scripts`) or :class:`Pause` (wait before trying again) and receives the reply,
-or has the client's exception thrown in. :class:`SyncRunner` answers on a ``redis.Redis``
-(blocking), :class:`AsyncRunner` on a ``redis.asyncio.Redis`` (awaited). :func:`call` is
-the one retry policy: a connection error is tried again within the bound, then becomes
+:mod:`.scripts`), :class:`Command` (one plain command), :class:`Pause` (wait before
+trying again) or :class:`Soon` (start a follow-up program) and receives the reply, or
+has the client's exception thrown in. :class:`SyncRunner` answers on a ``redis.Redis``
+(blocking), :class:`AsyncRunner` on a ``redis.asyncio.Redis`` (awaited): they are the
+backend's runner (``RedisBackend.run``/``run_async``). :func:`call` is the one retry
+policy: a connection error is tried again within the bound, then becomes
 BackendUnavailable (AcquireTimeout for a waiting acquire's deadline).
 """
 
@@ -12,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Generator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
@@ -22,12 +24,30 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..backend import Deadline, run_program, run_program_async
-from ..errors import AcquireTimeout, AuthenticationFailed, BackendUnavailable, PermissionDenied
+from ..backend import Deadline, Program, run_program, run_program_async
+from ..errors import (
+    AcquireTimeout,
+    AuthenticationFailed,
+    BackendUnavailable,
+    PermissionDenied,
+    SemaphoreError,
+)
 from .params import RedisParams
 from .scripts import SCRIPTS, ScriptName
 
-__all__ = ["AsyncRunner", "Eval", "Pause", "SyncRunner", "call", "translate"]
+__all__ = [
+    "AsyncRunner",
+    "Command",
+    "Eval",
+    "Pause",
+    "Soon",
+    "SyncRunner",
+    "call",
+    "command",
+    "translate",
+]
+
+T = TypeVar("T")
 
 #: how long a failed call waits before it is sent again
 RETRY_PAUSE = 0.1
@@ -52,10 +72,30 @@ class Eval:
 
 
 @dataclass(frozen=True)
+class Command:
+    """Send one plain command (``GET``, ``SCAN``, ``DEL``: ``args``, its name first);
+    the answer is its reply as the client parses it."""
+
+    args: tuple[Arg, ...]
+
+
+@dataclass(frozen=True)
 class Pause:
     """Wait ``seconds`` (before sending a call again)."""
 
     seconds: float
+
+
+@dataclass(frozen=True)
+class Soon:
+    """Start ``program()`` once the step that yields this is over, not waiting for it
+    (the answer is None); ``failed()`` when it ends with a SemaphoreError. The asyncio
+    runner starts it on the loop's next turn, once the awaiting task has ended its
+    step; the blocking runner runs it at once (its caller, a thread, has nothing of
+    its own to end first)."""
+
+    program: Callable[[], Program[object]]
+    failed: Callable[[], None]
 
 
 TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
@@ -104,7 +144,7 @@ def call(
     params: RedisParams | None = None,
     replicas: int = 0,
     max_wait: float = 0.0,
-) -> Generator[object, object, Any]:
+) -> Program[Any]:
     """Run one script, sent again after a connection error until ``bound`` passes
     (scripts are written so that a second run after a lost reply does no harm; a
     fenced commit is not, and passes ``retry=False``). With ``replicas``, a WAIT for
@@ -132,6 +172,15 @@ def call(
             raise translate(exc, where, params) from exc
 
 
+def command(args: tuple[Arg, ...], where: str, params: RedisParams) -> Program[Any]:
+    """Send one plain command (:class:`Command`), not sent again (a read, a delete of
+    data keys): the library's error for the client's (:func:`translate`)."""
+    try:
+        return (yield Command(args))
+    except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
+        raise translate(exc, where, params) from exc
+
+
 def no_retries() -> Retry:
     """The client's own retries are off: :func:`call` decides what is sent again."""
     return Retry(NoBackoff(), 0)
@@ -145,7 +194,7 @@ class SyncRunner:
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._socket_timeout = params.request_timeout
 
-    def run(self, program: Generator[object, object, Any]) -> Any:
+    def run(self, program: Program[T]) -> T:
         return run_program(program, self._answer)
 
     def _answer(self, pending: object) -> object:
@@ -163,8 +212,17 @@ class SyncRunner:
                 pipe.wait(pending.replicas, pending.wait_ms)
                 reply, acknowledged = pipe.execute()
             return reply, acknowledged
-        assert isinstance(pending, Pause)
-        time.sleep(pending.seconds)
+        if isinstance(pending, Pause):
+            time.sleep(pending.seconds)
+            return None
+        if isinstance(pending, Command):
+            client: Any = self.client  # (redis-py's execute_command is untyped)
+            return client.execute_command(*pending.args)
+        assert isinstance(pending, Soon)
+        try:
+            self.run(pending.program())
+        except SemaphoreError:
+            pending.failed()
         return None
 
     def _evalsha_within(self, sha: str, args: tuple[Arg, ...], timeout: float) -> Any:
@@ -199,8 +257,10 @@ class AsyncRunner:
             retry=AsyncRetry(NoBackoff(), 0),
         )
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
+        self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
+        self._closed = False
 
-    async def run(self, program: Generator[object, object, Any]) -> Any:
+    async def run(self, program: Program[T]) -> T:
         return await run_program_async(program, self._answer)
 
     async def _answer(self, pending: object) -> object:
@@ -220,9 +280,30 @@ class AsyncRunner:
                 pipe.wait(pending.replicas, pending.wait_ms)
                 reply, acknowledged = await pipe.execute()
             return reply, acknowledged
-        assert isinstance(pending, Pause)
-        await asyncio.sleep(pending.seconds)
+        if isinstance(pending, Pause):
+            await asyncio.sleep(pending.seconds)
+            return None
+        if isinstance(pending, Command):
+            client: Any = self.client  # (redis-py's execute_command is untyped)
+            return await client.execute_command(*pending.args)
+        assert isinstance(pending, Soon)
+        asyncio.get_running_loop().call_soon(self._start, pending)
         return None
 
+    def _start(self, soon: Soon) -> None:
+        """(On the loop, once the task that asked for ``soon`` has ended its step.)"""
+        if self._closed:  # the backend's close ended the session: nothing to follow up
+            return
+        task = asyncio.get_running_loop().create_task(self._follow_up(soon))
+        self._soon.add(task)
+        task.add_done_callback(self._soon.discard)
+
+    async def _follow_up(self, soon: Soon) -> None:
+        try:
+            await self.run(soon.program())
+        except SemaphoreError:
+            soon.failed()
+
     async def close(self) -> None:
+        self._closed = True
         await self.client.aclose()

@@ -13,14 +13,12 @@ entry, its token and its lease before writing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._core.protocol import Enqueued
-from ..backend import Deadline, QueueDriver, Waiter, nearest_needed, queues_of
-from ..errors import BackendUnavailable
+from ..backend import Deadline, Program, QueueDriver, Waiter, nearest_needed, queues_of
 from .calls import Arg
 from .queue import EntryView, RedisQueue, lease_lost
 from .scripts import ScriptName
@@ -38,10 +36,11 @@ def _where(backend: RedisBackend, queues: list[tuple[RedisQueue, Waiter]]) -> st
     return f"semaphores {sorted(q.name for q, _ in queues)} on {backend.describe()}"
 
 
-def enqueuing_all(
+def enqueue_all(
     backend: RedisBackend, pairs: Pairs, deadline: Deadline
-) -> Generator[object, object, dict[str, Enqueued]]:
+) -> Program[dict[str, Enqueued]]:
     """The EnqueueAll step (a program, run by either face)."""
+    backend.check_open()  # (before an entry id is chosen: nothing to abandon)
     queues = queues_of(RedisQueue, pairs)
     for queue, waiter in queues:
         queue.drop_route(waiter.entry_id)
@@ -86,10 +85,10 @@ def enqueuing_all(
 
 def removing_all(
     backend: RedisBackend, entries: Sequence[tuple[RedisQueue, str]], *, sweep: bool = True
-) -> Generator[object, object, Any]:
+) -> Program[Any]:
     """Remove our ``(queue, entry id)`` entries in one script; each queue swept (its
     newly admitted waiters told) unless ``sweep`` is False (a sweep of its own follows,
-    see RedisQueue.abandon_async)."""
+    as in RedisQueue.abandon)."""
     args: list[Arg] = [backend.params.prefix, "", backend.lease, "" if sweep else "later"]
     for queue, key in entries:
         queue.leaving(key)
@@ -108,37 +107,16 @@ def our_entries(pairs: Pairs) -> list[tuple[RedisQueue, str]]:
     return out
 
 
-def delete_all(backend: RedisBackend, pairs: Pairs) -> None:
-    """One script, waited for at most the request timeout; then in the background."""
+def delete_all(backend: RedisBackend, pairs: Pairs) -> Program[None]:
+    """One script, waited for at most the request timeout; then in the background
+    (``RedisBackend.removal``: also when interrupted)."""
     entries = our_entries(pairs)
     if not entries:
         return
-    try:
-        backend.run(removing_all(backend, entries))
-    except BackendUnavailable as exc:
-        _retry(backend, entries, exc)
-
-
-async def delete_all_async(backend: RedisBackend, pairs: Pairs) -> None:
-    """:func:`delete_all`, awaited; cancelled, the removal goes on in the background
-    (it may or may not have been applied: a removal repeats harmlessly)."""
-    entries = our_entries(pairs)
-    if not entries:
-        return
-    try:
-        await backend.run_async(removing_all(backend, entries))
-    except asyncio.CancelledError:
-        backend.in_background(lambda: removing_all(backend, entries))
-        raise
-    except BackendUnavailable as exc:
-        _retry(backend, entries, exc)
-
-
-def _retry(
-    backend: RedisBackend, entries: list[tuple[RedisQueue, str]], exc: BackendUnavailable
-) -> None:
-    backend.retry_removal(
-        f"removing {[k for _, k in entries]}", exc, lambda: removing_all(backend, entries)
+    yield from backend.removal(
+        f"removing {[k for _, k in entries]}",
+        removing_all(backend, entries),
+        lambda: removing_all(backend, entries),
     )
 
 

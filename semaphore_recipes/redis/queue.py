@@ -20,9 +20,8 @@ The held mark is the script's (``write_mark`` writes nothing).
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,7 @@ from ..backend import (
     EntryMarked,
     EntryState,
     EntryStatus,
+    Program,
     QueueDriver,
     SessionLost,
     Status,
@@ -43,8 +43,8 @@ from ..backend import (
     split_queue,
     validate_capacity,
 )
-from ..errors import BackendUnavailable, CapacityMismatch, SemaphoreError, SemaphoreNotFound
-from .calls import Arg
+from ..errors import BackendUnavailable, CapacityMismatch, SemaphoreNotFound
+from .calls import Arg, Soon
 from .scripts import ScriptName
 from .transaction import RedisFencedTransaction
 
@@ -101,14 +101,6 @@ class EntryView:
         )
 
 
-def cancels_pending() -> int:
-    """How many cancellations of the current task are pending (Python 3.11+; 0 before:
-    there a swallowed cancellation goes unnoticed until the acquire's deadline)."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    return int(cancelling()) if cancelling is not None else 0
-
-
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -129,7 +121,6 @@ class RedisQueue(QueueDriver):
         self._where = f"semaphore {name!r} on {backend.describe()}"
         self._routes: dict[str, _Route] = {}
         self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
-        self._sweeps: set[asyncio.Task[None]] = set()
 
     def _args(self, *rest: Arg) -> tuple[Arg, ...]:
         return (*self._head, *rest)
@@ -141,7 +132,7 @@ class RedisQueue(QueueDriver):
         deadline: Deadline | None = None,
         retry: bool = True,
         replicas: int = 0,
-    ) -> Generator[object, object, Any]:
+    ) -> Program[Any]:
         return self.backend.script(
             name, self._args(*rest), self._where, deadline=deadline, retry=retry, replicas=replicas
         )
@@ -153,7 +144,7 @@ class RedisQueue(QueueDriver):
     # ---- opening and capacity ----------------------------------------------------------
     def open(
         self, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> Generator[object, object, RedisQueue]:
+    ) -> Program[RedisQueue]:
         requested = capacity if create and capacity else ""
         reply = yield from self._run_script(ScriptName.OPEN, requested, self.backend.lease)
         if not reply:
@@ -164,32 +155,17 @@ class RedisQueue(QueueDriver):
             raise CapacityMismatch(self.name, capacity, stored)
         return self
 
-    def set_capacity(self, capacity: int) -> None:
-        validate_capacity(capacity)
-        self.backend.run(self._set_capacity(capacity))
+    def set_capacity(self, capacity: int) -> Program[None]:
+        validate_capacity(capacity)  # (before any I/O: when the program is made)
+        return self._setting_capacity(capacity)
 
-    async def set_capacity_async(self, capacity: int) -> None:
-        validate_capacity(capacity)
-        await self.backend.run_async(self._set_capacity(capacity))
-
-    def _set_capacity(self, capacity: int) -> Generator[object, object, None]:
+    def _setting_capacity(self, capacity: int) -> Program[None]:
         version = yield from self._run_script(ScriptName.SET_CAPACITY, capacity)
         self.apply_capacity(capacity, int(version))
 
     # ---- the protocol steps ------------------------------------------------------------
-    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        return self.backend.run(self._enqueue(waiter, deadline))  # type: ignore[no-any-return]
-
-    async def enqueue_async(self, waiter: Waiter, deadline: Deadline) -> Enqueued:
-        cancels = cancels_pending()
-        enqueued = await self.backend.run_async(self._enqueue(waiter, deadline))
-        if cancels_pending() > cancels:
-            # redis.asyncio can answer a call whose task was cancelled meanwhile (the
-            # request was on the wire): the acquire must still end, and remove its entry
-            raise asyncio.CancelledError
-        return enqueued  # type: ignore[no-any-return]
-
-    def _enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
+        self.backend.check_open()  # (before an entry id is chosen: nothing to abandon)
         self.drop_route(waiter.entry_id)
         while True:
             lease = self.backend.lease
@@ -268,38 +244,17 @@ class RedisQueue(QueueDriver):
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
-        return self._armed(waiter, keys)
-
-    async def arm_async(
-        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Mapping[str, EntryState | None] | SessionLost:
-        return self._armed(waiter, keys)
-
-    def _armed(self, waiter: Waiter, keys: tuple[str, ...]) -> Mapping[str, EntryState | None]:
+    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
         # No read: the server's admission message is the watch; until it comes, what
         # stands before us is what the last listing said (an entry gone since then is
         # counted by the server, never by us: we can only under-admit).
+        yield from ()
         with self._lock:
             route = self._routes.get(waiter.entry_id or "")
             listing = dict(route.listing) if route is not None else {}
         return {key: EntryState(held=listing.get(key, False)) for key in keys}
 
-    def relist(self, waiter: Waiter, deadline: Deadline) -> Sequence[Entry] | SessionLost:
-        return self.backend.run(self._relist(waiter, deadline))  # type: ignore[no-any-return]
-
-    async def relist_async(
-        self, waiter: Waiter, deadline: Deadline
-    ) -> Sequence[Entry] | SessionLost:
-        cancels = cancels_pending()
-        listing = await self.backend.run_async(self._relist(waiter, deadline))
-        if cancels_pending() > cancels:  # (as in enqueue_async)
-            raise asyncio.CancelledError
-        return listing  # type: ignore[no-any-return]
-
-    def _relist(
-        self, waiter: Waiter, deadline: Deadline
-    ) -> Generator[object, object, Sequence[Entry] | SessionLost]:
+    def relist(self, waiter: Waiter, deadline: Deadline) -> Program[Sequence[Entry] | SessionLost]:
         entry_id = waiter.key
         assert entry_id is not None
         reply = yield from self._run_script(ScriptName.RELIST, entry_id, deadline=deadline)
@@ -357,7 +312,7 @@ class RedisQueue(QueueDriver):
         if watch is not None:
             watch[1]("the entry was deleted by another client")
 
-    def check(self, entry_id: str) -> Generator[object, object, None]:
+    def check(self, entry_id: str) -> Program[None]:
         """A waiter's timed look (the notifier runs it): admits what fits, drops a dead
         predecessor, and times the next look."""
         with self._lock:
@@ -407,87 +362,47 @@ class RedisQueue(QueueDriver):
         with self._lock:
             self._holder_watches[key] = (token, on_lost)
 
-    def _removal(self, key: str, sweep: bool = True) -> Generator[object, object, None]:
+    def _removal(self, key: str, sweep: bool = True) -> Program[None]:
         self.leaving(key)
         yield from self._run_script(
             ScriptName.REMOVE, key, self.backend.lease, "" if sweep else "later"
         )
 
-    def _sweep(self) -> Generator[object, object, None]:
+    def _sweep(self) -> Program[None]:
         yield from self._run_script(ScriptName.REMOVE, "", self.backend.lease)
 
-    def remove(self, key: str) -> None:
-        try:
-            self.backend.run(self._removal(key))
-        except BackendUnavailable as exc:
-            self.backend.retry_removal(
-                f"semaphore {self.name!r}: removing {key}", exc, lambda: self._removal(key)
-            )
+    def remove(self, key: str) -> Program[None]:
+        yield from self.backend.removal(
+            f"semaphore {self.name!r}: removing {key}",
+            self._removal(key),
+            lambda: self._removal(key),
+        )
 
-    def abandon(self, waiter: Waiter) -> None:
+    def abandon(self, waiter: Waiter) -> Program[None]:
+        """The entry goes first, and the waiters it held back are admitted by a script
+        of its own, sent once this acquire has ended (:class:`.calls.Soon`): the other
+        backends' successors hear of a deletion after its reply on the same connection,
+        and a successor in this process must likewise find the abandoned acquire over
+        (their admission message comes on another connection, and could overtake the
+        reply)."""
         key = waiter.key or waiter.entry_id  # the id is chosen before the create
-        if key is not None:
-            self.remove(key)
+        if key is None:
+            return
+        removed = yield from self.backend.removal(
+            f"semaphore {self.name!r}: removing {key}",
+            self._removal(key, sweep=False),
+            lambda: self._removal(key),
+        )
+        if removed:  # (the next script or a waiter's timed look sweeps, if this fails)
+            yield Soon(self._sweep, lambda: self.backend.in_background(self._sweep))
 
     def abandon_nowait(self, waiter: Waiter) -> None:
         key = waiter.key or waiter.entry_id
         if key is not None:
             self.backend.in_background(lambda: self._removal(key))
 
-    async def abandon_async(self, waiter: Waiter) -> None:
-        """The entry goes first, and the waiters it held back are admitted by a script
-        of its own, sent once this acquire has ended: the other backends' successors
-        hear of a deletion after its reply on the same connection, and a successor in
-        this process must likewise find the cancelled acquire over (their admission
-        message comes on another connection, and could overtake the reply)."""
-        key = waiter.key or waiter.entry_id
-        if key is None:
-            return
-        try:
-            await self.backend.run_async(self._removal(key, sweep=False))
-        except asyncio.CancelledError:
-            self.backend.in_background(lambda: self._removal(key))
-            raise
-        except BackendUnavailable as exc:
-            self.backend.retry_removal(
-                f"semaphore {self.name!r}: removing {key}", exc, lambda: self._removal(key)
-            )
-            return
-        asyncio.get_running_loop().call_soon(self._sweep_soon)
-
-    def _sweep_soon(self) -> None:
-        """(On the loop, after the acquire that abandoned its entry has ended.)"""
-
-        async def sweep() -> None:
-            try:
-                await self.backend.run_async(self._sweep())
-            except SemaphoreError:  # the next script or a waiter's timed look sweeps
-                self.backend.in_background(self._sweep)
-
-        task = asyncio.get_running_loop().create_task(sweep())
-        self._sweeps.add(task)  # (a task nobody holds may be collected mid-way)
-        task.add_done_callback(self._sweeps.discard)
-
-    async def remove_async(self, key: str) -> None:
-        try:
-            await self.backend.run_async(self._removal(key))
-        except asyncio.CancelledError:
-            # the call may or may not have been applied: a removal repeats harmlessly
-            self.backend.in_background(lambda: self._removal(key))
-            raise
-        except BackendUnavailable as exc:
-            self.backend.retry_removal(
-                f"semaphore {self.name!r}: removing {key}", exc, lambda: self._removal(key)
-            )
-
     # ---- reading and fencing -----------------------------------------------------------------
-    def status(self) -> Status:
-        return self.backend.run(self._status())  # type: ignore[no-any-return]
-
-    async def status_async(self) -> Status:
-        return await self.backend.run_async(self._status())  # type: ignore[no-any-return]
-
-    def _status(self) -> Generator[object, object, Status]:
+    def status(self) -> Program[Status]:
         reply = yield from self._run_script(ScriptName.STATUS)
         if not reply:  # deleted, or the store lost its data: not the capacity we knew
             raise SemaphoreNotFound(self.name, self.backend.describe())

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..backend import FencedTransaction
+from ..backend import FencedTransaction, Program
 from ..errors import PermitLost, WriteConflict
 from .calls import Arg
 from .scripts import ScriptName
@@ -30,23 +30,17 @@ class RedisFencedTransaction(FencedTransaction):
         token: int,
         others: Sequence[tuple[str, str]] = (),
     ) -> None:
-        super().__init__()
+        super().__init__(queue.backend)
         self._queue = queue
         self.entry_key = entry_key
         self.token = token
         #: (semaphore, entry id) of a multi-permit's other entries, fenced as well
         self.others = tuple(others)
 
-    def commit(self) -> None:
+    def apply(self) -> Program[None]:
         """Apply the writes: PermitLost when the fence fails, WriteConflict when a
         write's condition fails (nothing is written), BackendUnavailable when no reply
         came within the request timeout."""
-        self._queue.backend.run(self._commit())
-
-    async def commit_async(self) -> None:
-        await self._queue.backend.run_async(self._commit())
-
-    def _commit(self) -> Generator[object, object, None]:
         writes: list[Arg] = []
         for write in self.writes:
             writes += [write.kind.value, write.key, write.value]
