@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..backend import Backend
 from ..client import Client
 from ..etcd.backend import EtcdBackend
 from .faces import store_backend
@@ -74,7 +75,7 @@ class EtcdHarness(NetworkHarness):
         with self._admin_client() as admin:
             return leftover_etcd_entries(admin, self._namespace, name)
 
-    def expire_session(self, backend: Client) -> None:
+    def expire_session(self, backend: Client | Backend) -> None:
         with self._admin_client() as admin:
             admin.lease_revoke(self.session_of(backend))
 
@@ -82,7 +83,7 @@ class EtcdHarness(NetworkHarness):
         with self._admin_client() as admin:
             return alive_etcd_leases(admin)
 
-    def session_of(self, backend: Client) -> int:
+    def session_of(self, backend: Client | Backend) -> int:
         backend = store_backend(backend)
         if not isinstance(backend, EtcdBackend):
             raise TypeError(f"not an etcd backend: {backend!r}")

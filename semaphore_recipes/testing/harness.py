@@ -29,6 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from ..backend import Backend
 from ..client import Client
 from .faces import Face
 from .proxy import FaultProxy, ProxyMode
@@ -136,22 +137,22 @@ class Harness(ABC):
             if not self.supports(verb):
                 raise self._lacks(verb)
 
-    def expire_session(self, backend: Client) -> None:
+    def expire_session(self, backend: Client | Backend) -> None:
         """End ``backend``'s session on the store, as its expiry would: its entries go.
         Returns once the store ended it; the backend learns of it by its own means."""
         raise self._lacks(Verb.EXPIRE_SESSION)
 
-    def cut(self, backend: Client, how: Cut = Cut.RESET) -> None:
+    def cut(self, backend: Client | Backend, how: Cut = Cut.RESET) -> None:
         """Cut every connection of ``backend`` (opened with ``proxied=True``) until
         :meth:`restore`."""
         raise self._lacks(Verb.CUT)
 
-    def restore(self, backend: Client) -> None:
+    def restore(self, backend: Client | Backend) -> None:
         """End a cut or lost replies: connections that lost bytes are reset (a stream
         with a hole cannot go on), then the backend reconnects as usual."""
         raise self._lacks(Verb.CUT)
 
-    def lose_next_reply(self, backend: Client) -> None:
+    def lose_next_reply(self, backend: Client | Backend) -> None:
         """From now until :meth:`restore`, ``backend``'s requests reach the store and
         their replies are lost (a create whose reply never comes)."""
         raise self._lacks(Verb.LOSE_NEXT_REPLY)
@@ -165,7 +166,7 @@ class Harness(ABC):
         """The ids of every session the store holds now."""
         raise self._lacks(Verb.LIST_SESSIONS)
 
-    def session_of(self, backend: Client) -> int:
+    def session_of(self, backend: Client | Backend) -> int:
         """The id of ``backend``'s current session (as :meth:`sessions` lists it)."""
         raise self._lacks(Verb.LIST_SESSIONS)
 
@@ -215,26 +216,26 @@ class NetworkHarness(Harness):
         self._proxied[id(backend)] = (backend, proxies)
         return backend
 
-    def _proxies(self, backend: Client) -> list[FaultProxy]:
+    def _proxies(self, backend: Client | Backend) -> list[FaultProxy]:
         found = self._proxied.get(id(backend))
         if found is None or found[0] is not backend:
             raise ValueError(f"{backend!r} was not opened with harness.connect(proxied=True)")
         return found[1]
 
-    def cut(self, backend: Client, how: Cut = Cut.RESET) -> None:
+    def cut(self, backend: Client | Backend, how: Cut = Cut.RESET) -> None:
         for proxy in self._proxies(backend):
             if how is Cut.RESET:
                 proxy.cut()
             else:
                 proxy.blackhole()
 
-    def restore(self, backend: Client) -> None:
+    def restore(self, backend: Client | Backend) -> None:
         for proxy in self._proxies(backend):
             if proxy.mode in (ProxyMode.BLACKHOLE, ProxyMode.DROP_REPLIES):
                 proxy.cut()  # bytes were lost: these connections cannot go on
             proxy.restore()
 
-    def lose_next_reply(self, backend: Client) -> None:
+    def lose_next_reply(self, backend: Client | Backend) -> None:
         for proxy in self._proxies(backend):
             proxy.drop_replies()
 

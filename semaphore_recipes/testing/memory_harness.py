@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..backend import Backend
 from ..client import Client
 from ..memory import MemoryBackend, store_named
 from .faces import store_backend
@@ -44,17 +45,17 @@ class MemoryHarness(Harness):
         paths = store_named(self._store_name).entry_paths()
         return [p for p in paths if name is None or p.rpartition("/")[0].endswith(f"/{name}")]
 
-    def expire_session(self, backend: Client) -> None:
+    def expire_session(self, backend: Client | Backend) -> None:
         _memory(backend).expire_session()
 
     def sessions(self) -> set[int]:
         return store_named(self._store_name).sessions()
 
-    def session_of(self, backend: Client) -> int:
+    def session_of(self, backend: Client | Backend) -> int:
         return _memory(backend).session
 
 
-def _memory(backend: Client) -> MemoryBackend:
+def _memory(backend: Client | Backend) -> MemoryBackend:
     store = store_backend(backend)
     if not isinstance(store, MemoryBackend):
         raise TypeError(f"not a memory backend: {backend!r}")

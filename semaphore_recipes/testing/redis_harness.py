@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..backend import Backend
 from ..client import Client
 from .faces import store_backend
 from .harness import NetworkHarness, Verb
@@ -106,18 +107,18 @@ class RedisHarness(NetworkHarness):
         finally:
             runner.close()
 
-    def expire_session(self, backend: Client) -> None:
+    def expire_session(self, backend: Client | Backend) -> None:
         self.admin.delete(f"{self.prefix}:lease:{_redis(backend).lease}")
 
     def sessions(self) -> set[int]:
         keys = self.admin.scan_iter(match=f"{self.prefix}:lease:*", count=1000)
         return {int(_text(k).rsplit(":", 1)[1], 16) for k in keys}
 
-    def session_of(self, backend: Client) -> int:
+    def session_of(self, backend: Client | Backend) -> int:
         return int(_redis(backend).lease, 16)
 
 
-def _redis(backend: Client) -> RedisBackend:
+def _redis(backend: Client | Backend) -> RedisBackend:
     from ..redis.backend import RedisBackend
 
     found = store_backend(backend)

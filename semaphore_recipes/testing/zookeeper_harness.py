@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..backend import Backend
 from ..client import Client
 from ..zookeeper.backend import ZooKeeperBackend
 from .faces import store_backend
@@ -63,7 +64,7 @@ class ZooKeeperHarness(NetworkHarness):
         found: list[str] = self._admin.retry(leftover_entries, self._admin, self._namespace, name)
         return found
 
-    def expire_session(self, backend: Client) -> None:
+    def expire_session(self, backend: Client | Backend) -> None:
         backend = store_backend(backend)
         if not isinstance(backend, ZooKeeperBackend):
             raise TypeError(f"not a ZooKeeper backend: {backend!r}")

@@ -44,11 +44,6 @@ def zk_backend(backend: aio.AsyncBackend) -> ZooKeeperBackend:
     return backend.backend
 
 
-def as_client(backend: aio.AsyncBackend) -> sr.Client:
-    """The harness's verbs act on the store's backend, which they take from a Client."""
-    return sr.Client(zk_backend(backend))
-
-
 async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
     end = time.monotonic() + timeout
     while not predicate():
@@ -210,7 +205,7 @@ def test_an_async_waiter_whose_session_expires_enters_the_queue_again(
             sem = backend.semaphore("expiry", capacity=1)
             task = asyncio.ensure_future(sem.acquire(timeout=60))
             await until(lambda: len(zk.entries()) == 2)
-            await asyncio.to_thread(zk.expire_session, as_client(backend))
+            await asyncio.to_thread(zk.expire_session, zk_backend(backend))
             await until(lambda: len(zk.entries()) == 2)  # in the queue again, new session
             assert not task.done()
             holder.release()
@@ -229,7 +224,7 @@ def test_an_async_holder_learns_of_its_loss(zk: ZooKeeperHarness) -> None:
             sem = backend.semaphore("loss", capacity=1)
             permit = await sem.acquire(watch_entry=True)
             assert not permit.lost.is_set()
-            await asyncio.to_thread(zk.expire_session, as_client(backend))
+            await asyncio.to_thread(zk.expire_session, zk_backend(backend))
             await asyncio.wait_for(permit.lost.wait(), 20)
             assert permit.state is sr.PermitState.LOST
             with pytest.raises(sr.PermitLost):
