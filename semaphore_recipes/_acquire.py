@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 
 from ._core.deadline import ONE_REPLY_FLOOR, Deadline, one_reply_deadline
 from ._core.program import Program
-from ._core.protocol import Arm, AwaitEvent, Enqueue, MarkHeld, Relist, Step, acquire_protocol
+from ._core.protocol import AwaitEvent, Enqueue, MarkHeld, Step, acquire_protocol
 from ._core.queue import Entry
 from ._core.slots import ListSlots, Slot, TakeSlot
 from ._leave import leave, leave_async
@@ -69,23 +69,6 @@ class Leave:
     what: str
 
 
-def store_program(
-    store: QueueDriver, waiter: Waiter, step: Step, deadline: Deadline
-) -> Program[object]:
-    """The store's program for a protocol ``step`` of ``waiter``: the one table from the
-    protocol's steps to a queue driver's, for both faces and both acquire shapes."""
-    if isinstance(step, Arm):
-        return store.arm(waiter, step.keys, deadline)
-    if isinstance(step, Relist):
-        return store.relist(waiter, deadline)
-    if isinstance(step, ListSlots):
-        return store.list_slots(waiter, deadline)
-    if isinstance(step, TakeSlot):
-        return store.take_slot(waiter, step.index, deadline)
-    assert isinstance(step, Enqueue), step
-    return store.enqueue(waiter, deadline)
-
-
 def acquisition(
     store: QueueDriver,
     waiter: Waiter,
@@ -119,7 +102,7 @@ def acquisition(
             elif isinstance(step, Enqueue):
                 if waiter.entry_id is not None:
                     log.warning("session lost while waiting for %r: entering the queue again", name)
-                    yield Leave(store.abandon(waiter), name)
+                    yield Leave(store.abandon_entry(waiter), name)
                 answer = yield _one_reply_call(step, step.first, store, waiter, deadline, clock)
             elif isinstance(step, (ListSlots, TakeSlot)):
                 # admitted: a deadline that passed (timeout=0) still gets the slots' replies
@@ -127,7 +110,7 @@ def acquisition(
             elif isinstance(step, AwaitEvent):
                 answer = yield step  # the face waits for the waiter's next event
             else:
-                answer = yield StoreCall(store_program(store, waiter, step, deadline))
+                answer = yield StoreCall(store.step(waiter, step, deadline))
             try:
                 step = protocol.send(answer)
             except StopIteration:
@@ -147,7 +130,7 @@ def acquisition(
         if isinstance(exc, GeneratorExit):
             abandon_nowait(waiter)  # the program is being closed: nothing can be awaited now
         else:
-            yield Leave(store.abandon(waiter), name)  # waited for, as a release would be
+            yield Leave(store.abandon_entry(waiter), name)  # waited for, as a release would be
         raise
     finally:
         store.unregister(waiter)
@@ -169,9 +152,9 @@ def _one_reply_call(
     caller's timeout: ``timeout=0`` needs one reply to decide."""
     floor = one_reply_deadline(deadline, store.request_timeout, clock) if awaited else None
     if floor is None:
-        return StoreCall(store_program(store, waiter, step, deadline))
+        return StoreCall(store.step(waiter, step, deadline))
     what = f"semaphore {store.name!r}"
-    return StoreCall(store_program(store, waiter, step, floor), first_try=True, what=what)
+    return StoreCall(store.step(waiter, step, floor), first_try=True, what=what)
 
 
 def validate_slot(slot: object, backend: Backend) -> None:

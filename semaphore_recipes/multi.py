@@ -24,7 +24,7 @@ from collections.abc import Callable, Generator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._acquire import Leave, StoreCall, answer_blocking, store_program
+from ._acquire import Leave, StoreCall, answer_blocking
 from ._core.deadline import Deadline, one_reply_deadline, validate_timeout
 from ._core.multi import EnqueueAll, EnqueuedAll, InQueue, QueueEvent, multi_acquire_protocol
 from ._core.names import validate_name, validate_permits
@@ -100,7 +100,7 @@ class QueueWaiter(Waiter):
         self.semaphore = semaphore
         self._shared = inbox
 
-    def post(self, generation: int, event: Event) -> None:
+    def deliver(self, generation: int, event: Event) -> None:
         self._shared.put(self, generation, event)
 
 
@@ -171,7 +171,7 @@ def multi_acquisition(
             if isinstance(step, EnqueueAll):
                 if any(w.key is not None or w.entry_id is not None for w in waiters.values()):
                     log.warning("session lost while waiting for %s: entering again", names)
-                    yield Leave(backend.delete_all(pairs), describe_pairs(pairs))
+                    yield Leave(backend.delete_entries(pairs), describe_pairs(pairs))
                 answer = yield _enqueue_all_call(backend, pairs, deadline, step.first, clock)
             elif isinstance(step, InQueue):
                 driver, waiter = drivers[step.name], waiters[step.name]
@@ -179,7 +179,7 @@ def multi_acquisition(
                 if isinstance(inner, MarkHeld):
                     driver.mark_held(waiter, inner.me, inner.now, inner.lower, marks_lost.append)
                 else:
-                    answer = yield StoreCall(store_program(driver, waiter, inner, deadline))
+                    answer = yield StoreCall(driver.step(waiter, inner, deadline))
             else:
                 answer = yield step
             try:
@@ -191,7 +191,7 @@ def multi_acquisition(
         if isinstance(exc, GeneratorExit):
             abandon_nowait(pairs)  # the program is being closed: nothing can be awaited now
         else:
-            yield Leave(backend.delete_all(pairs), describe_pairs(pairs))  # all, in one request
+            yield Leave(backend.delete_entries(pairs), describe_pairs(pairs))  # all, in one request
         raise
     finally:
         for driver, waiter in pairs:
@@ -279,7 +279,7 @@ def acquire_all(
 
 def _leave_all(backend: Backend, pairs: Pairs) -> None:
     """Remove every entry of ``pairs``, waiting for it as ``_leave.leave`` does."""
-    removal = backend.delete_all(pairs)
+    removal = backend.delete_entries(pairs)
     leave(
         lambda: backend.run(removal),
         describe_pairs(pairs),
@@ -346,7 +346,7 @@ class MultiPermit(MultiPermitBase):
         """Give every permit back, in one request. Idempotent; never raises; returns
         within the request timeout (the rest goes on in the background)."""
         if self._begin_release():
-            self._backend.run(self._backend.delete_all(self._pairs))
+            self._backend.run(self._backend.delete_entries(self._pairs))
             log.debug("released %s (token %d)", self.weights, self.token)
 
     def __enter__(self) -> MultiPermit:

@@ -82,7 +82,7 @@ class Permit(PermitBase):
         stays LOST."""
         if self._begin_release():
             store = self.semaphore._store
-            store.backend.run(store.remove(self.key))
+            store.backend.run(store.release_entry(self.key))
             log.debug("released %s of %r (token %d)", self.permits, self._name, self.token)
 
     def __enter__(self) -> Permit:
@@ -178,7 +178,7 @@ class Semaphore:
 
         def abandon_nowait(waiter: Waiter) -> None:
             # the program is being closed: the removal on a thread, waited for briefly
-            removal = store.abandon(waiter)
+            removal = store.abandon_entry(waiter)
             leave(
                 lambda: backend.run(removal),
                 store.name,

@@ -17,6 +17,8 @@ from semaphore_recipes import registry
 from semaphore_recipes.backend import Program, QueueDriver, ServiceURL, SessionState, run_program
 from semaphore_recipes.registry import BackendSpec
 
+from .core.fakes import FakeQueue
+
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +44,7 @@ class Recorder(sr.Backend):
 
     scheme = "recorder"
     default_port = 7
+    queue_type = FakeQueue
 
     def __init__(self, url: ServiceURL, owner: str | None) -> None:
         super().__init__(owner=owner or "?", request_timeout=url.request_timeout())

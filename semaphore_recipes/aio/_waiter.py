@@ -72,8 +72,8 @@ class AsyncWaiter(Waiter):
         super().__init__(weight, owner)
         self._bell = Doorbell(loop)
 
-    def post(self, generation: int, event: Event) -> None:
-        super().post(generation, event)
+    def deliver(self, generation: int, event: Event) -> None:
+        super().deliver(generation, event)
         self._bell.ring()
 
     async def next_event_async(self, timeout: float | None) -> Event | None:

@@ -59,7 +59,7 @@ class AsyncMultiPermit(LostOnLoop, MultiPermitBase):
         within the request timeout (the delete goes on in the background); cancelling
         the awaiting task does not stop the delete."""
         if self._begin_release():
-            await asyncio.shield(self._backend.run_async(self._backend.delete_all(self._pairs)))
+            await asyncio.shield(self._backend.run_async(self._backend.delete_entries(self._pairs)))
             log.debug("released %s (token %d)", self.weights, self.token)
 
 
@@ -84,7 +84,7 @@ async def acquiring_all(
     cleanups: set[asyncio.Task[None]] = set()
 
     def abandon(pairs: Pairs) -> None:  # the program is being closed: not awaited
-        task = loop.create_task(backend.run_async(backend.delete_all(pairs)))
+        task = loop.create_task(backend.run_async(backend.delete_entries(pairs)))
         cleanups.add(task)  # (a task nobody holds may be collected mid-way)
         task.add_done_callback(cleanups.discard)
 

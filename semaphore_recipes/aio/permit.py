@@ -90,7 +90,7 @@ class AsyncPermit(LostOnLoop, PermitBase):
         deleted as well; its state stays LOST. Cancelling the awaiting task does not
         stop the delete."""
         if self._begin_release():
-            removal = self._store.backend.run_async(self._store.remove(self.key))
+            removal = self._store.backend.run_async(self._store.release_entry(self.key))
             await asyncio.shield(removal)
             log.debug("released %s of %r (token %d)", self.permits, self._name, self.token)
 

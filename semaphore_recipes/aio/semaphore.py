@@ -166,7 +166,7 @@ class AsyncSemaphore:
             watch_entry=watch_entry,
             slots=slot,
             new_permit=new_permit,
-            abandon_nowait=store.abandon_nowait,
+            abandon_nowait=store.abandon_entry_nowait,
             clock=self._clock,
         )
         backend = self._backend.backend

@@ -36,8 +36,10 @@ class Capabilities:
     with their entry);
     ``acquire_all``: it creates entries in several queues in one atomic request
     (``Backend.enqueue_all``/``delete_all``/``transaction_all``);
-    ``server_admission``: its write decides admission on the server (Redis's scripts),
-    rather than the client from its listing (informational for now).
+    ``server_admission``: its writes decide admission on the server (Redis's scripts):
+    an enqueue answers whether it was admitted, and a later admission is told to the
+    waiter (``StoreAdmitted``); the protocol then never arms, relists nor writes a held
+    mark. Without it the queue class defines ``arm``, ``relist`` and ``write_mark``.
     """
 
     async_face: bool = False
@@ -67,3 +69,5 @@ HOOKS: dict[Capability, tuple[str, ...]] = {
 }
 #: the hooks the queue class (``Backend.queue_type``) of a store with slots defines
 SLOT_HOOKS = ("list_slots", "take_slot")
+#: ... and of a store that does not decide admission on the server
+CLIENT_ADMISSION_HOOKS = ("arm", "relist", "write_mark")

@@ -14,18 +14,22 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar, final
 
 from .._core.codec import EntryData
 from .._core.deadline import Deadline
 from .._core.program import Program
 from .._core.protocol import (
+    Arm,
     CapacityChanged,
+    Enqueue,
     Enqueued,
-    EntryDeleted,
+    Relist,
     SessionLost,
+    Step,
 )
 from .._core.queue import Entry, EntryState
+from .._core.slots import ListSlots, TakeSlot
 from .._core.status import Status
 from ..errors import SlotsNotSupported
 from .fenced import FencedTransaction
@@ -35,6 +39,11 @@ if TYPE_CHECKING:
     from .store import Backend
 
 log = logging.getLogger("semaphore_recipes")
+
+
+class DriverContractError(AssertionError):
+    """A queue driver broke the seam's contract (a backend's bug, named in the message):
+    every acquire through it fails, so the contract suite finds it."""
 
 
 #: How many admitted views of its own entries a driver keeps (QueueDriver.admitted_view):
@@ -72,6 +81,7 @@ class QueueDriver(ABC):
 
     # -- shared bookkeeping --
     def register(self, waiter: Waiter) -> None:
+        waiter.bind(self)
         with self._lock:
             self._waiters.add(waiter)
         self.backend.register_waiter(waiter)
@@ -160,14 +170,9 @@ class QueueDriver(ABC):
         with self._lock:
             self._admitted_views.pop(key, None)
 
-    def deleted_event(self, key: str, token: int | None = None) -> EntryDeleted:
-        """The event for the watched entry ``key``'s deletion, with its admitted view
-        when it was ours (:meth:`admitted_view`)."""
-        return EntryDeleted(key, self.admitted_view(key, token))
-
     def gone_state(self, key: str, token: int | None = None) -> EntryState | None:
         """An Arm step's answer for ``key`` found gone: None, or its admitted view when
-        it was ours (:meth:`admitted_view`)."""
+        it was ours (:meth:`admitted_view`). The base answers it for a driver's None."""
         view = self.admitted_view(key, token)
         return None if view is None else EntryState(held=True, left_view=view)
 
@@ -177,7 +182,8 @@ class QueueDriver(ABC):
         with self._lock:
             return self.capacity, self._capacity_version
 
-    # -- job slots: what a driver sent for each entry, so that leaving deletes them --
+    # -- job slots: what a driver sent for each entry, so that leaving deletes them (the
+    # base keeps it around each TakeSlot step: :meth:`step`) --
     def slot_sending(self, key: str, index: int) -> None:
         """A create of slot ``index`` for our entry ``key`` is about to be sent."""
         with self._lock:
@@ -204,6 +210,83 @@ class QueueDriver(ABC):
         with self._lock:
             self._unmarked.pop(key, None)
 
+    # -- what the faces run: each hook with what the base does around it --
+    @final
+    def step(self, waiter: Waiter, step: Step, deadline: Deadline) -> Program[object]:
+        """The program answering the protocol's ``step`` for ``waiter``: the one table
+        from the protocol's steps to this driver's hooks (both faces, both acquire
+        shapes), with the bookkeeping of the base around them."""
+        if isinstance(step, Arm):
+            return self._arming(waiter, step.keys, deadline)
+        if isinstance(step, Relist):
+            return self.relist(waiter, deadline)
+        if isinstance(step, ListSlots):
+            return self.list_slots(waiter, deadline)
+        if isinstance(step, TakeSlot):
+            return self._taking_slot(waiter, step.index, deadline)
+        assert isinstance(step, Enqueue), step
+        return self._entering(waiter, deadline)
+
+    def _entering(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
+        before = waiter.generation
+        enqueued = yield from self.enqueue(waiter, deadline)
+        if not (
+            waiter.generation > before
+            and waiter.entry_id is not None
+            and waiter.key == enqueued.me.key
+            and waiter.token is not None
+        ):
+            raise DriverContractError(
+                f"{type(self).__name__}.enqueue must call waiter.new_generation(), "
+                "waiter.creating(id) before its create and waiter.created(key, token) "
+                f"for the entry it answers ({enqueued.me.key!r})"
+            )
+        return enqueued
+
+    def _arming(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
+        states = yield from self.arm(waiter, keys, deadline)
+        if isinstance(states, SessionLost):
+            return states
+        # an entry found gone that was admitted here: the view it was admitted with
+        return {
+            key: self.gone_state(key) if state is None else state for key, state in states.items()
+        }
+
+    def _taking_slot(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> Program[int | frozenset[int] | SessionLost]:
+        key = waiter.key
+        assert key is not None
+        self.slot_sending(key, index)  # maybe made from now on: leaving deletes it
+        taken = yield from self.take_slot(waiter, index, deadline)
+        self.slot_answered(key, index, taken if isinstance(taken, int) else None)
+        return taken
+
+    @final
+    def release_entry(self, key: str) -> Program[None]:
+        """A holder's release: its entry and its slot records go (:meth:`remove`)."""
+        self.forget_mark(key)
+        yield from self.remove(key, self.slots_leaving(key))
+
+    @final
+    def abandon_entry(self, waiter: Waiter) -> Program[None]:
+        """An acquire's way out without a permit: its entry goes (:meth:`abandon`)."""
+        yield from self.abandon(waiter, self._leaving(waiter))
+
+    @final
+    def abandon_entry_nowait(self, waiter: Waiter) -> None:
+        """:meth:`abandon_entry`, not waited for (:meth:`abandon_nowait`)."""
+        self.abandon_nowait(waiter, self._leaving(waiter))
+
+    def _leaving(self, waiter: Waiter) -> dict[int, int | None]:
+        key = waiter.key
+        if key is None:
+            return {}
+        self.forget_mark(key)
+        return self.slots_leaving(key)
+
     # -- the store's side: each step a program (``runner.py``), run by either face --
     @abstractmethod
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
@@ -211,33 +294,37 @@ class QueueDriver(ABC):
         (and the capacity, when it changed): the Enqueue step. Retries within
         ``deadline`` while the store cannot be reached; AcquireTimeout when it passes."""
 
-    @abstractmethod
+    # -- admission decided here, from listings and watches (not by a store whose write
+    # decides it: ``Capabilities(server_admission=True)``); checked on ``queue_type`` --
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
     ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
-        """Read each key and watch it: the Arm step. A deletion posts EntryDeleted, a
-        held mark EntryHeld or EntryMarked, to ``waiter`` for its current generation."""
+        """Read each key and watch it: the Arm step; None for a key found gone. A
+        deletion is told with ``waiter.entry_deleted``, a held mark posts EntryHeld or
+        EntryMarked, to ``waiter`` for the generation it was armed for."""
+        raise _server_decides(self)
 
-    @abstractmethod
     def relist(self, waiter: Waiter, deadline: Deadline) -> Program[Sequence[Entry] | SessionLost]:
         """The entries lower than the waiter's own, listed afresh (no watches)."""
+        raise _server_decides(self)
 
-    @abstractmethod
     def write_mark(
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
     ) -> None:
         """Write the held mark on our entry without waiting for the reply (safety never
         depends on it); ``on_lost`` when the entry turns out to be gone. Must not
         re-create an entry that is gone, and must not block (the event loop calls it)."""
+        raise _server_decides(self)
 
     @abstractmethod
-    def abandon(self, waiter: Waiter) -> Program[None]:
+    def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> Program[None]:
         """Remove the waiter's entry if it exists (exact key, or found by entry id after
-        a lost create reply): the reply within the request timeout, then retried in the
-        background; never raises but an interrupt (the delete goes on)."""
+        a lost create reply) and ``slot_records`` (index -> token, None when maybe made)
+        with it: the reply within the request timeout, then retried in the background;
+        never raises but an interrupt (the delete goes on)."""
 
     @abstractmethod
-    def abandon_nowait(self, waiter: Waiter) -> None:
+    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None:
         """:meth:`abandon`, started and not waited for (an acquire program closed where
         nothing can be awaited): the delete goes on in the background, also when the
         create's reply is still on its way (it finds the entry by its id)."""
@@ -248,9 +335,10 @@ class QueueDriver(ABC):
         (the holder's own held mark does not end the watch). Must not block."""
 
     @abstractmethod
-    def remove(self, key: str) -> Program[None]:
-        """Delete the holder's own entry: the reply within the request timeout, then
-        retried in the background; never raises but an interrupt."""
+    def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
+        """Delete the holder's own entry and ``slot_records`` with it, in one request:
+        the reply within the request timeout, then retried in the background; never
+        raises but an interrupt."""
 
     @abstractmethod
     def status(self) -> Program[Status]:
@@ -279,8 +367,8 @@ class QueueDriver(ABC):
         slot ``index`` if there is none, on the session, only while the entry exists
         (``_core.slots.TakeSlot``). Answers its token; a fresh listing when another entry
         holds the index; SessionLost when our entry is gone. A retry after a lost reply
-        adopts a record that names our entry. Call :meth:`slot_sending` before the
-        create and :meth:`slot_answered` after it."""
+        adopts a record that names our entry. (The base notes the record as maybe
+        made before, and as made or not from the answer: leaving deletes it.)"""
         raise SlotsNotSupported(self.backend.scheme)
 
 
@@ -296,6 +384,13 @@ def queues_of(kind: type[Q], pairs: Sequence[tuple[QueueDriver, T]]) -> list[tup
         assert isinstance(driver, kind), driver
         out.append((driver, other))
     return out
+
+
+def _server_decides(driver: QueueDriver) -> DriverContractError:
+    return DriverContractError(
+        f"{type(driver).__name__}: admission is decided by the store's writes "
+        "(server_admission): the protocol never asks it to arm, relist or mark"
+    )
 
 
 def _ignore(why: str) -> None:

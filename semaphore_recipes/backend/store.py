@@ -16,7 +16,7 @@ import socket
 from abc import abstractmethod
 from collections.abc import Sequence
 from types import TracebackType
-from typing import ClassVar, TypeVar
+from typing import ClassVar, TypeVar, final
 
 from .._core.deadline import Deadline
 from .._core.protocol import (
@@ -25,7 +25,7 @@ from .._core.protocol import (
 from .._url import ServiceURL
 from ..errors import NotSupported
 from ..instrumentation import NO_INSTRUMENTATION, Instrumentation
-from .capabilities import HOOKS, SLOT_HOOKS, Capabilities, Capability
+from .capabilities import CLIENT_ADMISSION_HOOKS, HOOKS, SLOT_HOOKS, Capabilities, Capability
 from .driver import QueueDriver
 from .fenced import FencedTransaction
 from .hub import SessionHub
@@ -65,7 +65,8 @@ class Backend(SessionHub, Runner):
 
     #: The URL scheme (``zookeeper``, ``etcd``, ``memory``): set by each subclass.
     scheme: ClassVar[str]
-    #: The class of the backend's queues (what ``open_queue`` makes); required with slots.
+    #: The class of the backend's queues (what ``open_queue`` makes), whose hooks the
+    #: capabilities' check reads.
     queue_type: ClassVar[type[QueueDriver] | None] = None
 
     def __init__(self, *, owner: str, request_timeout: float) -> None:
@@ -175,12 +176,15 @@ class Backend(SessionHub, Runner):
         ]
         missing = [hook for hook in needed if getattr(cls, hook) is getattr(Backend, hook)]
         queue = cls.queue_type
-        if declared.slots and queue is None:
+        queue_hooks: tuple[str, ...] = SLOT_HOOKS if declared.slots else ()
+        if not declared.server_admission:
+            queue_hooks += CLIENT_ADMISSION_HOOKS
+        if queue_hooks and queue is None:
             missing.append("queue_type")
-        elif declared.slots and queue is not None:
+        elif queue is not None:
             missing += [
                 f"{queue.__name__}.{hook}"
-                for hook in SLOT_HOOKS
+                for hook in queue_hooks
                 if getattr(queue, hook) is getattr(QueueDriver, hook)
             ]
         if missing:
@@ -210,6 +214,15 @@ class Backend(SessionHub, Runner):
         name. Waiter bookkeeping (``new_generation``, ``creating``, ``created``) as
         :meth:`QueueDriver.enqueue` does it; AcquireTimeout when ``deadline`` passes."""
         raise NotSupported(self.scheme, MULTI, "acquire_all")
+
+    @final
+    def delete_entries(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> Program[None]:
+        """What the faces run to remove an ``acquire_all``'s entries (:meth:`delete_all`),
+        marks kept for a capacity decrease dropped first."""
+        for driver, waiter in queues:
+            if waiter.key is not None:
+                driver.forget_mark(waiter.key)
+        yield from self.delete_all(queues)
 
     def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> Program[None]:
         """Delete each waiter's entry (its key, or found by its entry id after a lost

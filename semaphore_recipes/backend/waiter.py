@@ -9,23 +9,43 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable
+from typing import Protocol
 
 from .._core.protocol import (
     BackendFailed,
+    CapacityChanged,
+    EntryDeleted,
+    EntryHeld,
+    EntryMarked,
     Event,
     SessionLost,
 )
+from .._core.queue import Entry
 from ..errors import BackendUnavailable
+
+#: What a driver posts to a waiter itself; a deletion goes through
+#: :meth:`Waiter.entry_deleted`, which adds what the driver kept of it.
+Posted = CapacityChanged | EntryHeld | EntryMarked | SessionLost | BackendFailed
+
+
+class ViewKeeper(Protocol):
+    """What a waiter needs of its queue driver (``QueueDriver`` is one)."""
+
+    def admitted_view(self, key: str, token: int | None = None) -> tuple[Entry, ...] | None: ...
+
+    def key_reused(self, key: str) -> None: ...
 
 
 class Waiter:
     """One ``acquire`` in flight: the entry it is creating or owns, and its inbox.
 
-    A driver's ``enqueue`` calls :meth:`new_generation` once, :meth:`creating` before
-    each create it sends (so an interrupted acquire can find its entry by id), and
-    :meth:`created` once the store confirmed the entry. Events for the acquire go through
-    :meth:`post` with the generation they were armed for: a post for an older generation
-    (a watch set for an entry that died with its session) is dropped.
+    A driver's ``enqueue`` calls :meth:`new_generation` once per attempt,
+    :meth:`creating` before each create it sends (so an interrupted acquire can find its
+    entry by id), and :meth:`created` once the store confirmed the entry: the queue
+    driver's base checks that it did (``QueueDriver.step``). Events for the acquire go
+    through :meth:`post` (a deletion: :meth:`entry_deleted`) with the generation they
+    were armed for: a post for an older generation (a watch set for an entry that died
+    with its session) is dropped.
     """
 
     def __init__(self, weight: int, owner: str) -> None:
@@ -36,6 +56,11 @@ class Waiter:
         self.key: str | None = None  #: the entry's key once the store confirmed it
         self.token: int | None = None  #: the entry's fencing token (store revision)
         self._inbox: queue.SimpleQueue[tuple[int, Event]] = queue.SimpleQueue()
+        self._views: ViewKeeper | None = None  # the driver it is registered with
+
+    def bind(self, views: ViewKeeper) -> None:
+        """Registered with the driver ``views`` (``QueueDriver.register``)."""
+        self._views = views
 
     def new_generation(self) -> int:
         self.generation += 1
@@ -44,15 +69,33 @@ class Waiter:
         return self.generation
 
     def creating(self, entry_id: str | None) -> None:
-        """The id of the entry about to be created (None: that attempt is over)."""
+        """The id of the entry about to be created (None: that attempt is over). Where
+        the id is the entry's key and keys are reused, the view the driver kept for the
+        key's previous entry is dropped first (``QueueDriver.key_reused``)."""
+        if entry_id is not None and self._views is not None:
+            self._views.key_reused(entry_id)
         self.entry_id = entry_id
 
     def created(self, key: str, token: int) -> None:
         """The store confirmed our entry ``key`` with fencing token ``token``."""
         self.key, self.token = key, token
 
-    def post(self, generation: int, event: Event) -> None:
-        """Thread-safe; called from the client library's threads."""
+    def post(self, generation: int, event: Posted) -> None:
+        """Thread-safe; called from the client library's threads. A deletion is not
+        posted here (TypeError): :meth:`entry_deleted` adds the view the driver kept."""
+        if isinstance(event, EntryDeleted):
+            raise TypeError("a deletion goes through Waiter.entry_deleted()")
+        self.deliver(generation, event)
+
+    def entry_deleted(self, generation: int, key: str, token: int | None = None) -> None:
+        """The watched entry ``key`` (created with ``token``, where keys are reused) was
+        deleted: EntryDeleted, with the view it was admitted with when it was admitted
+        through this waiter's driver (``QueueDriver.admitted_view``)."""
+        view = None if self._views is None else self._views.admitted_view(key, token)
+        self.deliver(generation, EntryDeleted(key, view))
+
+    def deliver(self, generation: int, event: Event) -> None:
+        """Put ``event`` in the inbox (a multi-acquire's waiter puts it in the shared one)."""
         self._inbox.put((generation, event))
 
     def post_session_lost(self, affected: Callable[[str | None], bool] | None = None) -> None:

@@ -77,7 +77,6 @@ def delete_all(
         queue.drop_watches(waiter)
         key = waiter.key or waiter.entry_id
         if key is not None:
-            queue.forget_mark(key)
             entries.append((queue.path, key))
     if entries:
         backend.send(lambda: call_with_sigint_held(lambda: backend.store.delete_entries(entries)))

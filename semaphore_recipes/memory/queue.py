@@ -133,7 +133,7 @@ class MemoryQueue(QueueDriver):
         def watch(key: str) -> EntryWatch:
             def changed(entry: StoredEntry | None) -> None:
                 if entry is None:
-                    waiter.post(generation, self.deleted_event(key))
+                    waiter.entry_deleted(generation, key)
                 else:
                     waiter.post(generation, EntryMarked(key, entry.data.lower))
 
@@ -151,9 +151,6 @@ class MemoryQueue(QueueDriver):
                     continue
                 armed.append((key, watch_id))
                 states[key] = EntryState(held=entry.data.held, lower=entry.data.lower)
-        for key, (entry, _) in found.items():
-            if entry is None:
-                states[key] = self.gone_state(key)  # (takes the lock)
         return states
 
     def relist(
@@ -167,8 +164,6 @@ class MemoryQueue(QueueDriver):
     def write_mark(
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
     ) -> None:
-        self.forget_mark(key)
-
         def write() -> None:
             if not call_with_sigint_held(lambda: self.store.mark_held(self.path, key, token, mark)):
                 on_lost("the entry was gone when its held mark was written")
@@ -224,10 +219,12 @@ class MemoryQueue(QueueDriver):
         for key, watch_id in armed:
             self.store.unwatch(self.path, key, watch_id)
 
-    def remove(self, key: str) -> Generator[object, object, None]:
-        """Sent now, or on reconnect: a program with nothing to wait for."""
+    def remove(
+        self, key: str, slot_records: Mapping[int, int | None]
+    ) -> Generator[object, object, None]:
+        """Sent now, or on reconnect (a program with nothing to wait for); the store
+        deletes the entry's slot records with it."""
         yield from ()
-        self.forget_mark(key)
         with self._lock:
             watch_id = self._holder_watches.pop(key, None)
         if watch_id is not None:  # first: our own delete is no loss to report
@@ -236,14 +233,17 @@ class MemoryQueue(QueueDriver):
             lambda: call_with_sigint_held(lambda: self.store.delete_entry(self.path, key))
         )
 
-    def abandon(self, waiter: Waiter) -> Generator[object, object, None]:
+    def abandon(
+        self, waiter: Waiter, slot_records: Mapping[int, int | None]
+    ) -> Generator[object, object, None]:
         # The entry id is the entry's key, chosen before the create.
         key = waiter.key or waiter.entry_id
         if key is not None:
-            yield from self.remove(key)
+            yield from self.remove(key, slot_records)
 
-    def abandon_nowait(self, waiter: Waiter) -> None:
-        self.backend.run(self.abandon(waiter))  # it never waits: sent now or on reconnect
+    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None:
+        # it never waits: sent now or on reconnect
+        self.backend.run(self.abandon(waiter, slot_records))
 
     # ---- reading and fencing ------------------------------------------------------------------
     def status(self) -> Generator[object, object, Status]:

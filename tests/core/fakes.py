@@ -3,18 +3,72 @@ every backend inherits."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from semaphore_recipes._url import ServiceURL
-from semaphore_recipes.backend import Backend, Program, QueueDriver, SessionState, run_program
+from semaphore_recipes.backend import (
+    Backend,
+    Deadline,
+    Enqueued,
+    Entry,
+    EntryData,
+    EntryState,
+    Program,
+    QueueDriver,
+    SessionLost,
+    SessionState,
+    Waiter,
+    run_program,
+)
 
 T = TypeVar("T")
+
+
+class FakeQueue(QueueDriver):
+    """A queue driver whose hooks do nothing (or are not reached): a test's store
+    overrides the ones its scenario uses."""
+
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
+        raise AssertionError("not reached")
+
+    def arm(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
+        raise AssertionError("not reached")
+
+    def relist(self, waiter: Waiter, deadline: Deadline) -> Program[Sequence[Entry] | SessionLost]:
+        raise AssertionError("not reached")
+
+    def write_mark(
+        self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
+    ) -> None: ...
+
+    def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> Program[None]:
+        yield from ()
+
+    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None: ...
+
+    def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
+        yield from ()
+
+    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None: ...
+
+    def status(self) -> Program[Any]:
+        raise AssertionError("not reached")
+
+    def set_capacity(self, capacity: int) -> Program[None]:
+        yield from ()
+
+    def transaction(self, key: str, token: int) -> Any:
+        raise AssertionError("not reached")
 
 
 class Hub(Backend):
     """Only the session bookkeeping every backend inherits."""
 
     scheme = "face-test"
+    queue_type = FakeQueue
 
     def __init__(self) -> None:
         super().__init__(owner="owner", request_timeout=5.0)

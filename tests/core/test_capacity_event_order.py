@@ -30,14 +30,13 @@ from semaphore_recipes.backend import (
     EntryData,
     EntryState,
     Program,
-    QueueDriver,
     SessionLost,
     Waiter,
 )
 from semaphore_recipes.backend import driver as seam
 from semaphore_recipes.semaphore import Semaphore
 
-from .fakes import Hub
+from .fakes import FakeQueue, Hub
 
 HOLDER = Entry(key="4dbda206f4cab014-2", order=4990, weight=3)  # c0.22/t2's permit
 MY_KEY, MY_TOKEN = "4dbda206f4cab014-0", 4992  # c0.22/t0's entry
@@ -59,7 +58,7 @@ class HookedLog:
         return lambda *a, **k: None
 
 
-class BurstStore(QueueDriver):
+class BurstStore(FakeQueue):
     """The etcd enqueue, with the capacity watch's burst landing during its round trip."""
 
     def __init__(self, hub: Hub, burst: Callable[[BurstStore], None]) -> None:
@@ -94,24 +93,6 @@ class BurstStore(QueueDriver):
     def relist(self, waiter: Waiter, deadline: Deadline) -> Program[list[Entry] | SessionLost]:
         yield from ()
         return [HOLDER]
-
-    def abandon(self, waiter: Waiter) -> Program[None]:
-        yield from ()
-
-    def remove(self, key: str) -> Program[None]:
-        yield from ()
-
-    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None: ...
-
-    def abandon_nowait(self, waiter: Waiter) -> None: ...
-
-    def status(self) -> Program[Any]:
-        yield from ()
-
-    def set_capacity(self, capacity: int) -> Program[None]:
-        yield from ()
-
-    def transaction(self, key: str, token: int) -> Any: ...
 
 
 def in_order(store: BurstStore) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import pytest
 
@@ -14,19 +13,16 @@ from semaphore_recipes.backend import (
     Enqueued,
     Entry,
     EntryData,
-    EntryState,
     Program,
-    QueueDriver,
-    SessionLost,
     Waiter,
     session_lost,
 )
 from semaphore_recipes.semaphore import Semaphore
 
-from .fakes import Hub
+from .fakes import FakeQueue, Hub
 
 
-class OneShotStore(QueueDriver):
+class OneShotStore(FakeQueue):
     """Admits at once; the session ends just after the store answered the enqueue,
     before the permit exists (the window the face must close)."""
 
@@ -42,39 +38,6 @@ class OneShotStore(QueueDriver):
         self.backend.publish(session_lost("session expired"))  # no permit is listening yet
         self.backend.requeue_waiters()  # ...and the waiter is told, as the backends do
         return Enqueued(Entry("k", 1, 1), (), 1, later_entries=False, capacity_version=1)
-
-    def write_mark(
-        self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
-    ) -> None:
-        pass
-
-    def arm(
-        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
-        yield from ()
-        raise AssertionError("not reached")
-
-    def relist(self, waiter: Waiter, deadline: Deadline) -> Program[list[Entry] | SessionLost]:
-        yield from ()
-        raise AssertionError("not reached")
-
-    def abandon(self, waiter: Waiter) -> Program[None]:
-        yield from ()
-
-    def remove(self, key: str) -> Program[None]:
-        yield from ()
-
-    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None: ...
-
-    def abandon_nowait(self, waiter: Waiter) -> None: ...
-
-    def status(self) -> Program[Any]:
-        yield from ()
-
-    def set_capacity(self, capacity: int) -> Program[None]:
-        yield from ()
-
-    def transaction(self, key: str, token: int) -> Any: ...
 
 
 def test_a_session_that_ends_as_the_permit_is_granted_leaves_it_lost() -> None:
@@ -111,7 +74,7 @@ class InterruptedAfterAdmission(OneShotStore):
         if self.where == "watch":
             raise KeyboardInterrupt
 
-    def abandon(self, waiter: Waiter) -> Program[None]:
+    def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> Program[None]:
         yield from ()
         self.abandoned.append(waiter.key)
 
@@ -134,7 +97,7 @@ class CountingRemoves(InterruptedAfterAdmission):
         super().__init__(hub, where="nowhere")
         self.removed: list[str] = []
 
-    def remove(self, key: str) -> Program[None]:
+    def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
         yield from ()
         self.removed.append(key)
 

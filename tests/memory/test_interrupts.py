@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -122,12 +122,14 @@ def test_a_second_ctrl_c_during_the_cleanup_still_removes_the_entry(
     main = threading.main_thread().ident
     assert main is not None
 
-    def abandon(self: MemoryQueue, waiter: Waiter) -> Program[None]:
+    def abandon(
+        self: MemoryQueue, waiter: Waiter, slot_records: Mapping[int, int | None]
+    ) -> Program[None]:
         if not abandons:
             abandons.append(1)
             signal.pthread_kill(main, signal.SIGINT)  # the second Ctrl-C
             time.sleep(0.05)  # (it lands while the main thread waits for this removal)
-        yield from real_abandon(self, waiter)
+        yield from real_abandon(self, waiter, slot_records)
 
     first_ctrl_c = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
     MemoryQueue.abandon = abandon  # type: ignore[method-assign]
