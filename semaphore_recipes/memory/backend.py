@@ -170,18 +170,9 @@ class MemoryBackend(Backend):
         AcquireTimeout when ``deadline`` (a waiting acquire's) passes."""
         limit = deadline or Deadline(self.request_timeout, time.monotonic)
         with self._lock:
-            while True:
-                self._check_open()
-                if self._connected:
-                    return self.session
-                if limit.expired():
-                    if deadline is not None:
-                        raise AcquireTimeout(f"memory store {self.store.name!r}: disconnected")
-                    raise BackendUnavailable(
-                        f"memory store {self.store.name!r} unreachable: disconnected "
-                        f"(request timeout {self.request_timeout:g} s)"
-                    )
+            while (session := self._session_within(limit, deadline)) is None:
                 self._reachable.wait(limit.remaining())
+            return session
 
     async def request_async(self, deadline: Deadline | None = None) -> int:
         """:meth:`request`, awaited: the loop goes on while disconnected."""
@@ -189,21 +180,27 @@ class MemoryBackend(Backend):
         loop = asyncio.get_running_loop()
         while True:
             with self._lock:
-                self._check_open()
-                if self._connected:
-                    return self.session
-                left = limit.remaining()
-                if left is not None and left <= 0:
-                    if deadline is not None:
-                        raise AcquireTimeout(f"memory store {self.store.name!r}: disconnected")
-                    raise BackendUnavailable(
-                        f"memory store {self.store.name!r} unreachable: disconnected "
-                        f"(request timeout {self.request_timeout:g} s)"
-                    )
+                if (session := self._session_within(limit, deadline)) is not None:
+                    return session
                 woken: asyncio.Future[None] = loop.create_future()
                 self._async_waits.append((loop, woken))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(woken), left)
+                await asyncio.wait_for(asyncio.shield(woken), limit.remaining())
+
+    def _session_within(self, limit: Deadline, deadline: Deadline | None) -> int | None:
+        """(Under the lock.) The session if connected, None to wait on, or the error of a
+        closed backend or of ``limit`` passed."""
+        self._check_open()
+        if self._connected:
+            return self.session
+        if limit.expired():
+            if deadline is not None:
+                raise AcquireTimeout(f"memory store {self.store.name!r}: disconnected")
+            raise BackendUnavailable(
+                f"memory store {self.store.name!r} unreachable: disconnected "
+                f"(request timeout {self.request_timeout:g} s)"
+            )
+        return None
 
     def _wake_async_waits(self) -> None:
         """(Under the lock.) Connected again, or closed: wake the awaiting requests."""

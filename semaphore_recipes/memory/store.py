@@ -83,11 +83,6 @@ class MemoryStore:
     def __repr__(self) -> str:
         return f"<MemoryStore {self.name!r} revision={self._revision}>"
 
-    @property
-    def revision(self) -> int:
-        """The store's revision: it grows with every write."""
-        return self._revision
-
     # ---- sessions -----------------------------------------------------------------
     def open_session(self) -> int:
         with self._lock:
@@ -99,10 +94,6 @@ class MemoryStore:
         """The live sessions."""
         with self._lock:
             return set(self._sessions)
-
-    def session_alive(self, session: int) -> bool:
-        with self._lock:
-            return session in self._sessions
 
     def end_session(self, session: int) -> Delivery:
         """End ``session`` now: no request on it succeeds any more and its entries are
@@ -342,17 +333,12 @@ class MemoryStore:
         with self._lock:
             return self._data.get(key)
 
-    def commit(self, path: str, entry_key: str, token: int, writes: Iterable[Write]) -> None:
-        """Apply ``writes`` all or none, while the entry ``entry_key`` of the semaphore at
-        ``path`` still has ``token`` (PermitLost otherwise); WriteConflict when a write's
-        condition fails."""
-        self.commit_fenced([(path, entry_key)], token, writes)
-
     def commit_fenced(
         self, fences: Sequence[tuple[str, str]], token: int, writes: Iterable[Write]
     ) -> None:
-        """:meth:`commit` fenced on every ``(path, entry key)`` of ``fences`` (a
-        multi-acquire's entries, which share ``token``)."""
+        """Apply ``writes`` all or none, while every ``(path, entry key)`` of ``fences``
+        (one permit's entries, which share ``token``) still has ``token`` (PermitLost
+        otherwise); WriteConflict when a write's condition fails."""
         with self._lock:
             for path, entry_key in fences:
                 semaphore = self._semaphores.get(path)
