@@ -85,8 +85,8 @@ class Recorder(sr.Backend):
 def test_a_registered_backend_is_found_by_connect() -> None:
     registry.register(BackendSpec("recorder", f"{__name__}:Recorder", default_port=7))
     backend = sr.connect("recorder://h1,h2:9/app?request_timeout=2", owner="me", root="/r")
-    assert isinstance(backend, Recorder)
-    assert backend.url.hosts == (("h1", 7), ("h2", 9))
+    assert isinstance(backend.backend, Recorder)
+    assert backend.backend.url.hosts == (("h1", 7), ("h2", 9))
     assert backend.url.path == "/app"
     assert backend.url.params == {"request_timeout": "2", "root": "/r"}  # options join the URL
     assert backend.owner == "me" and backend.request_timeout == 2.0
@@ -221,8 +221,31 @@ def test_entry_point_backends_are_found_and_a_broken_one_breaks_nothing(
     monkeypatch.setattr(registry, "_specs", dict(registry._specs))
     assert {"viaplugin", "broken", "zookeeper"} <= set(registry.schemes())
     backend = sr.connect("viaplugin://h1/app")
-    assert isinstance(backend, Recorder)
-    assert backend.url.hosts == (("h1", 7),)  # the class's default_port
+    assert isinstance(backend.backend, Recorder)
+    assert backend.backend.url.hosts == (("h1", 7),)  # the class's default_port
     assert sr.connect("memory://ep").describe()  # other schemes are unaffected
     with pytest.raises(ModuleNotFoundError):
         sr.connect("broken://h")
+
+
+#: The seam's programs: a store writes each once, and its runner runs it for both faces.
+STEP_PROGRAMS = {
+    "enqueue", "arm", "relist", "status", "set_capacity", "remove", "abandon",
+    "list_slots", "take_slot", "open_queue", "reading", "deleting_semaphore",
+    "enqueue_all", "delete_all", "apply", "read", "delete_semaphore", "commit",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("store", ["zookeeper", "etcd", "redis", "memory"])
+def test_a_store_writes_each_step_once(store: str) -> None:
+    """No hand-written awaited twin of a step in a store's package (the runner's own
+    halves, such as ``run_async``, are not steps)."""
+    twins = {
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"
+        for path in sorted((PACKAGE / store).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.name.endswith("_async")
+        and node.name.removesuffix("_async").lstrip("_") in STEP_PROGRAMS
+    }
+    assert not twins, sorted(twins)
