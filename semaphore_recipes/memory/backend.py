@@ -52,8 +52,7 @@ from ..backend import (
     validate_name,
 )
 from ..errors import AcquireTimeout, BackendUnavailable, InvalidName
-from . import multi
-from .queue import Connected, MemoryQueue
+from .queue import Connected, MemoryQueue, enter_queues, leave_queues
 from .store import MemoryStore, store_named
 from .transaction import MemoryFencedTransaction
 
@@ -259,12 +258,12 @@ class MemoryBackend(Backend):
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
     ) -> Generator[object, object, dict[str, Enqueued]]:
-        return multi.enqueue_all(self, queues, deadline)
+        return enter_queues(self, queues, deadline)
 
     def delete_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]]
     ) -> Generator[object, object, None]:
-        return multi.delete_all(self, queues)
+        return leave_queues(self, queues)
 
     def transaction_all(
         self, entries: Sequence[tuple[QueueDriver, str]], token: int

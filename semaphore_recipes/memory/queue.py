@@ -27,6 +27,7 @@ from ..backend import (
     Status,
     Waiter,
     call_with_sigint_held,
+    queues_of,
     split_queue,
 )
 from ..errors import CapacityMismatch, SemaphoreNotFound
@@ -94,36 +95,8 @@ class MemoryQueue(QueueDriver):
 
     # ---- the protocol steps ----------------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
-        self.drop_watches(waiter)
-        while True:
-            # A generation per attempt: the end of a session this attempt gave up on is
-            # reported to the attempt that made an entry on it, not to this one.
-            waiter.new_generation()
-            session = yield Connected(deadline)
-            assert isinstance(session, int)
-            key = self.store.new_entry_key(session)
-            waiter.creating(key)  # before the create: an interrupted acquire finds it
-            data = EntryData(
-                owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
-            )
-            try:
-                create = functools.partial(
-                    self.store.create_entry, self.path, key, session, data, self.capacity
-                )
-                entry, lower, complete, capacity, version = yield from self.call(create, deadline)
-            except SessionEnded:
-                continue  # expired meanwhile: the backend has a new session
-            waiter.created(key, entry.token)
-            self.apply_capacity(capacity, version)
-            me = Entry(key=key, order=entry.token, weight=waiter.weight)
-            return Enqueued(
-                me=me,
-                lower=tuple(queue_entry(e) for e in lower),
-                capacity=capacity,
-                later_entries=False,  # the listing is atomic with the create
-                capacity_version=version,
-                lower_complete=complete,
-            )
+        entered = yield from enter_queues(self.backend, [(self, waiter)], deadline)
+        return entered[self.name]
 
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
@@ -268,6 +241,67 @@ class MemoryQueue(QueueDriver):
 
     def transaction(self, key: str, token: int) -> MemoryFencedTransaction:
         return MemoryFencedTransaction(self, key, token)
+
+
+def enter_queues(
+    backend: MemoryBackend, pairs: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
+) -> Generator[object, object, dict[str, Enqueued]]:
+    """The Enqueue step of one queue, and of several at once (``acquire_all``): every
+    entry in one store operation, so they share one revision (their token and order),
+    and each queue's lower entries, listed in the same operation (no later entry)."""
+    queues = queues_of(MemoryQueue, pairs)
+    for queue, waiter in queues:
+        queue.drop_watches(waiter)
+    while True:
+        for _, waiter in queues:
+            # A generation per attempt: the end of a session this attempt gave up on is
+            # reported to the attempt that made an entry on it, not to this one.
+            waiter.new_generation()
+        session = yield Connected(deadline)
+        assert isinstance(session, int)
+        requests = []
+        for queue, waiter in queues:
+            key = backend.store.new_entry_key(session)
+            waiter.creating(key)  # before the create: an interrupted acquire finds it
+            data = EntryData(
+                owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
+            )
+            requests.append((queue.path, key, data, queue.capacity))
+        try:
+            create = functools.partial(backend.store.create_entries, session, requests)
+            created = call_with_sigint_held(create)
+        except SessionEnded:
+            continue  # expired meanwhile: the backend has a new session
+        answers: dict[str, Enqueued] = {}
+        for (queue, waiter), answer in zip(queues, created, strict=True):
+            entry, lower, complete, capacity, version = answer
+            waiter.created(entry.key, entry.token)
+            queue.apply_capacity(capacity, version)
+            answers[queue.name] = Enqueued(
+                me=Entry(key=entry.key, order=entry.token, weight=waiter.weight),
+                lower=tuple(queue_entry(e) for e in lower),
+                capacity=capacity,
+                later_entries=False,  # the listing is atomic with the create
+                capacity_version=version,
+                lower_complete=complete,
+            )
+        return answers
+
+
+def leave_queues(
+    backend: MemoryBackend, pairs: Sequence[tuple[QueueDriver, Waiter]]
+) -> Generator[object, object, None]:
+    """Every waiter's entry (the entry id is the key, chosen before the create), in one
+    store operation: sent now, or on reconnect (a program with nothing to wait for)."""
+    yield from ()
+    entries = []
+    for queue, waiter in queues_of(MemoryQueue, pairs):
+        queue.drop_watches(waiter)
+        key = waiter.key or waiter.entry_id
+        if key is not None:
+            entries.append((queue.path, key))
+    if entries:
+        backend.send(lambda: call_with_sigint_held(lambda: backend.store.delete_entries(entries)))
 
 
 def _weight(entry: StoredEntry) -> int:
