@@ -11,11 +11,15 @@ once per backend, whichever face drives it, as the acquire protocol does in
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+import typing
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
-Program = Generator[object, object, T]
+# (typing's Generator, not collections.abc's: its alias takes a docstring)
+Program = typing.Generator[object, object, T]
+Program.__doc__ = """A store program answering ``T``: a generator that yields the requests it
+waits for and receives each reply (or has its exception thrown in)."""
 
 __all__ = ["Program", "run_program", "run_program_async"]
 
