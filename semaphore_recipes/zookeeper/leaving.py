@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kazoo.exceptions import (
@@ -45,20 +45,19 @@ log = logging.getLogger("semaphore_recipes.zookeeper")
 class Leaving(ProtocolSteps, SlotRecords):
     """Remove and abandon an entry (with its slot records); deletes in the background."""
 
-    def remove(self, key: str) -> ZkProgram[None]:
+    def remove(self, key: str, slot_records: Mapping[int, int | None]) -> ZkProgram[None]:
         yield self.delete_waits()
-        self.forget_mark(key)
         alone = self.forget_entry(key)
-        if (yield from self._deleting_entry(key)) and alone is not None:
+        if (yield from self._deleting_entry(key, slot_records)) and alone is not None:
             self.left_alone(alone)  # deleted, reply in hand
 
-    def _deleting_entry(self, key: str) -> ZkProgram[bool]:
-        """Delete our entry ``key`` and its slot records in one ``multi`` (so no
+    def _deleting_entry(self, key: str, slot_records: Mapping[int, int | None]) -> ZkProgram[bool]:
+        """Delete our entry ``key`` and its ``slot_records`` in one ``multi`` (so no
         admitted newcomer ever sees a record whose entry is gone); :meth:`_deleting`'s
         bounds. A record already gone (deleted by hand) fails the multi: then the
         records go first, one by one, and the entry last."""
         path = f"{self.path}/{key}"
-        slot_paths = yield from self.own_slot_paths(key)
+        slot_paths = yield from self.own_slot_paths(key, slot_records)
         if not slot_paths:
             return (yield from self._deleting(path))
         tx = self.client.transaction()
@@ -85,7 +84,7 @@ class Leaving(ProtocolSteps, SlotRecords):
                 yield from self._deleting(slot_path)
         return (yield from self._deleting(path))
 
-    def abandon(self, waiter: Waiter) -> ZkProgram[None]:
+    def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> ZkProgram[None]:
         """Delete the waiter's entry, waiting for the replies at most the request timeout
         (then in the background): the exact entry, or, its create's reply not in hand,
         the one the listing finds by its id (sent after the create on the same session,
@@ -93,7 +92,7 @@ class Leaving(ProtocolSteps, SlotRecords):
         yield self.delete_waits()
         if waiter.key is not None:
             self.forget_entry(waiter.key)
-            yield from self._deleting_entry(waiter.key)
+            yield from self._deleting_entry(waiter.key, slot_records)
             return
         entry_id = waiter.entry_id
         if entry_id is None or self.backend.failure is not None:
@@ -110,13 +109,13 @@ class Leaving(ProtocolSteps, SlotRecords):
                 log.info("removing entry %s left by an interrupted acquire", child)
                 yield from self._deleting(f"{self.path}/{child}")
 
-    def abandon_nowait(self, waiter: Waiter) -> None:
+    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None:
         """Start the delete and return: the exact entry, or (its create's reply not in
         hand) the listing that finds it by its id, sent after the create on the same
         session, so it sees the create if it landed."""
         if waiter.key is not None:
             self.forget_entry(waiter.key)
-            self._delete_slots_in_background(waiter.key)
+            self._delete_slots_in_background(waiter.key, slot_records)
             self.delete_in_background(f"{self.path}/{waiter.key}")
         elif waiter.entry_id is not None:
             self._delete_by_id(waiter.entry_id)
@@ -160,10 +159,10 @@ class Leaving(ProtocolSteps, SlotRecords):
             return
         self.client.delete_async(path).rawlink(self._deleted(path))
 
-    def _delete_slots_in_background(self, key: str) -> None:
-        """Send the reads that delete our entry ``key``'s slot records, before the
+    def _delete_slots_in_background(self, key: str, slot_records: Mapping[int, int | None]) -> None:
+        """Send the reads that delete our entry ``key``'s ``slot_records``, before the
         entry's delete (one session answers in order), when their session still lives."""
-        for index in sorted(self.records_leaving(key)):
+        for index in sorted(self.records_leaving(key, slot_records)):
             self._delete_slot_in_background(key, f"{self.path}/{zk_slot_name(index)}")
 
     def _delete_slot_in_background(self, key: str, slot_path: str) -> None:

@@ -149,8 +149,9 @@ def delete_all(backend: ZooKeeperBackend, pairs: Pairs) -> ZkProgram[None]:
         yield from _deleting_all(backend, queues)
     elif backend.failure is None:
         for queue, waiter in queues:
-            # found by its id, one by one, each bounded by its own request timeout
-            yield from queue.abandon(waiter)
+            # found by its id, one by one, each bounded by its own request timeout (an
+            # acquire_all takes no job slots: no records go with them)
+            yield from queue.abandon(waiter, {})
 
 
 def _leaving(backend: ZooKeeperBackend, queues: list[tuple[ZooKeeperQueue, Waiter]]) -> bool:
@@ -164,7 +165,6 @@ def _leaving(backend: ZooKeeperBackend, queues: list[tuple[ZooKeeperQueue, Waite
     for queue, waiter in queues:
         assert waiter.key is not None
         queue.forget_entry(waiter.key)
-        queue.forget_mark(waiter.key)
     return True
 
 

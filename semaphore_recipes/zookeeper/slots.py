@@ -12,6 +12,7 @@ names our entry. Session expiry: the records die with the session (SessionLost).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from kazoo.exceptions import (
@@ -74,7 +75,6 @@ class SlotRecords(SemaphoreNode):
             tx = self.client.transaction()
             tx.check(entry_path, -1)  # version -1: any version, the node must exist
             tx.create(slot_path, encode_slot(key), ephemeral=True)
-            self.slot_sending(key, index)
             with self._lock:  # made on this session or not at all (the check)
                 self._slot_sessions[key] = self.backend.session_id
             multi = tx.commit_async()
@@ -90,26 +90,21 @@ class SlotRecords(SemaphoreNode):
                 if found is None:
                     continue  # not created: again
                 if found < 0:
-                    self.slot_answered(key, index, None)
                     return (yield from self._listing_slots())
                 log.info("create reply of slot %d of %r was lost; adopted it", index, self.name)
-                self.slot_answered(key, index, found)
                 return found
             except SessionExpiredError:
                 return SessionLost()
             check, create = results
             if isinstance(check, Exception) and not isinstance(check, RolledBackError):
-                self.slot_answered(key, index, None)
                 return SessionLost()  # our entry is gone: enter the queue again
             if isinstance(create, Exception):
-                self.slot_answered(key, index, None)
                 if isinstance(create, NoAuthError):
                     raise self.backend.permission_denied(slot_path, create) from create
                 if not isinstance(create, NodeExistsError):
                     raise create
                 return (yield from self._listing_slots())  # another entry holds it
             assert stat is not None  # read behind our create on the same session
-            self.slot_answered(key, index, stat.czxid)
             return int(stat.czxid)
 
     def _slot_after_lost_reply(self, key: str, slot_path: str) -> ZkProgram[int | None]:
@@ -126,24 +121,27 @@ class SlotRecords(SemaphoreNode):
             mine = decode_slot(slot_path, raw)[0] == key
             return int(stat.czxid) if mine else -1
 
-    def records_leaving(self, key: str) -> dict[int, int | None]:
-        """Our entry ``key``'s slot records (index -> token, None: reply not in hand),
-        forgotten now as it leaves; none when their session has ended (they went with
-        it)."""
-        records = self.slots_leaving(key)
+    def records_leaving(
+        self, key: str, slot_records: Mapping[int, int | None]
+    ) -> Mapping[int, int | None]:
+        """Of our entry ``key``'s ``slot_records`` (index -> token, None: reply not in
+        hand), as it leaves: those still to delete, none when their session has ended
+        (they went with it). The session they were made on is forgotten now."""
         with self._lock:
             session = self._slot_sessions.pop(key, None)
         if session != self.backend.session_id:
             return {}
-        return records
+        return slot_records
 
-    def own_slot_paths(self, key: str) -> ZkProgram[list[str]]:
-        """The paths of our entry ``key``'s slot records, which leaves now: those
+    def own_slot_paths(
+        self, key: str, slot_records: Mapping[int, int | None]
+    ) -> ZkProgram[list[str]]:
+        """The paths of our entry ``key``'s ``slot_records``, which leaves now: those
         confirmed, and those whose create was interrupted before its reply and that name
         our entry (the read goes out after the create on the same session, so it sees it
         if it landed). None when their session has ended: they went with it, and an index
         may be another entry's by now."""
-        records = self.records_leaving(key)
+        records = self.records_leaving(key, slot_records)
         if not records or self.backend.failure:
             return []
         paths = []

@@ -243,7 +243,7 @@ class ProtocolSteps(SemaphoreNode):
                         states[key] = EntryState(held=data.held, lower=data.lower)
                     except NoNodeError:
                         # (a get on a missing node leaves no watch behind)
-                        states[key] = self.gone_state(key)
+                        states[key] = None
                 return states
             except ConnectionLoss:
                 yield Await.CONNECTION
@@ -269,7 +269,7 @@ class ProtocolSteps(SemaphoreNode):
     def _entry_watch(self, waiter: Waiter, generation: int, key: str) -> Callable[[Any], None]:
         def fired(event: Any) -> None:
             if event.type == EventType.DELETED:
-                waiter.post(generation, self.deleted_event(key))
+                waiter.entry_deleted(generation, key)
             elif event.type == EventType.CHANGED:
                 waiter.post(generation, EntryHeld(key))  # the held mark is the only write
             elif event.type == EventType.NONE and session_ended(event):
@@ -294,7 +294,6 @@ class ProtocolSteps(SemaphoreNode):
         never re-creates an entry that is gone."""
         path = f"{self.path}/{key}"
         data = b""
-        self.forget_mark(key)
         with self._lock:
             self._marks_pending.add(key)
 
