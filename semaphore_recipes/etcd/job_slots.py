@@ -45,7 +45,6 @@ class SlotRecords(SemaphoreKeys):
         key, slot_key = self.entry_key(uid), self.slot_key(index)
         ours = encode_slot(uid, token)
         lease = parse_etcd_entry(uid)[0]
-        self.slot_sending(uid, index)
         try:
             reply = yield from self.call(
                 lambda timeout: Call.txn(
@@ -60,20 +59,15 @@ class SlotRecords(SemaphoreKeys):
                 deadline,
             )
         except EtcdLeaseNotFound:
-            self.slot_answered(uid, index, None)
             return SessionLost()  # the lease is gone, our entry with it
         if reply.succeeded:
-            self.slot_answered(uid, index, int(reply.header.revision))
             return int(reply.header.revision)
         entry = reply.responses[0].response_range.kvs
         if not entry or entry[0].create_revision != token:
-            self.slot_answered(uid, index, None)
             return SessionLost()  # our entry is gone: enter the queue again
         kvs = reply.responses[1].response_range.kvs
         mine = [kv for kv in kvs if kv.key == slot_key and kv.value == ours]
         if mine:  # made by an attempt whose reply was lost
             log.info("create reply of slot %d of %r was lost; adopted it", index, self.name)
-            self.slot_answered(uid, index, int(mine[0].create_revision))
             return int(mine[0].create_revision)
-        self.slot_answered(uid, index, None)
         return self.slot_indices(kvs)

@@ -16,6 +16,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .._core.codec import encode_slot
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
     from .backend import EtcdBackend
 
 log = logging.getLogger("semaphore_recipes.etcd")
+
+#: An entry's slot records when it has none (one that never took a slot)
+NO_RECORDS: Mapping[int, int | None] = MappingProxyType({})
 
 
 class Leaving(SemaphoreKeys):
@@ -76,23 +81,23 @@ class Leaving(SemaphoreKeys):
         return watchers
 
     # ---- leaving ------------------------------------------------------------------
-    def remove(self, key: str) -> Program[None]:
+    def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
         # Its first attempt is bounded by the request timeout, then it goes on in the
         # background (delete_entry). Cancelling the asyncio face's task cancels the call,
         # which may or may not have been applied: the delete (guarded, so repeating it is
-        # harmless) is sent again in the background. (The sync face holds an interrupt
-        # until the call returns: the delete was sent.)
+        # harmless) is sent again in the background, with the same slot records. (The
+        # sync face holds an interrupt until the call returns: the delete was sent.)
         token = self.leaving(key)
         try:
-            yield from self.delete_entry(key, token)
+            yield from self.delete_entry(key, token, slot_records)
         except asyncio.CancelledError:
-            self.backend.spawn(self.delete_entry(key, token))
+            self.backend.spawn(self.delete_entry(key, token, slot_records))
             raise
 
     def leaving(self, key: str) -> int | None:
-        """Our entry ``key`` leaves: forget its mark and its token, end its holder's
-        watch (first: our own delete is no loss to report). Its token, if known."""
-        self.forget_mark(key)
+        """Our entry ``key`` leaves: forget its token and a mark not sent yet, end its
+        holder's watch (first: our own delete is no loss to report). Its token, if
+        known."""
         with self._lock:
             token = self._tokens.pop(key, None)
             self._marks_pending.discard((key, token))
@@ -101,35 +106,38 @@ class Leaving(SemaphoreKeys):
             self.cancel_watchers([watcher])
         return token
 
-    def abandon(self, waiter: Waiter) -> Program[None]:
+    def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> Program[None]:
         if self.backend.closed:
             return  # the close revokes the lease: every entry goes with it
         if waiter.key is not None:
-            yield from self.remove(waiter.key)
+            yield from self.remove(waiter.key, slot_records)
         elif waiter.entry_id is not None:
             # Its slot is not reused before this delete lands: only ever our entry. The
             # create, if it was sent, may still be on its way (a cancelled asyncio
             # acquire's): the undo waits for its outcome, within the request timeout,
             # then goes on in the background.
-            undo = self.delete_entry(waiter.entry_id, None)
+            undo = self.delete_entry(waiter.entry_id, None, slot_records)
             yield UndoCreate(waiter.entry_id, undo, self.request_timeout)
 
-    def abandon_nowait(self, waiter: Waiter) -> None:
+    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None:
         if waiter.key is not None:
-            self.backend.spawn(self.delete_entry(waiter.key, self.leaving(waiter.key)))
+            key = waiter.key
+            self.backend.spawn(self.delete_entry(key, self.leaving(key), slot_records))
         elif waiter.entry_id is not None:
             # A create still on its way when the acquire was cancelled: its undo waits
             # for its outcome first, else the delete could reach etcd before it.
-            self.backend.undo_create(waiter.entry_id, self.delete_entry(waiter.entry_id, None))
+            undo = self.delete_entry(waiter.entry_id, None, slot_records)
+            self.backend.undo_create(waiter.entry_id, undo)
 
-    def delete_entry(self, uid: str, token: int | None) -> Program[None]:
+    def delete_entry(
+        self, uid: str, token: int | None, slot_records: Mapping[int, int | None] = NO_RECORDS
+    ) -> Program[None]:
         """Delete our entry, guarded by its create_revision when known, and its job slot
-        records in the same txn (each guarded by its own create_revision). Tries now; if
-        etcd cannot be reached, retries in the background (the lease's end removes the
-        entry anyway)."""
+        records ``slot_records`` (index -> token, None when maybe made) in the same txn
+        (each guarded by its own create_revision). Tries now; if etcd cannot be reached,
+        retries in the background (the lease's end removes the entry anyway)."""
         key = self.entry_key(uid)
-        records = self.slots_leaving(uid)
-        slots = {self.slot_key(i): t for i, t in records.items() if t is not None}
+        slots = {self.slot_key(i): t for i, t in slot_records.items() if t is not None}
         guard = [] if token is None else [Compare.create_revision(key, "==", token)]
         guard += [Compare.create_revision(k, "==", t) for k, t in slots.items()]
         delete = [Op.delete(key), *(Op.delete(k) for k in slots)]
@@ -159,7 +167,7 @@ class Leaving(SemaphoreKeys):
             # entry: after the entry's delete, which no later create of it can pass
             # (its txn compares the entry), so none appears after this.
             ours = encode_slot(uid, token)
-            for index in (i for i, t in records.items() if t is None):
+            for index in (i for i, t in slot_records.items() if t is None):
                 slot_key = self.slot_key(index)
                 yield from self._delete_guarded([Compare.value(slot_key, "==", ours)], slot_key)
         # Deleted, or already gone (the guard failed): the slot can serve again.

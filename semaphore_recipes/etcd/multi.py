@@ -24,6 +24,7 @@ from ..backend import QueueDriver, Waiter, nearest_needed, queues_of
 from ..errors import PermissionDenied
 from .errors import EtcdError, EtcdLeaseNotFound, EtcdUnavailable
 from .keyspace import ATTEMPT_TIMEOUT, txn_within
+from .leaving import NO_RECORDS
 from .ops import Compare, Op
 from .queue import EtcdQueue
 from .rpc import Call
@@ -124,7 +125,7 @@ def deleting_all(backend: EtcdBackend, pairs: Pairs) -> Program[None]:
     queues = queues_of(EtcdQueue, pairs)
     if one_by_one(pairs):
         for queue, waiter in queues:
-            yield from queue.abandon(waiter)
+            yield from queue.abandon(waiter, NO_RECORDS)  # (an acquire_all takes no slots)
         return
     (token,) = {waiter.token for _, waiter in queues}
     assert token is not None

@@ -117,8 +117,7 @@ class ProtocolSteps(Leaving):
             waiter.new_generation()
             lease = yield from self.backend.lease(deadline)
             uid = self.backend.take_entry_slot(lease)
-            self.key_reused(uid)
-            waiter.creating(uid)
+            waiter.creating(uid)  # (drops a view kept for the key's previous entry)
             key = self.entry_key(uid)
             value = EntryData(
                 owner=waiter.owner, held=False, since=time.time(), weight=waiter.weight
@@ -306,13 +305,11 @@ class ProtocolSteps(Leaving):
         states: dict[str, EntryState | None] = {}
         for key, response in zip(keys, reply.responses, strict=True):
             kvs = response.response_range.kvs
-            if not kvs:
-                # gone: a view kept under its key is its own or a newer entry's (key_reused),
-                # whose view holds every live entry below ours too
-                states[key] = self.gone_state(key)
-                continue
-            if kvs[0].create_revision >= token:
-                states[key] = None  # gone, its key reused by an entry created after ours
+            if not kvs or kvs[0].create_revision >= token:
+                # gone, its key maybe reused by an entry created after ours: the base
+                # answers a view kept under the key, its own or a newer entry's, whose
+                # view holds every live entry below ours too
+                states[key] = None
                 continue
             data = decode_entry(key, kvs[0].value)
             states[key] = EntryState(held=data.held, lower=data.lower)
@@ -355,9 +352,10 @@ class ProtocolSteps(Leaving):
                         continue
                 fired.set()
                 if event.type == pb.Event.DELETE:
-                    waiter.post(generation, self.deleted_event(key, token))
+                    waiter.entry_deleted(generation, key, token)  # keys are reused
                 else:
-                    waiter.post(generation, EntryChanged(key))  # read it again
+                    # read it again (EntryChanged is missing from the base's Waiter.Posted)
+                    waiter.post(generation, EntryChanged(key))  # type: ignore[arg-type]
             if not fired.is_set():
                 return
             with self._lock:
@@ -369,7 +367,7 @@ class ProtocolSteps(Leaving):
             # e.g. history compacted: treat it as a fired watch, the waiter reads again
             if not fired.is_set():
                 fired.set()
-                waiter.post(generation, EntryChanged(key))
+                waiter.post(generation, EntryChanged(key))  # type: ignore[arg-type]
 
         watcher = Watcher(
             self.client,
@@ -391,7 +389,6 @@ class ProtocolSteps(Leaving):
         loop). Guarded by our create_revision, so a mark can never re-create an entry
         that is gone; the put keeps the entry's own lease. A mark still waiting for its
         turn when the permit is released is not sent at all."""
-        self.forget_mark(key)
         self.mark_pending(key, token)  # by token too: a released entry's slot may be reused
         self.backend.spawn(self._write_mark(key, token, mark, on_lost))
 

@@ -215,6 +215,51 @@ def test_a_cancelled_release_still_deletes_the_entry(ed: EtcdHarness) -> None:
     run(main)
 
 
+def test_a_cancelled_release_deletes_the_slot_records_too(ed: EtcdHarness) -> None:
+    """A holder's release whose delete txn is cancelled before it reached etcd: the
+    delete sent again in the background takes the entry's job slot record with it (it
+    used to take the records a second time, find none, and leave the record on the
+    live lease until the backend closed)."""
+
+    async def main() -> None:
+        async with aio.connect(ed.url) as backend:
+            sem = backend.semaphore("cancelled-release", capacity=2)
+            permit = await sem.acquire(slot=True)
+            assert len(ed.entries("cancelled-release")) == 2  # the entry, its slot record
+            store = sem._store
+            assert store is not None
+            client = etcd_of(backend).client
+            assert isinstance(client, AioEtcdClient)
+            kv = client._stubs["KV"]
+            held: list[asyncio.Future[Any]] = []
+
+            class FirstDeleteHeld:
+                """The KV stub, but the first delete txn never leaves this process."""
+
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(kv, name)
+
+                def Txn(self, request: Any, **kwargs: Any) -> Any:
+                    if not held and request.success[0].HasField("request_delete_range"):
+                        held.append(asyncio.get_running_loop().create_future())
+                        return held[0]
+                    return kv.Txn(request, **kwargs)
+
+            client._stubs["KV"] = FirstDeleteHeld()
+            try:
+                releasing = asyncio.ensure_future(
+                    store.backend.run_async(store.release_entry(permit.key))
+                )
+                await eventually(lambda: bool(held))
+                releasing.cancel()
+                await asyncio.gather(releasing, return_exceptions=True)
+                await eventually(lambda: ed.entries("cancelled-release") == [], timeout=5)
+            finally:
+                client._stubs["KV"] = kv
+
+    run(main)
+
+
 def test_an_async_waiter_re_enters_the_queue_when_its_session_expires(ed: EtcdHarness) -> None:
     """A holder in another backend (sync face); async waiters whose lease is revoked
     while they wait: the async holder's permit is lost (``lost`` set), the waiters

@@ -11,6 +11,7 @@ import pytest
 import semaphore_recipes as sr
 from semaphore_recipes._core.codec import EntryData
 from semaphore_recipes._core.deadline import Deadline
+from semaphore_recipes._core.protocol import Arm
 from semaphore_recipes.backend import Waiter
 from semaphore_recipes.etcd.slots import EntrySlots
 from semaphore_recipes.testing.etcd_harness import EtcdHarness
@@ -63,9 +64,9 @@ def test_a_reused_key_is_not_taken_for_the_entry_it_replaced(ed: EtcdHarness) ->
         first.release()
         t, out = waiter_thread(holder_sem)  # its new entry takes the freed key, behind us
         wait_until(lambda: [w.key for w in holder_sem.status().waiters] == [first.key])
-        assert run(queue.arm(waiter, (first.key,), deadline)) == {first.key: None}
+        assert run(queue.step(waiter, Arm((first.key,)), deadline)) == {first.key: None}
     finally:
-        run(queue.abandon(waiter))
+        run(queue.abandon_entry(waiter))
         queue.unregister(waiter)
     t.join(10)
     assert out and out[0][1].key == first.key and out[0][1].token > first.token

@@ -42,7 +42,7 @@ def test_enqueue_lists_the_nearest_entries_and_says_the_listing_is_truncated(
         assert not short.later_entries  # listed in the create's txn: nobody after us
     finally:
         for waiter in waiters:
-            run(queue.abandon(waiter))
+            run(queue.abandon_entry(waiter))
             queue.unregister(waiter)
     assert ed.entries() == []
 
@@ -103,6 +103,6 @@ def test_waiters_enqueuing_together_share_the_read_of_their_nearest_entries(
         assert reads <= burst / 2, f"{reads:g} reads for {burst} waiters: not shared"
     finally:
         for one in waiters:
-            run(queue.abandon(one))
+            run(queue.abandon_entry(one))
             queue.unregister(one)
     assert ed.entries() == []
