@@ -14,6 +14,7 @@ from typing import Protocol
 from .._core.protocol import (
     BackendFailed,
     CapacityChanged,
+    EntryChanged,
     EntryDeleted,
     EntryHeld,
     EntryMarked,
@@ -25,7 +26,7 @@ from ..errors import BackendUnavailable
 
 #: What a driver posts to a waiter itself; a deletion goes through
 #: :meth:`Waiter.entry_deleted`, which adds what the driver kept of it.
-Posted = CapacityChanged | EntryHeld | EntryMarked | SessionLost | BackendFailed
+Posted = CapacityChanged | EntryChanged | EntryHeld | EntryMarked | SessionLost | BackendFailed
 
 
 class ViewKeeper(Protocol):

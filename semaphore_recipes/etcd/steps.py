@@ -355,7 +355,7 @@ class ProtocolSteps(Leaving):
                     waiter.entry_deleted(generation, key, token)  # keys are reused
                 else:
                     # read it again (EntryChanged is missing from the base's Waiter.Posted)
-                    waiter.post(generation, EntryChanged(key))  # type: ignore[arg-type]
+                    waiter.post(generation, EntryChanged(key))
             if not fired.is_set():
                 return
             with self._lock:
@@ -367,7 +367,7 @@ class ProtocolSteps(Leaving):
             # e.g. history compacted: treat it as a fired watch, the waiter reads again
             if not fired.is_set():
                 fired.set()
-                waiter.post(generation, EntryChanged(key))  # type: ignore[arg-type]
+                waiter.post(generation, EntryChanged(key))
 
         watcher = Watcher(
             self.client,
