@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from .instrumentation import Instrumentation, report
 
 log = logging.getLogger("semaphore_recipes")
 
-__all__ = ["CONFIRM_WAIT", "leave", "leave_async"]
+__all__ = ["CONFIRM_WAIT", "leave", "leave_async", "leave_in_background"]
 
 #: How long a caller waits for the store to confirm its entry's removal.
 CONFIRM_WAIT = 0.3
@@ -65,6 +66,22 @@ async def leave_async(
     done, _ = await asyncio.wait({task}, timeout=min(request_timeout, CONFIRM_WAIT))
     if not done:
         _deferred(name, instrumentation)
+
+
+def leave_in_background(
+    loop: asyncio.AbstractEventLoop, removal: Coroutine[Any, Any, None]
+) -> None:
+    """Run ``removal`` as a task of ``loop``, waited for by nobody (an acquire program
+    closed where nothing can be awaited); a loop already closed drops it (the session's
+    end removes the entry)."""
+    try:
+        task = loop.create_task(removal)
+    except RuntimeError:
+        removal.close()
+        log.info("a removal was dropped: its event loop is closed")
+        return
+    _detached.add(task)
+    task.add_done_callback(_detached.discard)
 
 
 def _deferred(name: str, instrumentation: Instrumentation) -> None:

@@ -24,6 +24,7 @@ from .._core.names import validate_permits
 from .._core.program import run_program_async
 from .._core.protocol import AwaitEvent
 from .._core.queue import Entry
+from .._leave import leave_in_background
 from ..backend import Backend, QueueDriver
 from ..multi import MultiPermitBase, Pairs, _Inbox, multi_acquisition
 from ._waiter import Doorbell
@@ -81,12 +82,9 @@ async def acquiring_all(
     loop = asyncio.get_running_loop()
     bell = Doorbell(loop)
     inbox = _Inbox(bell.ring)
-    cleanups: set[asyncio.Task[None]] = set()
 
     def abandon(pairs: Pairs) -> None:  # the program is being closed: not awaited
-        task = loop.create_task(backend.run_async(backend.delete_entries(pairs)))
-        cleanups.add(task)  # (a task nobody holds may be collected mid-way)
-        task.add_done_callback(cleanups.discard)
+        leave_in_background(loop, backend.run_async(backend.delete_entries(pairs)))
 
     program = multi_acquisition(
         backend,

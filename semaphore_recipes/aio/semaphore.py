@@ -31,6 +31,7 @@ from .._core.program import run_program_async
 from .._core.protocol import AwaitEvent
 from .._core.queue import Entry
 from .._core.status import Status
+from .._leave import leave_in_background
 from ..backend import QueueDriver, Waiter
 from ..errors import AcquireTimeout
 from ._waiter import AsyncWaiter
@@ -151,6 +152,10 @@ class AsyncSemaphore:
         validate_permits(permits, store.capacity)
         loop = asyncio.get_running_loop()
         waiter = AsyncWaiter(permits, self.owner, loop)
+        backend = self._backend.backend
+
+        def abandon_nowait(waiter: Waiter) -> None:  # the program is being closed
+            leave_in_background(loop, backend.run_async(store.abandon_entry(waiter)))
 
         def new_permit(me: Entry, waiter: Waiter) -> AsyncPermit:
             assert waiter.token is not None
@@ -166,10 +171,9 @@ class AsyncSemaphore:
             watch_entry=watch_entry,
             slots=slot,
             new_permit=new_permit,
-            abandon_nowait=store.abandon_entry_nowait,
+            abandon_nowait=abandon_nowait,
             clock=self._clock,
         )
-        backend = self._backend.backend
 
         async def answer(request: object) -> object:
             if isinstance(request, AwaitEvent):

@@ -275,11 +275,6 @@ class QueueDriver(ABC):
         """An acquire's way out without a permit: its entry goes (:meth:`abandon`)."""
         yield from self.abandon(waiter, self._leaving(waiter))
 
-    @final
-    def abandon_entry_nowait(self, waiter: Waiter) -> None:
-        """:meth:`abandon_entry`, not waited for (:meth:`abandon_nowait`)."""
-        self.abandon_nowait(waiter, self._leaving(waiter))
-
     def _leaving(self, waiter: Waiter) -> dict[int, int | None]:
         key = waiter.key
         if key is None:
@@ -322,12 +317,6 @@ class QueueDriver(ABC):
         a lost create reply) and ``slot_records`` (index -> token, None when maybe made)
         with it: the reply within the request timeout, then retried in the background;
         never raises but an interrupt (the delete goes on)."""
-
-    @abstractmethod
-    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None:
-        """:meth:`abandon`, started and not waited for (an acquire program closed where
-        nothing can be awaited): the delete goes on in the background, also when the
-        create's reply is still on its way (it finds the entry by its id)."""
 
     @abstractmethod
     def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:

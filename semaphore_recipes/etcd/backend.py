@@ -217,14 +217,6 @@ class EtcdBackend(Backend):
         elif self._sync is not None:
             self._sync.spawn(program)
 
-    def undo_create(self, entry: str, undo: Program[None]) -> None:
-        """Run ``undo`` in the background once the create call of ``entry`` (if one is
-        still on its way: a cancelled acquire's) has its outcome."""
-        if self._aio is not None:
-            self._aio.undo_create(entry, undo)
-        else:
-            self.spawn(undo)
-
     # ---- the session (lease) -------------------------------------------------
     def _new_lease(self, deadline: Deadline) -> Program[int]:
         try:

@@ -119,16 +119,6 @@ class Leaving(SemaphoreKeys):
             undo = self.delete_entry(waiter.entry_id, None, slot_records)
             yield UndoCreate(waiter.entry_id, undo, self.request_timeout)
 
-    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None:
-        if waiter.key is not None:
-            key = waiter.key
-            self.backend.spawn(self.delete_entry(key, self.leaving(key), slot_records))
-        elif waiter.entry_id is not None:
-            # A create still on its way when the acquire was cancelled: its undo waits
-            # for its outcome first, else the delete could reach etcd before it.
-            undo = self.delete_entry(waiter.entry_id, None, slot_records)
-            self.backend.undo_create(waiter.entry_id, undo)
-
     def delete_entry(
         self, uid: str, token: int | None, slot_records: Mapping[int, int | None] = NO_RECORDS
     ) -> Program[None]:

@@ -214,11 +214,6 @@ class MemoryQueue(QueueDriver):
         if key is not None:
             yield from self.remove(key, slot_records)
 
-    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None:
-        # it never waits: sent now or on reconnect
-        self.backend.run(self.abandon(waiter, slot_records))
-
-    # ---- reading and fencing ------------------------------------------------------------------
     def status(self) -> Generator[object, object, Status]:
         stored, entries, slots = yield from self.call(lambda: self.store.queue(self.path))
         if stored is None:  # deleted (or never stored): not the capacity we knew

@@ -28,7 +28,6 @@ from kazoo.exceptions import (
 
 from .._core.codec import decode_slot
 from .._core.deadline import Deadline
-from .._core.names import zk_slot_name
 from ..backend import Waiter
 from ._waits import Within, ZkProgram
 from .slots import SlotRecords
@@ -109,17 +108,6 @@ class Leaving(ProtocolSteps, SlotRecords):
                 log.info("removing entry %s left by an interrupted acquire", child)
                 yield from self._deleting(f"{self.path}/{child}")
 
-    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None:
-        """Start the delete and return: the exact entry, or (its create's reply not in
-        hand) the listing that finds it by its id, sent after the create on the same
-        session, so it sees the create if it landed."""
-        if waiter.key is not None:
-            self.forget_entry(waiter.key)
-            self._delete_slots_in_background(waiter.key, slot_records)
-            self.delete_in_background(f"{self.path}/{waiter.key}")
-        elif waiter.entry_id is not None:
-            self._delete_by_id(waiter.entry_id)
-
     def delete_waits(self) -> Within:
         """A delete's bound, from now: the request timeout, then DeletePending (it goes
         on in the background)."""
@@ -158,12 +146,6 @@ class Leaving(ProtocolSteps, SlotRecords):
             log.warning("not deleting %s: %s", path, self.backend.failure)
             return
         self.client.delete_async(path).rawlink(self._deleted(path))
-
-    def _delete_slots_in_background(self, key: str, slot_records: Mapping[int, int | None]) -> None:
-        """Send the reads that delete our entry ``key``'s ``slot_records``, before the
-        entry's delete (one session answers in order), when their session still lives."""
-        for index in sorted(self.records_leaving(key, slot_records)):
-            self._delete_slot_in_background(key, f"{self.path}/{zk_slot_name(index)}")
 
     def _delete_slot_in_background(self, key: str, slot_path: str) -> None:
         """Delete the slot record ``slot_path`` once a read shows it names our entry

@@ -47,8 +47,6 @@ class FakeQueue(QueueDriver):
     def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> Program[None]:
         yield from ()
 
-    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None: ...
-
     def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
         yield from ()
 
