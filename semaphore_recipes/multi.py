@@ -47,7 +47,7 @@ Wanted = Mapping[str, int] | Mapping[Semaphore, int] | Mapping[str | Semaphore, 
 __all__ = ["MultiPermit", "PermitState", "acquire_all"]
 
 
-class _Inbox:
+class AcquireAllInbox:
     """The events of every queue of one multi-acquire, in the order they came.
     ``ring``: called after each post (the asyncio face wakes its parked task with it)."""
 
@@ -95,7 +95,7 @@ class QueueWaiter(Waiter):
     """A multi-acquire's waiter in the queue of ``semaphore``: what the driver posts to
     it goes to the request's one inbox."""
 
-    def __init__(self, weight: int, owner: str, semaphore: str, inbox: _Inbox) -> None:
+    def __init__(self, weight: int, owner: str, semaphore: str, inbox: AcquireAllInbox) -> None:
         super().__init__(weight, owner)
         self.semaphore = semaphore
         self._shared = inbox
@@ -144,7 +144,7 @@ def multi_acquisition(
     backend: Backend,
     drivers: Mapping[str, QueueDriver],
     weights: Mapping[str, int],
-    inbox: _Inbox,
+    inbox: AcquireAllInbox,
     deadline: Deadline,
     *,
     blocking: bool,
@@ -255,7 +255,7 @@ def acquire_all(
         semaphore = what if isinstance(what, Semaphore) else existing(name)
         validate_permits(permits, semaphore.capacity)
         drivers[name] = semaphore._store
-    inbox = _Inbox()
+    inbox = AcquireAllInbox()
     program = multi_acquisition(
         backend,
         drivers,

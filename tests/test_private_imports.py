@@ -25,7 +25,7 @@ BACKENDS = ("zookeeper", "etcd", "redis", "memory")
 ALLOWED: dict[tuple[str, str], str] = {
     # TODO(issue 24, item 1, the lead's part): the faces' answer() dispatchers become one
     # request-to-step table; until then the asyncio face shares the sync face's inbox.
-    ("semaphore_recipes.multi", "_Inbox"): "the faces' shared inbox (issue 24, item 1)",
+    ("semaphore_recipes.multi", "AcquireAllInbox"): "the faces' shared inbox (issue 24, item 1)",
     ("os", "_exit"): "the standard library's exit without cleanup: a worker's crash",
     ("semaphore_recipes.registry", "_specs"): "a contract test registers a throwaway "
     "backend and puts the table back (monkeypatch)",

@@ -26,7 +26,7 @@ from .._core.protocol import AwaitEvent
 from .._core.queue import Entry
 from .._leave import leave_in_background
 from ..backend import Backend, QueueDriver
-from ..multi import MultiPermitBase, Pairs, _Inbox, multi_acquisition
+from ..multi import AcquireAllInbox, MultiPermitBase, Pairs, multi_acquisition
 from ._waiter import Doorbell
 from .permit import AsyncTransaction, LostOnLoop
 from .semaphore import AsyncSemaphore
@@ -81,7 +81,7 @@ async def acquiring_all(
         validate_permits(permits, driver.capacity)
     loop = asyncio.get_running_loop()
     bell = Doorbell(loop)
-    inbox = _Inbox(bell.ring)
+    inbox = AcquireAllInbox(bell.ring)
 
     def abandon(pairs: Pairs) -> None:  # the program is being closed: not awaited
         leave_in_background(loop, backend.run_async(backend.delete_entries(pairs)))
