@@ -30,7 +30,6 @@ from ..backend import (
     Enqueued,
     Entry,
     EntryData,
-    EntryDeleted,
     EntryMarked,
     EntryState,
     EntryStatus,
@@ -268,7 +267,7 @@ class RedisQueue(QueueDriver):
     def write_mark(
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
     ) -> None:
-        self.forget_mark(key)  # the script that admitted the entry marked it held
+        """Nothing to write: the script that admitted the entry marked it held."""
 
     # ---- what the server tells us (the notifier's thread) ----------------------------------
     def unreplicated(self, acknowledged: int) -> BackendUnavailable:
@@ -303,7 +302,7 @@ class RedisQueue(QueueDriver):
             # would list afresh, one more script per grant far back in a long queue).
             route.waiter.post(route.generation, EntryMarked(keys[-1], tuple(keys[:-1])))
         for key in keys:
-            route.waiter.post(route.generation, EntryDeleted(key))
+            route.waiter.entry_deleted(route.generation, key)
 
     def deleted(self, entry_id: str) -> None:
         """Someone else removed our entry ``entry_id``."""
@@ -347,7 +346,6 @@ class RedisQueue(QueueDriver):
 
     def leaving(self, key: str) -> None:
         """Our entry ``key`` is about to be removed: nothing of ours waits for it."""
-        self.forget_mark(key)
         with self._lock:
             self._holder_watches.pop(key, None)
             self._routes.pop(key, None)
@@ -371,14 +369,15 @@ class RedisQueue(QueueDriver):
     def _sweep(self) -> Program[None]:
         yield from self._run_script(ScriptName.REMOVE, "", self.backend.lease)
 
-    def remove(self, key: str) -> Program[None]:
+    def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
+        # (no job slots on Redis: ``slot_records`` is always empty)
         yield from self.backend.removal(
             f"semaphore {self.name!r}: removing {key}",
             self._removal(key),
             lambda: self._removal(key),
         )
 
-    def abandon(self, waiter: Waiter) -> Program[None]:
+    def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> Program[None]:
         """The entry goes first, and the waiters it held back are admitted by a script
         of its own, sent once this acquire has ended (:class:`.calls.Soon`): the other
         backends' successors hear of a deletion after its reply on the same connection,
@@ -396,7 +395,7 @@ class RedisQueue(QueueDriver):
         if removed:  # (the next script or a waiter's timed look sweeps, if this fails)
             yield Soon(self._sweep, lambda: self.backend.in_background(self._sweep))
 
-    def abandon_nowait(self, waiter: Waiter) -> None:
+    def abandon_nowait(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> None:
         key = waiter.key or waiter.entry_id
         if key is not None:
             self.backend.in_background(lambda: self._removal(key))
