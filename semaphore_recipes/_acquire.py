@@ -89,9 +89,18 @@ def acquisition(
     started = clock()
     outcome = AcquireOutcome.ERROR
     report(instrumentation.acquire_started, name, waiter.weight)
+    # a store whose writes decide admission marked the entry held itself
+    server_admission = store.backend.capabilities.server_admission
     store.register(waiter)
     try:
-        protocol = acquire_protocol(name, waiter.weight, deadline, blocking=blocking, slots=slots)
+        protocol = acquire_protocol(
+            name,
+            waiter.weight,
+            deadline,
+            blocking=blocking,
+            slots=slots,
+            server_admission=server_admission,
+        )
         step = next(protocol)
         while True:
             answer: object = None
@@ -121,7 +130,8 @@ def acquisition(
             store.watch_entry(permit.key, permit.token, permit._entry_lost)
         # Last: a backend may hand the mark to a thread of its own, which would
         # then compete with this one for the GIL until acquire returns.
-        store.mark_held(waiter, mark.me, mark.now, mark.lower, permit._entry_lost, mark.view)
+        if not server_admission:
+            store.mark_held(waiter, mark.me, mark.now, mark.lower, permit._entry_lost, mark.view)
         outcome = AcquireOutcome.GRANTED
     except BaseException as exc:
         outcome = outcome_of(exc)

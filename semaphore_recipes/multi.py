@@ -161,9 +161,13 @@ def multi_acquisition(
     waiters = {n: QueueWaiter(weights[n], backend.owner, n, inbox) for n in names}
     pairs: Pairs = [(drivers[n], waiters[n]) for n in names]
     marks_lost: list[str] = []
+    # a store whose writes decide admission marked the entries held itself
+    server_admission = backend.capabilities.server_admission
     for driver, waiter in pairs:
         driver.register(waiter)
-    protocol = multi_acquire_protocol(weights, deadline, blocking=blocking)
+    protocol = multi_acquire_protocol(
+        weights, deadline, blocking=blocking, server_admission=server_admission
+    )
     try:
         step = next(protocol)
         while True:
@@ -177,7 +181,10 @@ def multi_acquisition(
                 driver, waiter = drivers[step.name], waiters[step.name]
                 inner = step.step
                 if isinstance(inner, MarkHeld):
-                    driver.mark_held(waiter, inner.me, inner.now, inner.lower, marks_lost.append)
+                    if not server_admission:
+                        driver.mark_held(
+                            waiter, inner.me, inner.now, inner.lower, marks_lost.append
+                        )
                 else:
                     answer = yield StoreCall(driver.step(waiter, inner, deadline))
             else:

@@ -34,6 +34,7 @@ from .protocol import (
     MarkHeld,
     Relist,
     SessionLost,
+    StoreAdmitted,
     apply_event,
 )
 from .queue import Admitted, Entry, QueuePosition
@@ -99,15 +100,22 @@ class _Queue:
 
 
 def multi_acquire_protocol(
-    weights: Mapping[str, int], deadline: Deadline, *, blocking: bool = True
+    weights: Mapping[str, int],
+    deadline: Deadline,
+    *,
+    blocking: bool = True,
+    server_admission: bool = False,
 ) -> Generator[MultiStep, object, dict[str, Entry]]:
     """Drive one ``acquire_all``: returns each semaphore's admitted entry once every
-    queue admitted the request (each queue's :class:`MarkHeld` answered).
+    queue admitted the request (each queue's :class:`MarkHeld` answered). With
+    ``server_admission`` each queue's store decides (:func:`multi_store_admission`).
 
     Raises WouldBlock, AcquireTimeout or BackendUnavailable as :func:`acquire_protocol`
     does; re-enters every queue with fresh entries, in one transaction, after a
     SessionLost (all entries share the session, so all are gone).
     """
+    if server_admission:
+        return (yield from multi_store_admission(weights, deadline, blocking=blocking))
     what = describe(weights)
     first = True
     while True:
@@ -192,3 +200,43 @@ def multi_acquire_protocol(
                 yield InQueue(
                     event.name, MarkHeld(position.me, now=True, lower=position.lower_keys())
                 )
+
+
+def multi_store_admission(
+    weights: Mapping[str, int], deadline: Deadline, *, blocking: bool = True
+) -> Generator[MultiStep, object, dict[str, Entry]]:
+    """:func:`multi_acquire_protocol` where the store's writes decide admission, as
+    ``_core.protocol.store_admission`` for one queue: a queue admits the request in the
+    enqueue's answer or with StoreAdmitted (its MarkHeld then, which marks nothing);
+    granted once every queue admitted it."""
+    what = describe(weights)
+    first = True
+    while True:
+        answer = yield EnqueueAll(first=first)
+        first = False
+        assert isinstance(answer, EnqueuedAll)
+        assert set(answer.queues) == set(weights), "one entry per semaphore asked"
+        mine = {name: enqueued.me for name, enqueued in answer.queues.items()}
+        waiting = {name for name, enqueued in answer.queues.items() if not enqueued.admitted}
+        for name in sorted(set(mine) - waiting):
+            yield InQueue(name, MarkHeld(mine[name], now=False, lower=None))
+        while waiting:
+            if not blocking:
+                raise WouldBlock(f"semaphores {what}: not all available now")
+            if deadline.expired():
+                raise AcquireTimeout(f"semaphores {what}: not all granted in time")
+            event = yield AwaitEvent(deadline.remaining())
+            if isinstance(event, SessionLost):
+                break  # every entry died with the session: enqueue again
+            if isinstance(event, BackendFailed):
+                raise BackendUnavailable(f"semaphores {what}: {event.reason}")
+            if (
+                isinstance(event, QueueEvent)
+                and isinstance(event.event, StoreAdmitted)
+                and event.name in waiting
+                and event.event.key == mine[event.name].key
+            ):
+                waiting.discard(event.name)
+                yield InQueue(event.name, MarkHeld(mine[event.name], now=False, lower=None))
+        if not waiting:
+            return mine

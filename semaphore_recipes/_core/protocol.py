@@ -50,6 +50,10 @@ class Enqueued:
     later_entries: bool
     capacity_version: int
     lower_complete: bool = True
+    #: a store whose writes decide admission (``server_admission``): its write admitted
+    #: our entry. (An empty ``lower`` does not say it: an entry heavier than a capacity
+    #: lowered meanwhile waits at the head.) Ignored where the client decides.
+    admitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,14 @@ class CapacityChanged:
 
 
 @dataclass(frozen=True)
+class StoreAdmitted:
+    """Event: the store admitted our entry ``key``: its writes decide admission
+    (``server_admission``; the protocol then never arms nor relists)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
 class SessionLost:
     """The session (ZooKeeper session, etcd lease) ended: our entry is gone."""
 
@@ -166,13 +178,15 @@ Event = (
     | EntryMarked
     | EntryChanged
     | CapacityChanged
+    | StoreAdmitted
     | SessionLost
     | BackendFailed
 )
 
 
 def apply_event(position: QueuePosition, event: Event) -> None:
-    """Fold one store event into a waiter's view (SessionLost is the caller's business)."""
+    """Fold one store event into a waiter's view (SessionLost is the caller's business;
+    StoreAdmitted tells nothing a client-side decision uses)."""
     if isinstance(event, EntryDeleted):
         if event.admitted_view is None:
             position.deleted(event.key)
@@ -189,19 +203,28 @@ def apply_event(position: QueuePosition, event: Event) -> None:
 
 
 def acquire_protocol(
-    name: str, weight: int, deadline: Deadline, *, blocking: bool = True, slots: bool = False
+    name: str,
+    weight: int,
+    deadline: Deadline,
+    *,
+    blocking: bool = True,
+    slots: bool = False,
+    server_admission: bool = False,
 ) -> Generator[Step, object, Entry]:
     """Drive one ``acquire``: returns the admitted entry, once the driver has answered
     its :class:`MarkHeld` step (the driver sends the mark; the generator does not wait).
     With ``slots``, the admitted entry first takes ``weight`` distinct slots
     (:func:`take_slots`: ListSlots and TakeSlot steps), which MarkHeld carries;
-    without it no such step is yielded.
+    without it no such step is yielded. With ``server_admission`` the store decides
+    (:func:`store_admission`).
 
     Raises WouldBlock (``blocking=False`` and not admitted at once), AcquireTimeout
     (deadline passed; a deadline that passed during the first enqueue still gets that
     enqueue's answer: one try) or BackendUnavailable (BackendFailed). Re-enters the queue
     with a fresh entry after a SessionLost.
     """
+    if server_admission:
+        return (yield from store_admission(name, weight, deadline, blocking=blocking, slots=slots))
     first = True
     while True:
         answer = yield Enqueue(first=first)
@@ -263,3 +286,40 @@ def acquire_protocol(
             if isinstance(event, BackendFailed):
                 raise BackendUnavailable(f"semaphore {name!r}: {event.reason}")
             apply_event(position, event)  # type: ignore[arg-type]
+
+
+def store_admission(
+    name: str, weight: int, deadline: Deadline, *, blocking: bool = True, slots: bool = False
+) -> Generator[Step, object, Entry]:
+    """:func:`acquire_protocol` for a store whose writes decide admission: admitted when
+    the enqueue answers so (``Enqueued.admitted``) or when StoreAdmitted for our entry
+    comes; no Arm, no Relist. MarkHeld is yielded at admission (the face makes the
+    permit there) and marks nothing: the store's write did."""
+    first = True
+    while True:
+        answer = yield Enqueue(first=first)
+        first = False
+        assert isinstance(answer, Enqueued)
+        me = answer.me
+        admitted = answer.admitted
+        while not admitted:
+            if not blocking:
+                raise WouldBlock(f"semaphore {name!r}: {weight} permit(s) not available now")
+            if deadline.expired():
+                raise AcquireTimeout(f"semaphore {name!r}: no {weight} permit(s) in time")
+            event = yield AwaitEvent(deadline.remaining())
+            if isinstance(event, SessionLost):
+                break  # our entry died with the session: enqueue again
+            if isinstance(event, BackendFailed):
+                raise BackendUnavailable(f"semaphore {name!r}: {event.reason}")
+            admitted = isinstance(event, StoreAdmitted) and event.key == me.key
+        if not admitted:
+            continue
+        taken: tuple[Slot, ...] = ()
+        if slots:
+            got = yield from take_slots(me, weight)
+            if got is None:
+                continue  # our entry is gone, its records with it: enqueue again
+            taken = got
+        yield MarkHeld(me, now=False, lower=None, slots=taken)
+        return me

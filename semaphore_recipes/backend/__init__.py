@@ -34,6 +34,7 @@ from .._core.protocol import (
     EntryMarked,
     Event,
     SessionLost,
+    StoreAdmitted,
 )
 from .._core.queue import Entry, EntryState, nearest_needed
 from .._core.shown import quoted, quoted_url, redact_url
@@ -83,6 +84,7 @@ __all__ = [
     "SessionState",
     "Slot",
     "Status",
+    "StoreAdmitted",
     "Waiter",
     "Write",
     "WriteKind",

@@ -20,13 +20,22 @@ from .._core.protocol import (
     EntryMarked,
     Event,
     SessionLost,
+    StoreAdmitted,
 )
 from .._core.queue import Entry
 from ..errors import BackendUnavailable
 
 #: What a driver posts to a waiter itself; a deletion goes through
 #: :meth:`Waiter.entry_deleted`, which adds what the driver kept of it.
-Posted = CapacityChanged | EntryChanged | EntryHeld | EntryMarked | SessionLost | BackendFailed
+Posted = (
+    CapacityChanged
+    | EntryChanged
+    | EntryHeld
+    | EntryMarked
+    | StoreAdmitted
+    | SessionLost
+    | BackendFailed
+)
 
 
 class ViewKeeper(Protocol):

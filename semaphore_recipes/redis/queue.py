@@ -2,42 +2,40 @@
 
 Admission is decided by the scripts (:mod:`.scripts`), atomically, at every change of
 the queue: an enqueue that fits is admitted in its own round trip, and a release or a
-capacity increase admits exactly the waiters that now fit and pushes one message to
-each one's client. The core protocol (``_core.protocol``) still drives every acquire;
-what this driver tells it is the server's decision:
+capacity increase admits exactly the waiters that now fit, marks them held and pushes
+one message to each one's client. The store declares it (``server_admission``): the
+core protocol (``_core.protocol.store_admission``) never arms, relists nor writes a held
+mark here, and what this driver tells it is the server's decision:
 
-* an answer (enqueue, relist) lists the live entries that stand before ours, or none
-  once the server admitted us;
-* the admission message empties that view (``EntryDeleted`` for every entry it holds,
-  oldest first), and the core finds itself admitted;
-* ``arm`` reads nothing: the server's message is the watch (its answer is what the last
-  listing said). A waiter that hears nothing looks again (the ``CHECK`` script) when the
-  lease it depends on would expire: a crashed holder is noticed within the session
-  timeout and a little.
+* the enqueue answers whether its script admitted the entry (``Enqueued.admitted``;
+  also when the admission message overtook the reply);
+* a later admission message posts ``StoreAdmitted`` for the entry (with
+  ``wait_replicas``, BackendFailed instead when too few replicas have the grant);
+* a waiter that hears nothing looks again (the ``CHECK`` script, whose sweep admits and
+  tells as any other) when the lease it depends on would expire: a crashed holder is
+  noticed within the session timeout and a little.
 
-The held mark is the script's (``write_mark`` writes nothing).
+On connection loss a waiting entry looks once when the notifier reconnects (its
+messages wait in the inbox meanwhile); when the lease expired, its entries are dead and
+the waiters enter the queue again with the new lease (``RedisBackend.session_ended``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..backend import (
     Deadline,
     Enqueued,
     Entry,
-    EntryData,
-    EntryDeleted,
-    EntryMarked,
-    EntryState,
     EntryStatus,
     Program,
     QueueDriver,
-    SessionLost,
     Status,
+    StoreAdmitted,
     Waiter,
     nearest_needed,
     split_queue,
@@ -58,14 +56,12 @@ CHECK_MARGIN = 0.05
 
 @dataclass
 class _Route:
-    """A waiting entry of ours: where its admission message goes, and what its core
-    was told stands before it (key -> held), oldest first."""
+    """A waiting entry of ours: where its admission message goes, and whether it came
+    (it may overtake the enqueue's reply)."""
 
     waiter: Waiter
     generation: int
-    listing: dict[str, bool] = field(default_factory=dict)
     admitted: bool = False
-    complete: bool = True  #: the listing held every live entry before ours
 
 
 @dataclass(frozen=True)
@@ -210,8 +206,16 @@ class RedisQueue(QueueDriver):
         waiter.creating(entry_id)  # before the create: an interrupted acquire finds it
 
     def enqueued(self, waiter: Waiter, entry_id: str, view: EntryView) -> Enqueued:
-        """The Enqueue step's answer for our entry ``entry_id`` created as ``view`` says."""
-        lower, admitted = self._told(entry_id, view)
+        """The Enqueue step's answer for our entry ``entry_id`` created as ``view`` says:
+        admitted by the script, or by a message that overtook its reply (then it lists
+        nothing before us); a waiter gets its look timed."""
+        with self._lock:
+            route = self._routes.get(entry_id)
+            admitted = view.held or (route is not None and route.admitted)
+            if route is not None:
+                route.admitted = admitted
+        if not admitted and view.check_in is not None:
+            self.backend.notifier.schedule(self, entry_id, view.check_in + CHECK_MARGIN)
         self.apply_capacity(view.capacity, view.version)
         if admitted:
             capacity, version = view.capacity, view.version
@@ -219,56 +223,13 @@ class RedisQueue(QueueDriver):
             capacity, version = self.capacity_answer()
         return Enqueued(
             me=Entry(key=entry_id, order=view.order, weight=waiter.weight),
-            lower=lower,
+            lower=() if admitted else view.lower,
             capacity=capacity,
             later_entries=view.later,
             capacity_version=version,
             lower_complete=view.complete or admitted,
+            admitted=admitted,
         )
-
-    def _told(self, entry_id: str, view: EntryView) -> tuple[tuple[Entry, ...], bool]:
-        """What the core is told stands before ``entry_id`` (nothing once admitted: by
-        this reply, or by a message that overtook it), and whether it is admitted; a
-        waiter gets its look timed."""
-        with self._lock:
-            route = self._routes.get(entry_id)
-            admitted = view.held or (route is not None and route.admitted)
-            lower = () if admitted else view.lower
-            if route is not None:
-                route.listing = {e.key: e.held for e in lower}
-                route.admitted = admitted
-                route.complete = view.complete
-        if not admitted and view.check_in is not None:
-            self.backend.notifier.schedule(self, entry_id, view.check_in + CHECK_MARGIN)
-        return lower, admitted
-
-    def arm(
-        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
-    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
-        # No read: the server's admission message is the watch; until it comes, what
-        # stands before us is what the last listing said (an entry gone since then is
-        # counted by the server, never by us: we can only under-admit).
-        yield from ()
-        with self._lock:
-            route = self._routes.get(waiter.entry_id or "")
-            listing = dict(route.listing) if route is not None else {}
-        return {key: EntryState(held=listing.get(key, False)) for key in keys}
-
-    def relist(self, waiter: Waiter, deadline: Deadline) -> Program[Sequence[Entry] | SessionLost]:
-        entry_id = waiter.key
-        assert entry_id is not None
-        reply = yield from self._run_script(ScriptName.RELIST, entry_id, deadline=deadline)
-        if lease_lost(reply):
-            return SessionLost()
-        view = EntryView.parse(reply)
-        lower, _ = self._told(entry_id, view)
-        self.apply_capacity(view.capacity, view.version)
-        return list(lower)
-
-    def write_mark(
-        self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
-    ) -> None:
-        self.forget_mark(key)  # the script that admitted the entry marked it held
 
     # ---- what the server tells us (the notifier's thread) ----------------------------------
     def unreplicated(self, acknowledged: int) -> BackendUnavailable:
@@ -282,28 +243,21 @@ class RedisQueue(QueueDriver):
     def admitted(
         self, entry_id: str, capacity: int, version: int, acknowledged: int | None = None
     ) -> None:
-        """The server admitted our entry ``entry_id`` under ``capacity``: the core's view
-        is emptied, oldest first (a view emptied from its end would look stale). With
-        ``wait_replicas``, ``acknowledged`` replicas have the grant: too few, and the
-        acquire ends with BackendUnavailable (its cleanup removes the entry)."""
+        """The server admitted our entry ``entry_id`` under ``capacity`` (its script
+        marked it held): StoreAdmitted for it. With ``wait_replicas``, ``acknowledged``
+        replicas have the grant: too few, and the acquire ends with BackendUnavailable
+        (its cleanup removes the entry)."""
         self.apply_capacity(capacity, version)
         with self._lock:
             route = self._routes.get(entry_id)
             if route is None or route.admitted:
                 return
             route.admitted = True
-            keys, route.listing = list(route.listing), {}
         if acknowledged is not None and acknowledged < self.backend.params.wait_replicas:
             reason = str(self.unreplicated(acknowledged))
             route.waiter.post_backend_failed(reason)
             return
-        if keys and not route.complete:
-            # A view of the nearest entries only: told that its predecessor counted all
-            # the rest when admitted, the core knows what it left out is gone (else it
-            # would list afresh, one more script per grant far back in a long queue).
-            route.waiter.post(route.generation, EntryMarked(keys[-1], tuple(keys[:-1])))
-        for key in keys:
-            route.waiter.post(route.generation, EntryDeleted(key))
+        route.waiter.post(route.generation, StoreAdmitted(entry_id))
 
     def deleted(self, entry_id: str) -> None:
         """Someone else removed our entry ``entry_id``."""
@@ -347,7 +301,6 @@ class RedisQueue(QueueDriver):
 
     def leaving(self, key: str) -> None:
         """Our entry ``key`` is about to be removed: nothing of ours waits for it."""
-        self.forget_mark(key)
         with self._lock:
             self._holder_watches.pop(key, None)
             self._routes.pop(key, None)
@@ -371,14 +324,15 @@ class RedisQueue(QueueDriver):
     def _sweep(self) -> Program[None]:
         yield from self._run_script(ScriptName.REMOVE, "", self.backend.lease)
 
-    def remove(self, key: str) -> Program[None]:
+    def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
+        # (no job slots on Redis: ``slot_records`` is always empty)
         yield from self.backend.removal(
             f"semaphore {self.name!r}: removing {key}",
             self._removal(key),
             lambda: self._removal(key),
         )
 
-    def abandon(self, waiter: Waiter) -> Program[None]:
+    def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> Program[None]:
         """The entry goes first, and the waiters it held back are admitted by a script
         of its own, sent once this acquire has ended (:class:`.calls.Soon`): the other
         backends' successors hear of a deletion after its reply on the same connection,
@@ -395,11 +349,6 @@ class RedisQueue(QueueDriver):
         )
         if removed:  # (the next script or a waiter's timed look sweeps, if this fails)
             yield Soon(self._sweep, lambda: self.backend.in_background(self._sweep))
-
-    def abandon_nowait(self, waiter: Waiter) -> None:
-        key = waiter.key or waiter.entry_id
-        if key is not None:
-            self.backend.in_background(lambda: self._removal(key))
 
     # ---- reading and fencing -----------------------------------------------------------------
     def status(self) -> Program[Status]:

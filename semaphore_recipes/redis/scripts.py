@@ -209,7 +209,6 @@ class ScriptName(enum.Enum):
     ENQUEUE_ALL = "enqueue_all"
     REMOVE_ALL = "remove_all"
     FENCE_ALL = "fence_all"
-    RELIST = "relist"
     CHECK = "check"
     REMOVE = "remove"
     SET_CAPACITY = "set_capacity"
@@ -326,13 +325,6 @@ if ARGV[4] ~= 'later' then
   end
 end
 return found
-""",
-    # ARGV: P, S, id. -> view with every lower entry, or {'lost'}
-    ScriptName.RELIST: r"""
-local e = entry(ARGV[3])
-if not alive(e) then return {'lost'} end
-sweep(ARGV[3])
-return view(ARGV[3], entry(ARGV[3]), -1)
 """,
     # ARGV: P, S, id. A waiter's look when nothing told it anything: admits what fits
     # (notifying everyone, the caller too), removes a dead predecessor.

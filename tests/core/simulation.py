@@ -17,6 +17,13 @@ the real :func:`take_slots` steps): the slots held are distinct at every grant, 
 is a record of the store naming the holder's entry, and each index is below the
 capacity it was granted under (the largest capacity any live holder of the queue was
 admitted under; with no capacity change, the capacity).
+
+A store that decides admission (``server_admission=True``, Redis's scripts): at every
+change of a queue (a create, a deletion, a capacity change) the store admits, from the
+head, the waiters that now fit by the prefix rule, marks them held and tells each one's
+client StoreAdmitted, but the creator, whose create's answer says it (taken with the
+create, atomically). The protocol then must never arm nor relist, and a client must take
+itself for admitted only once the store admitted it; the other checks are the same.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from semaphore_recipes._core.protocol import (
     Relist,
     SessionLost,
     Step,
+    StoreAdmitted,
     acquire_protocol,
 )
 from semaphore_recipes._core.queue import Entry, EntryState
@@ -109,6 +117,8 @@ class Client:
     unmarked: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
     relists: int = 0
     slots: tuple[Slot, ...] = ()  # the slots held (granted with slots)
+    #: server admission: per queue, did the create admit our entry (its answer says so)
+    create_admitted: dict[str, bool] = field(default_factory=dict)
 
     @property
     def multi(self) -> bool:
@@ -142,6 +152,8 @@ class Simulation:
         slots: bool = False,
         slot_records_die_later: bool = False,
         stale_slot_listing: bool = False,
+        server_admission: bool = False,
+        store_mutation: str = "",
     ) -> None:
         """``queues`` > 1: several semaphores ``q0``, ``q1``... of ``capacity`` each,
         each client asking random weights of a random non-empty subset of them (or the
@@ -150,8 +162,13 @@ class Simulation:
         acquires take job slots; ``slot_records_die_later`` is the mutation whose slot
         records outlive their entry for a while (deleted by a request of their own);
         ``stale_slot_listing`` the one whose lost race for an index answers with the
-        first listing and that index, not a fresh listing."""
+        first listing and that index, not a fresh listing. ``server_admission``: the
+        store decides admission (see the module's docstring); ``store_mutation`` breaks
+        that store: ``"untold"`` admits without telling, ``"forget_holders"`` admits
+        as if the holders weighed nothing."""
         self.rng = rng
+        self.server_admission = server_admission
+        self.store_mutation = store_mutation
         self.store: dict[str, StoredEntry] = {}
         self.watches: dict[str, set[int]] = {}
         self.names = ["sim"] if queues == 1 else [f"q{i}" for i in range(queues)]
@@ -183,6 +200,7 @@ class Simulation:
         ]
         self.max_woken = 0
         self.admissions = 0
+        self.admissions_told = 0  # server admission: StoreAdmitted events sent
         self.max_held = 0
         self.slots = slots
         self.slot_records_die_later = slot_records_die_later
@@ -238,6 +256,34 @@ class Simulation:
             if key in self.store:
                 del self.store[key]
                 self._fire(key, EntryDeleted(key, self._known_view(key)))
+        for queue in keys:
+            self._sweep(queue)
+
+    def _sweep(self, queue: str, quiet: frozenset[str] = frozenset()) -> None:
+        """A store that decides admission, after a change of ``queue``: from the head,
+        every waiter that fits by the prefix rule is admitted (held) and its client told
+        StoreAdmitted, but those of ``quiet`` (the creator: its create's answer says it);
+        the first waiter that does not fit stops it."""
+        if not self.server_admission:
+            return
+        total = told = 0
+        for e in sorted((e for e in self.store.values() if e.queue == queue), key=_order):
+            if e.held:
+                total += 0 if self.store_mutation == "forget_holders" else e.weight
+                continue
+            if total + e.weight > self.capacities[queue]:
+                break
+            e.held = True
+            total += e.weight
+            if e.key in quiet or self.store_mutation == "untold":
+                continue
+            for c in self.clients:
+                if c.state == "waiting" and c.keys.get(queue) == e.key:
+                    event = StoreAdmitted(e.key)
+                    c.events.append(QueueEvent(queue, event) if c.multi else event)
+                    told += 1
+        self.max_woken = max(self.max_woken, told)
+        self.admissions_told += told
 
     def _known_view(self, key: str) -> tuple[Entry, ...] | None:
         """The view ``key`` was admitted with, when the waiter told of its deletion
@@ -295,13 +341,19 @@ class Simulation:
             # a new generation: what was posted for an earlier entry is dropped; what is
             # posted from now on (a capacity the process applies while we enqueue, which
             # may be older than the one the listing brings) is kept
-            c.created, c.keys = False, {}
+            c.created, c.keys, c.create_admitted = False, {}, {}
             c.admitted.clear()
             c.mark_pending.clear()
             c.unmarked.clear()
             c.events = deque(e for e in c.events if isinstance(e, SessionLost))
+        elif isinstance(step, (Arm, Relist)) and self.server_admission:
+            raise AssertionError(f"client {c.cid}: {step} where the store decides admission")
         elif isinstance(step, Arm):
             c.to_arm, c.arm_results = list(step.keys), {}
+        elif isinstance(step, MarkHeld) and self.server_admission:
+            self._admitted_in(c, queue)  # (the store's write marked it)
+            self._check_slots(c, queue, step.slots)
+            self._send(c, None)
         elif isinstance(step, MarkHeld):
             self._admitted_in(c, queue)
             self._check_slots(c, queue, step.slots)
@@ -318,6 +370,8 @@ class Simulation:
     def _admitted_in(self, c: Client, queue: str) -> None:
         """``c`` takes itself for admitted in ``queue``: check the prefix rule there."""
         me = self.store[c.keys[queue]]
+        if self.server_admission and not me.held:
+            raise OverAdmission(f"client {c.cid} admitted in {queue}, not by the store")
         prefix = sum(e.weight for e in self._lower(me)) + me.weight
         if prefix > c.capacity_bound[queue]:
             raise OverAdmission(
@@ -447,6 +501,7 @@ class Simulation:
                     x.events.insert(older[-1], post)
                 else:
                     x.events.append(post)
+        self._sweep(queue)
 
     def _create(self, c: Client) -> None:
         """The atomic create: every entry of the request, one order. The mutation
@@ -461,6 +516,9 @@ class Simulation:
             c.keys[queue] = key
             c.capacity_bound[queue] = self.capacities[queue]
             self.store[key] = StoredEntry(queue, key, order, c.weights[queue])
+        for queue in missing:  # the answer is the create's, taken with it
+            self._sweep(queue, quiet=frozenset(c.keys.values()))
+            c.create_admitted[queue] = self.store[c.keys[queue]].held
         c.created = len(c.keys) == len(c.weights)
 
     def _listing(self, c: Client, queue: str) -> Enqueued:
@@ -473,13 +531,15 @@ class Simulation:
         if not complete:
             lower = lower[-nearest:]
         later = any(e.queue == queue and e.order > me.order for e in self.store.values())
+        admitted = self.server_admission and c.create_admitted[queue]
         return Enqueued(
             Entry(me.key, me.order, me.weight),
-            lower,
+            () if admitted else lower,
             capacity,
             later,
             capacity_version=self.capacity_versions[queue],
             lower_complete=complete,
+            admitted=admitted,
         )
 
     def _slot_answer_lost(self, c: Client) -> bool:
@@ -505,11 +565,14 @@ class Simulation:
             c.state = "waiting"
             client = c
             deadline = Deadline(1.0 if c.timeout else None, clock=lambda: client.clock)
+            decides = self.server_admission
             if c.multi:
-                c.gen = multi_acquire_protocol(c.weights, deadline)
+                c.gen = multi_acquire_protocol(c.weights, deadline, server_admission=decides)
             else:
                 ((name, weight),) = c.weights.items()
-                c.gen = acquire_protocol(name, weight, deadline, slots=self.slots)
+                c.gen = acquire_protocol(
+                    name, weight, deadline, slots=self.slots, server_admission=decides
+                )
             c.step = next(c.gen)
             self._prepare(c)
         elif action == "create":
@@ -663,6 +726,10 @@ class Simulation:
             self.slot_records[queue].pop(index, None)
         left = {q: r for q, r in self.slot_records.items() if r}
         assert not left, f"slot records left behind: {left}"
+
+
+def _order(entry: StoredEntry) -> int:
+    return entry.order
 
 
 def _queue_and_order(key: str) -> tuple[str, int]:

@@ -43,8 +43,14 @@ def _small_cases() -> list[tuple[int, list[dict[str, int]]]]:
 SMALL = _small_cases()
 
 
-@pytest.mark.parametrize("persistent_watches", [False, True], ids=["one-shot", "persistent"])
-def test_every_small_case_completes_within_capacity(persistent_watches: bool) -> None:
+@pytest.mark.parametrize(
+    ("persistent_watches", "server_admission"),
+    [(False, False), (True, False), (False, True)],
+    ids=["one-shot", "persistent", "store-decides"],
+)
+def test_every_small_case_completes_within_capacity(
+    persistent_watches: bool, server_admission: bool
+) -> None:
     """Each of the small cases, under many random schedules with session losses,
     crashes and timeouts: the checks of the model (no over-admission per queue, the
     prefix rule, no lost wake-up, every run completes) hold in all of them."""
@@ -61,6 +67,7 @@ def test_every_small_case_completes_within_capacity(persistent_watches: bool) ->
                 queues=2,
                 weights=requests,
                 persistent_watches=persistent_watches,
+                server_admission=server_admission,
             )
             sim.run()
             admissions += sim.admissions
@@ -99,6 +106,23 @@ def test_random_long_runs_with_session_loss_and_capacity_changes(
     assert multi_admissions > RUNS  # the runs do go through multi-acquires
 
 
+def test_random_long_runs_where_the_store_decides_admission() -> None:
+    """Each queue's store admits the request when it fits there (its entry then holds
+    that semaphore while the request waits in the others) and tells it StoreAdmitted;
+    granted once every queue did: no deadlock, no over-admission, no lost wake-up."""
+    admissions = multi_admissions = told = 0
+    runs = 4 * RUNS
+    for seed in range(runs):
+        sim = run_multi(seed, server_admission=True)
+        admissions += sim.admissions
+        multi_admissions += sum(c.multi for c in sim.clients)
+        told += sim.admissions_told
+        assert not any(c.relists for c in sim.clients)
+    assert admissions > runs
+    assert multi_admissions > runs  # the runs do go through multi-acquires
+    assert told > runs  # and through admissions told after the create
+
+
 def find_deadlock(**kwargs: object) -> str | None:
     for seed in range(3000):
         rng = random.Random(seed)
@@ -125,6 +149,12 @@ def test_entries_created_one_by_one_deadlock() -> None:
     waits behind B in y, B is admitted in y and waits behind A in x."""
     assert find_deadlock(atomic_create=True) is None
     assert find_deadlock(atomic_create=False) is not None
+
+
+def test_entries_created_one_by_one_deadlock_where_the_store_decides() -> None:
+    """The same mutation under a store that admits by itself, queue by queue."""
+    assert find_deadlock(atomic_create=True, server_admission=True) is None
+    assert find_deadlock(atomic_create=False, server_admission=True) is not None
 
 
 def test_a_request_admitted_in_one_queue_marks_itself_when_its_capacity_drops() -> None:

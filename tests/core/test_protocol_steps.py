@@ -10,10 +10,12 @@ from semaphore_recipes._core.protocol import (
     Arm,
     AwaitEvent,
     BackendFailed,
+    CapacityChanged,
     Enqueue,
     Enqueued,
     MarkHeld,
     SessionLost,
+    StoreAdmitted,
     acquire_protocol,
 )
 from semaphore_recipes._core.queue import Entry, EntryState
@@ -71,3 +73,33 @@ def test_a_failed_backend_ends_the_wait() -> None:
     protocol.send({"holder": EntryState(held=True)})
     with pytest.raises(BackendUnavailable, match="client died"):
         protocol.send(BackendFailed("client died"))
+
+
+def test_where_the_store_decides_an_empty_answer_not_admitted_waits_for_its_word() -> None:
+    """server_admission: no Arm, no Relist; an answer listing nothing before us that is
+    no admission (our weight above a capacity lowered meanwhile) waits, ignores the
+    other events, and is admitted by StoreAdmitted for our own entry."""
+    clock = Clock()
+    protocol = acquire_protocol("s", 2, Deadline(10, clock), server_admission=True)
+    assert next(protocol) == Enqueue(first=True)
+    me = Entry(key="me", order=5, weight=2)
+    answer = Enqueued(me, (), capacity=1, later_entries=False, capacity_version=1)
+    assert protocol.send(answer) == AwaitEvent(10)
+    assert isinstance(protocol.send(CapacityChanged(2, 2)), AwaitEvent)
+    assert isinstance(protocol.send(StoreAdmitted("another")), AwaitEvent)
+    assert protocol.send(None) == AwaitEvent(10)  # a tick: the deadline is checked
+    step = protocol.send(StoreAdmitted("me"))
+    assert step == MarkHeld(me, now=False, lower=None)
+    with pytest.raises(StopIteration) as done:
+        protocol.send(None)
+    assert done.value.value == me
+
+
+def test_where_the_store_decides_its_answer_admits_and_a_session_loss_enqueues_again() -> None:
+    protocol = acquire_protocol("s", 1, Deadline(None, Clock()), server_admission=True)
+    next(protocol)
+    waiting = Enqueued(ME, (HOLDER,), capacity=2, later_entries=False, capacity_version=1)
+    assert isinstance(protocol.send(waiting), AwaitEvent)
+    assert protocol.send(SessionLost()) == Enqueue(first=False)
+    admitted = Enqueued(ME, (), capacity=2, later_entries=True, capacity_version=1, admitted=True)
+    assert isinstance(protocol.send(admitted), MarkHeld)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -27,6 +28,8 @@ def run_one(
     slots: bool = False,
     slot_records_die_later: bool = False,
     stale_slot_listing: bool = False,
+    server_admission: bool = False,
+    store_mutation: str = "",
 ) -> Simulation:
     rng = random.Random(seed)
     sim = Simulation(
@@ -42,6 +45,8 @@ def run_one(
         slots=slots,
         slot_records_die_later=slot_records_die_later,
         stale_slot_listing=stale_slot_listing,
+        server_admission=server_admission,
+        store_mutation=store_mutation,
     )
     sim.run()
     return sim
@@ -123,7 +128,7 @@ def test_simulation_catches_a_view_of_another_entry() -> None:
     raise AssertionError("no run went wrong with another entry's view")
 
 
-def find_lost_wakeup(**kwargs: bool) -> str | None:
+def find_lost_wakeup(**kwargs: Any) -> str | None:
     for seed in range(3000):
         try:
             run_one(seed, **kwargs)
@@ -198,8 +203,9 @@ def test_simulation_catches_ignoring_entries_already_behind_us(
         later_entries: bool,
         capacity_version: int,
         lower_complete: bool = True,
+        admitted: bool = False,
     ) -> None:
-        real_init(self, me, lower, capacity, False, capacity_version, lower_complete)
+        real_init(self, me, lower, capacity, False, capacity_version, lower_complete, admitted)
 
     monkeypatch.setattr(protocol.Enqueued, "__init__", never_later)
     assert find_lost_wakeup() is not None
@@ -279,3 +285,81 @@ def test_simulation_catches_admitting_from_a_truncated_view(
         except (OverAdmission, LostWakeup):
             return
     raise AssertionError("no run went wrong deciding from a truncated view")
+
+
+# ---- a store whose writes decide admission (server_admission: Redis's scripts) ----------
+
+
+def test_a_store_that_decides_admission_keeps_safety_liveness_and_no_herd() -> None:
+    """The store admits at every change and tells each admitted waiter (StoreAdmitted),
+    but the creator, whose create's answer says it: the protocol never arms nor relists
+    (the model fails a run that does), a client takes itself for admitted only once the
+    store admitted it, and every check of the model holds. A change wakes only the
+    waiters it admits: at most the capacity (1-4) of them."""
+    worst_herd = admissions = told = 0
+    runs = 6 * RUNS
+    for seed in range(runs):
+        sim = run_one(seed, server_admission=True)
+        worst_herd = max(worst_herd, sim.max_woken)
+        admissions += sim.admissions
+        told += sim.admissions_told
+        assert not any(c.relists for c in sim.clients)
+    assert admissions > runs  # the runs really admit clients
+    assert runs < told < admissions  # admitted by a create's answer, and by a later change
+    assert worst_herd <= 4, worst_herd
+
+
+def test_a_store_that_decides_admission_wakes_one_waiter_per_release() -> None:
+    for seed in range(40):
+        rng = random.Random(seed)
+        sim = Simulation(
+            rng, clients=40, capacity=2, max_weight=1, capacity_changes=False, server_admission=True
+        )
+        sim.run(max_steps=3000)
+        assert sim.max_woken <= 1, (seed, sim.max_woken)
+
+
+def test_simulation_catches_a_store_that_admits_without_telling() -> None:
+    with pytest.raises(LostWakeup):
+        for seed in range(3000):
+            run_one(seed, server_admission=True, store_mutation="untold")
+
+
+def test_simulation_catches_a_store_that_forgets_its_holders() -> None:
+    from .simulation import OverAdmission
+
+    with pytest.raises(OverAdmission):
+        for seed in range(3000):
+            run_one(seed, server_admission=True, store_mutation="forget_holders")
+
+
+def test_simulation_catches_an_empty_answer_taken_for_an_admission(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An answer listing nothing before us is no admission where the store decides: an
+    entry heavier than a capacity lowered meanwhile waits at the head, with nothing
+    before it (``Enqueued.admitted`` says it, not an empty ``lower``)."""
+    from semaphore_recipes._core import protocol
+
+    from .simulation import OverAdmission
+
+    real_init = protocol.Enqueued.__init__
+
+    def empty_is_admitted(
+        self: protocol.Enqueued,
+        me: Entry,
+        lower: tuple[Entry, ...],
+        capacity: int,
+        later_entries: bool,
+        capacity_version: int,
+        lower_complete: bool = True,
+        admitted: bool = False,
+    ) -> None:
+        real_init(
+            self, me, lower, capacity, later_entries, capacity_version, lower_complete, not lower
+        )
+
+    monkeypatch.setattr(protocol.Enqueued, "__init__", empty_is_admitted)
+    with pytest.raises(OverAdmission, match="not by the store"):
+        for seed in range(3000):
+            run_one(seed, server_admission=True)
