@@ -17,6 +17,7 @@ import semaphore_recipes as sr
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 from semaphore_recipes.zookeeper import _kazoo_compat
+from semaphore_recipes.zookeeper._waits import Answering
 from semaphore_recipes.zookeeper.backend import _Opening, _Reconnected, _Started
 
 from ..conftest import wait_until
@@ -162,6 +163,36 @@ def test_an_interrupt_kazoo_swallowed_leaves_the_backend_working(
     assert sem.status().holders == ()
     backend.close()
     assert "did not acknowledge the close" not in caplog.text
+
+
+def test_an_interrupt_kazoo_swallowed_is_raised_when_the_reply_replaced_its_error(
+    zk: ZooKeeperHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kazoo sets ConnectionClosedError on the request whose wake-up it interrupted, but
+    the request stays queued: once sent, its reply replaces that error. The acquire
+    raises the interrupt all the same, and the requests queued behind are not held
+    back (the enqueue's listing, queued right after its create)."""
+    backend = zk.connect()
+    sem = backend.semaphore("interrupted-late", capacity=1)
+    answer = Answering.wait
+    replied_first: list[object] = []
+
+    def wait_for_the_reply_first(answering: Answering, request: object) -> object:
+        if not replied_first and hasattr(request, "successful"):  # the create
+            wait_until(request.successful)  # (raises after 10 s if it is never sent)
+            replied_first.append(request)
+        return answer(answering, request)
+
+    monkeypatch.setattr(Answering, "wait", wait_for_the_reply_first)
+    _kazoo_compat.interrupt_next_wakeup(backend.client)  # the enqueue's create
+    with pytest.raises(KeyboardInterrupt):
+        sem.acquire(timeout=10)
+    assert replied_first
+    wait_until(lambda: zk.entries() == [])  # the entry created after all is removed
+    permit = sem.acquire(timeout=10)
+    assert permit.state is sr.PermitState.HELD
+    permit.release()
+    backend.close()
 
 
 @pytest.mark.parametrize("face", ["sync", "aio"])
