@@ -298,9 +298,11 @@ def note_swallowed_interrupts(client: Any) -> None:
         return
 
     def call_noting(request: Any, async_object: Any) -> Any:
+        # an interrupt the caller is handling already (a cleanup) is not kazoo's to swallow
+        handled_already = sys.exc_info()[1]
         try:
             async_object.set_exception = functools.partial(
-                _set_exception_noting, client, async_object.set_exception
+                _set_exception_noting, client, handled_already, async_object.set_exception
             )
         except (AttributeError, TypeError):  # a result type without instance attributes
             return call(request, async_object)
@@ -317,8 +319,11 @@ def note_swallowed_interrupts(client: Any) -> None:
     client._call = call_noting
 
 
-def _set_exception_noting(client: Any, set_exception: Any, exc: BaseException) -> None:
-    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+def _set_exception_noting(
+    client: Any, handled_already: BaseException | None, set_exception: Any, exc: BaseException
+) -> None:
+    handled = sys.exc_info()[1]
+    if isinstance(handled, KeyboardInterrupt) and handled is not handled_already:
         with _swallowed_lock:
             _swallowed_interrupts.setdefault(client, set()).add(threading.get_ident())
         wake_connection_thread(client)

@@ -385,6 +385,16 @@ def test_a_keyboard_interrupt_kazoo_swallowed_is_noted_and_nothing_lags(
     again = client.create_async(f"{sr_namespace}/after-restart")
     assert compat.take_swallowed_interrupt(client)
     wait_until(again.successful)
+    # a request kazoo fails at once while the caller handles an interrupt of its own (a
+    # cleanup after Ctrl-C) swallowed nothing
+    client.stop()
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        closed = client.exists_async("/")
+    assert not compat.take_swallowed_interrupt(client)
+    with pytest.raises(ConnectionClosedError):
+        closed.get(timeout=10)
 
 
 # ---- kazoo's connection loop ------------------------------------------------------
