@@ -339,10 +339,13 @@ def take_swallowed_interrupt(client: Any) -> bool:
     """Did kazoo swallow a KeyboardInterrupt in a request of ``client`` issued on this
     thread since the last call (see :func:`note_swallowed_interrupts`)? Each one is
     told once."""
-    if not _swallowed_interrupts.get(client):
+    try:
+        threads = _swallowed_interrupts.get(client)
+    except TypeError:  # no weak reference to it (a stand-in): nothing was noted for it
+        return False
+    if not threads:
         return False  # (the usual answer, without the lock)
     with _swallowed_lock:
-        threads = _swallowed_interrupts[client]
         if threading.get_ident() not in threads:
             return False
         threads.discard(threading.get_ident())
