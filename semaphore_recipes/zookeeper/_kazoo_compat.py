@@ -16,6 +16,8 @@ import contextlib
 import functools
 import logging
 import socket
+import sys
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -276,6 +278,80 @@ def interrupted_request(exc: BaseException, client: Any) -> bool:
     return isinstance(exc, ConnectionClosedError) and client.client_state != KeeperState.CLOSED
 
 
+def note_swallowed_interrupts(client: Any) -> None:
+    """From now on, note each KeyboardInterrupt that kazoo swallows while queueing a
+    request of ``client``, for :func:`take_swallowed_interrupt`, and wake the
+    connection thread again so that no request lags behind. Calling it again does
+    nothing; it survives reconnects and restarts (it wraps the client's ``_call``).
+
+    The request's result cannot tell: kazoo sets ConnectionClosedError on it, but the
+    request stays queued, and once something wakes the connection thread its reply
+    replaces that error. So the swallowing is noted as it happens: during ``_call``, the
+    request's ``set_exception`` is wrapped, and called while this thread handles a
+    KeyboardInterrupt it is kazoo's bare ``except:`` swallowing one, wherever in its
+    ``try`` the interrupt landed (before the byte went out or after: a byte too many is
+    harmless). An interrupt that escapes ``_call`` after the request was queued leaves
+    it without its wake-up too: that one wakes the thread and goes on.
+    """
+    call = client._call
+    if getattr(call, "_notes_swallowed_interrupts", False):
+        return
+
+    def call_noting(request: Any, async_object: Any) -> Any:
+        # an interrupt the caller is handling already (a cleanup) is not kazoo's to swallow
+        handled_already = sys.exc_info()[1]
+        try:
+            async_object.set_exception = functools.partial(
+                _set_exception_noting, client, handled_already, async_object.set_exception
+            )
+        except (AttributeError, TypeError):  # a result type without instance attributes
+            return call(request, async_object)
+        try:
+            return call(request, async_object)
+        except KeyboardInterrupt:
+            wake_connection_thread(client)
+            raise
+        finally:
+            with contextlib.suppress(AttributeError):
+                del async_object.set_exception
+
+    call_noting._notes_swallowed_interrupts = True  # type: ignore[attr-defined]
+    client._call = call_noting
+
+
+def _set_exception_noting(
+    client: Any, handled_already: BaseException | None, set_exception: Any, exc: BaseException
+) -> None:
+    handled = sys.exc_info()[1]
+    if isinstance(handled, KeyboardInterrupt) and handled is not handled_already:
+        with _swallowed_lock:
+            _swallowed_interrupts.setdefault(client, set()).add(threading.get_ident())
+        wake_connection_thread(client)
+    set_exception(exc)
+
+
+#: client -> the threads on which kazoo swallowed a KeyboardInterrupt not yet taken
+_swallowed_interrupts: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
+_swallowed_lock = threading.Lock()
+
+
+def take_swallowed_interrupt(client: Any) -> bool:
+    """Did kazoo swallow a KeyboardInterrupt in a request of ``client`` issued on this
+    thread since the last call (see :func:`note_swallowed_interrupts`)? Each one is
+    told once."""
+    try:
+        threads = _swallowed_interrupts.get(client)
+    except TypeError:  # no weak reference to it (a stand-in): nothing was noted for it
+        return False
+    if not threads:
+        return False  # (the usual answer, without the lock)
+    with _swallowed_lock:
+        if threading.get_ident() not in threads:
+            return False
+        threads.discard(threading.get_ident())
+        return True
+
+
 def wake_connection_thread(client: Any) -> None:
     """Wake kazoo's connection thread as ``KazooClient._call`` does after queueing a
     request (one byte on its wake-up socket), for a request whose own wake-up an
@@ -360,8 +436,9 @@ class _InterruptingWakeSocket:
 
 def interrupt_next_wakeup(client: Any) -> None:
     """Raise KeyboardInterrupt inside the next request's wake-up of kazoo's connection
-    thread (the bare ``except:`` of ``KazooClient._call``), once. The request stays
-    queued but is not sent until something else wakes the thread. For tests of
-    :func:`interrupted_request`."""
+    thread (the bare ``except:`` of ``KazooClient._call``), once, before its byte is
+    sent. The request stays queued but is not sent until something else wakes the
+    thread (:func:`note_swallowed_interrupts` does, as for a real interrupt). For tests
+    of :func:`interrupted_request` and :func:`note_swallowed_interrupts`."""
     connection = client._connection
     connection._write_sock = _InterruptingWakeSocket(connection)

@@ -21,6 +21,9 @@ awaited from the event loop, woken by kazoo's callback thread through
 passes, its ``timed_out()`` is raised; kazoo's ConnectionClosedError becomes
 BackendUnavailable (or KeyboardInterrupt, when it hid one), NoAuthError PermissionDenied
 naming the bound's ``path``, and any other failure of kazoo itself BackendUnavailable.
+A KeyboardInterrupt that kazoo swallowed while queueing one of the program's requests
+(noted as it happens, see ``_kazoo_compat.note_swallowed_interrupts``) is raised at
+the program's next yield, whatever that request's result says by then.
 ZooKeeper's own errors (ConnectionLoss, SessionExpiredError, NoNodeError...) reach the
 program as they are: what to do about them is the step's business.
 """
@@ -103,6 +106,7 @@ class Answering:
         if type(request) is Within:
             self._within = request
             return None
+        self._give_back_swallowed_interrupt()
         within = self._bound()
         if request is Await.CONNECTION:
             self._backend.wait_connected(within.deadline)
@@ -130,6 +134,7 @@ class Answering:
         if type(request) is Within:
             self._within = request
             return None
+        self._give_back_swallowed_interrupt()
         within = self._bound()
         if request is Await.CONNECTION:
             await self._backend.wait_connected_async(within.deadline)
@@ -148,6 +153,12 @@ class Answering:
             raise self._mapped(exc, within) from exc
 
     # ---- both ----------------------------------------------------------------
+    def _give_back_swallowed_interrupt(self) -> None:
+        if _kazoo_compat.take_swallowed_interrupt(self._backend.client):
+            # kazoo swallowed it queueing a request this program made; that request's
+            # result may hold its reply by now. The cleanup finds any entry by its id.
+            raise KeyboardInterrupt("interrupted while kazoo was sending a request")
+
     def _mapped(self, exc: Exception, within: Within) -> BaseException:
         if isinstance(exc, ConnectionClosedError):
             client = self._backend.client

@@ -146,6 +146,7 @@ class ZooKeeperBackend(Backend):
         _kazoo_compat.track_negotiated_session_timeout(client)  # seen from its next connect
         mask_credentials(client)  # (a client given to connect(): from its next connect)
         _kazoo_compat.on_handshake_closed(client, self._handshake_closed)
+        _kazoo_compat.note_swallowed_interrupts(client)  # the runner raises them
         client.add_listener(self._on_state)
 
     # ---- construction -------------------------------------------------------

@@ -12,12 +12,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kazoo.exceptions import ConnectionClosedError
+from kazoo.handlers.utils import AsyncResult
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 from semaphore_recipes.zookeeper import _kazoo_compat
-from semaphore_recipes.zookeeper.backend import _Opening, _Reconnected, _Started
+from semaphore_recipes.zookeeper._waits import Answering
+from semaphore_recipes.zookeeper.backend import (
+    ZooKeeperBackend,
+    _Opening,
+    _Reconnected,
+    _Started,
+)
 
 from ..conftest import wait_until
 
@@ -162,6 +170,59 @@ def test_an_interrupt_kazoo_swallowed_leaves_the_backend_working(
     assert sem.status().holders == ()
     backend.close()
     assert "did not acknowledge the close" not in caplog.text
+
+
+@pytest.mark.parametrize("face", ["sync", "aio"])
+def test_an_interrupt_kazoo_swallowed_is_raised_when_the_reply_replaced_its_error(
+    zk: ZooKeeperHarness, monkeypatch: pytest.MonkeyPatch, face: str
+) -> None:
+    """kazoo sets ConnectionClosedError on the request whose wake-up it interrupted, but
+    the request stays queued: once sent, its reply replaces that error. Here each reply
+    is in before the runner reads it: the acquire raises the interrupt all the same, and
+    the requests queued behind are not held back (the enqueue's listing, queued right
+    after its create)."""
+    sync_wait, async_wait = Answering.wait, Answering.wait_async
+
+    def reply_first(request: object) -> None:
+        if isinstance(request, AsyncResult):  # (a request kazoo never sends fails here)
+            wait_until(lambda: request.ready() and not _closed_error(request.exception))
+
+    def wait(answering: Answering, request: object) -> object:
+        reply_first(request)
+        return sync_wait(answering, request)
+
+    async def wait_async(answering: Answering, request: object) -> object:
+        reply_first(request)
+        return await async_wait(answering, request)
+
+    monkeypatch.setattr(Answering, "wait", wait)
+    monkeypatch.setattr(Answering, "wait_async", wait_async)
+    if face == "sync":
+        backend = zk.connect()
+        sem = backend.semaphore("interrupted-late", capacity=1)
+        _kazoo_compat.interrupt_next_wakeup(backend.client)  # the enqueue's create
+        with pytest.raises(KeyboardInterrupt):
+            sem.acquire(timeout=10)
+        wait_until(lambda: zk.entries() == [])  # the entry created after all is removed
+        sem.acquire(timeout=10).release()
+        backend.close()
+    else:
+
+        async def interrupted() -> None:
+            async with sr.aio.connect(zk.url) as backend:
+                sem = await backend.semaphore("interrupted-late", capacity=1).open()
+                assert isinstance(backend.backend, ZooKeeperBackend)
+                _kazoo_compat.interrupt_next_wakeup(backend.backend.client)
+                with pytest.raises(KeyboardInterrupt):
+                    await sem.acquire(timeout=10)
+                wait_until(lambda: zk.entries() == [])
+                await (await sem.acquire(timeout=10)).release()
+
+        asyncio.run(interrupted())
+
+
+def _closed_error(exc: object) -> bool:
+    return isinstance(exc, ConnectionClosedError)
 
 
 @pytest.mark.parametrize("face", ["sync", "aio"])

@@ -101,7 +101,8 @@ def test_the_compat_module_lists_every_kazoo_private_name_it_uses() -> None:
                 used.add(node.attr)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             used.update(re.findall(r"^_[a-z_]+$", node.value))
-    used -= module_level | {"_records_negotiated_timeout"}  # our own marker on our wrapper
+    # our own markers on our wrappers
+    used -= module_level | {"_records_negotiated_timeout", "_notes_swallowed_interrupts"}
     assert used, "the scan of the compat module found nothing: is it still the one?"
     assert used <= set(compat.PRIVATE_NAMES), used - set(compat.PRIVATE_NAMES)
 
@@ -347,6 +348,53 @@ def test_a_keyboard_interrupt_kazoo_swallowed_is_told_from_a_closed_client(
     with pytest.raises(ConnectionClosedError) as closed:
         client.exists_async("/").get(timeout=10)
     assert not compat.interrupted_request(closed.value, client)
+
+
+def test_a_keyboard_interrupt_kazoo_swallowed_is_noted_and_nothing_lags(
+    zookeeper_server: Any, clients: list[KazooClient], sr_namespace: str
+) -> None:
+    client = _started(clients, zookeeper_server.host_port)
+    client.ensure_path(sr_namespace)
+    compat.note_swallowed_interrupts(client)
+    compat.note_swallowed_interrupts(client)  # a second call does nothing
+    assert not compat.take_swallowed_interrupt(client)
+    compat.interrupt_next_wakeup(client)
+    queued = client.create_async(f"{sr_namespace}/queued")
+    assert compat.take_swallowed_interrupt(client)
+    assert not compat.take_swallowed_interrupt(client)  # told once
+    # woken again when the interrupt was noted: sent with no other request behind it,
+    # and its reply replaces kazoo's ConnectionClosedError
+    wait_until(queued.successful)
+    assert client.exists_async(f"{sr_namespace}/queued").get(timeout=10) is not None
+    # noted for the thread it was swallowed on only
+    compat.interrupt_next_wakeup(client)
+    client.create_async(f"{sr_namespace}/queued-too")
+    seen_elsewhere: list[bool] = []
+    elsewhere = threading.Thread(
+        target=lambda: seen_elsewhere.append(compat.take_swallowed_interrupt(client))
+    )
+    elsewhere.start()
+    elsewhere.join(10)
+    assert seen_elsewhere == [False]
+    assert compat.take_swallowed_interrupt(client)
+    # still in place after a restart (kazoo makes a new wake-up socket pair)
+    client.stop()
+    client.close()
+    client.start(timeout=15)
+    compat.interrupt_next_wakeup(client)
+    again = client.create_async(f"{sr_namespace}/after-restart")
+    assert compat.take_swallowed_interrupt(client)
+    wait_until(again.successful)
+    # a request kazoo fails at once while the caller handles an interrupt of its own (a
+    # cleanup after Ctrl-C) swallowed nothing
+    client.stop()
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        closed = client.exists_async("/")
+    assert not compat.take_swallowed_interrupt(client)
+    with pytest.raises(ConnectionClosedError):
+        closed.get(timeout=10)
 
 
 # ---- kazoo's connection loop ------------------------------------------------------
