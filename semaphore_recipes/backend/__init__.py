@@ -43,7 +43,7 @@ from .._core.status import EntryStatus, Status, split_queue
 from .._interrupts import call_with_sigint_held
 from .._url import DEFAULT_REQUEST_TIMEOUT, ServiceURL
 from .capabilities import Capabilities, Capability
-from .driver import ADMITTED_VIEWS_KEPT, QueueDriver, queues_of
+from .driver import ADMITTED_VIEWS_KEPT, DriverContractError, QueueDriver, queues_of
 from .fenced import FencedTransaction, Write, WriteKind
 from .hub import SessionHub
 from .runner import Program, Runner
@@ -62,6 +62,7 @@ __all__ = [
     "Capability",
     "CapacityChanged",
     "Deadline",
+    "DriverContractError",
     "Enqueued",
     "Entry",
     "EntryChanged",

@@ -14,6 +14,7 @@ from semaphore_recipes._url import parse_url
 from semaphore_recipes.backend import (
     Capabilities,
     Deadline,
+    DriverContractError,
     Enqueued,
     EntryDeleted,
     EntryState,
@@ -21,7 +22,6 @@ from semaphore_recipes.backend import (
     QueueDriver,
     Waiter,
 )
-from semaphore_recipes.backend.driver import DriverContractError
 from semaphore_recipes.memory.backend import MemoryBackend
 from semaphore_recipes.memory.queue import MemoryQueue
 
