@@ -83,13 +83,10 @@ def enqueue_all(
         }
 
 
-def removing_all(
-    backend: RedisBackend, entries: Sequence[tuple[RedisQueue, str]], *, sweep: bool = True
-) -> Program[Any]:
-    """Remove our ``(queue, entry id)`` entries in one script; each queue swept (its
-    newly admitted waiters told) unless ``sweep`` is False (a sweep of its own follows,
-    as in RedisQueue.abandon)."""
-    args: list[Arg] = [backend.params.prefix, "", backend.lease, "" if sweep else "later"]
+def removing_all(backend: RedisBackend, entries: Sequence[tuple[RedisQueue, str]]) -> Program[Any]:
+    """Remove our ``(queue, entry id)`` entries in one script, each queue swept (its
+    newly admitted waiters told)."""
+    args: list[Arg] = [backend.params.prefix, "", backend.lease]
     for queue, key in entries:
         queue.leaving(key)
         args += [queue.name, key]

@@ -309,20 +309,18 @@ for i = 6, #ARGV, 4 do
 end
 return out
 """,
-    # ARGV: P, '', the caller's lease, 'later' (or ''), then (semaphore, id) pairs: each
-    # entry removed as REMOVE does (an id '' removes nothing), then every queue swept,
-    # unless 'later'. -> how many entries were there
+    # ARGV: P, '', the caller's lease, then (semaphore, id) pairs: each entry removed as
+    # REMOVE does (an id '' removes nothing), then every queue swept. -> how many entries
+    # were there
     ScriptName.REMOVE_ALL: r"""
 local found = 0
-for i = 5, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   use(ARGV[i])
   if ARGV[i + 1] ~= '' then found = found + remove_entry(ARGV[i + 1], ARGV[3]) end
 end
-if ARGV[4] ~= 'later' then
-  for i = 5, #ARGV, 2 do
-    use(ARGV[i])
-    sweep(nil)
-  end
+for i = 4, #ARGV, 2 do
+  use(ARGV[i])
+  sweep(nil)
 end
 return found
 """,
@@ -357,8 +355,8 @@ end
 return {'wait', -1}
 """,
     # ARGV: P, S, id ('' to sweep only), the caller's lease ('' for an operator), and
-    # 'later' to leave the sweep to a script of its own (a cancelled acquire's: see
-    # RedisQueue.abandon_async). An entry removed by anyone but its own client is
+    # 'later' to leave the sweep to a script of its own (an abandon's: see
+    # RedisQueue.abandon). An entry removed by anyone but its own client is
     # reported to that client. -> 1 if the entry was there
     ScriptName.REMOVE: r"""
 local found = 0

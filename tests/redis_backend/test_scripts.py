@@ -58,7 +58,7 @@ class Scripts:
 
     def remove_all(self, lease: str, *pairs: tuple[str, str]) -> int:
         flat = [part for pair in pairs for part in pair]
-        return int(self.run(ScriptName.REMOVE_ALL, lease, "", *flat, semaphore=""))
+        return int(self.run(ScriptName.REMOVE_ALL, lease, *flat, semaphore=""))
 
     def held(self, entry_id: str, semaphore: str = "s") -> bool:
         raw = self.admin.hget(f"{self.prefix}:s:{semaphore}:e", entry_id)
