@@ -72,6 +72,9 @@ BUILTIN = (
     # (no default_port: the URL's user:password@host:port is the backend's to parse)
     BackendSpec("redis", "semaphore_recipes.redis.backend:RedisBackend", extra="redis"),
     BackendSpec("rediss", "semaphore_recipes.redis.backend:TlsRedisBackend", extra="redis"),
+    BackendSpec(
+        "postgresql", "semaphore_recipes.postgresql.backend:PostgreSQLBackend", extra="postgresql"
+    ),
 )
 
 _lock = threading.Lock()

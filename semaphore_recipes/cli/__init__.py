@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    from . import demo, devserver, exporter, hold, run, status
+    from . import demo, devserver, exporter, hold, run, sql_schema, status
 
     run.add_parser(sub, [common])
     hold.add_parser(sub, [common])
@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     exporter.add_parser(sub, [common])
     devserver.add_parser(sub, [common])
     demo.add_parser(sub, [common])
+    sql_schema.add_parser(sub, [common])
     return parser
 
 

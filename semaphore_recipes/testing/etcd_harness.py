@@ -75,6 +75,10 @@ class EtcdHarness(NetworkHarness):
         with self._admin_client() as admin:
             return leftover_etcd_entries(admin, self._namespace, name)
 
+    def delete_entry(self, entry: str) -> None:
+        with self._admin_client() as admin:
+            admin.delete_range(entry)
+
     def expire_session(self, backend: Client | Backend) -> None:
         with self._admin_client() as admin:
             admin.lease_revoke(self.session_of(backend))

@@ -123,6 +123,11 @@ class Harness(ABC):
         """The queue entries (store keys/paths) in the namespace: of semaphore ``name``,
         or of every semaphore."""
 
+    @abstractmethod
+    def delete_entry(self, entry: str) -> None:
+        """Delete ``entry`` (as :meth:`entries` names it) as an operator's tool would:
+        its client sees a deletion by someone else (``acquire(watch_entry=True)``)."""
+
     def close(self) -> None:
         """Release what the harness started (the plugin's fixtures call it)."""
         return None

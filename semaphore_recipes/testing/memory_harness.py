@@ -45,6 +45,10 @@ class MemoryHarness(Harness):
         paths = store_named(self._store_name).entry_paths()
         return [p for p in paths if name is None or p.rpartition("/")[0].endswith(f"/{name}")]
 
+    def delete_entry(self, entry: str) -> None:
+        if not store_named(self._store_name).delete(entry):
+            raise LookupError(f"no entry {entry!r} in the memory store")
+
     def expire_session(self, backend: Client | Backend) -> None:
         _memory(backend).expire_session()
 

@@ -679,6 +679,74 @@ def redis_harness(
     harness.close()
 
 
+# ---- postgresql ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def postgresql_schema(sr_namespace: str) -> str:
+    """The schema of this test: ``sr_<test>_<random>`` (an unquoted identifier)."""
+    name = "".join(c if c.isalnum() else "_" for c in sr_namespace.lower().split("/")[-1])
+    return f"sr_{name[-50:]}".replace("__", "_")
+
+
+@pytest.fixture
+def postgresql_url(postgresql_server: Any, postgresql_schema: str) -> str:
+    return (
+        f"postgresql://{postgresql_server.host_port}/postgres?user=postgres"
+        f"&schema={postgresql_schema}&session_timeout=4"
+    )
+
+
+@pytest.fixture
+def postgresql_admin(postgresql_server: Any, postgresql_schema: str) -> Iterator[Any]:
+    """A psycopg connection (autocommit) to the server as its superuser; the test's
+    schema is dropped at teardown."""
+    import psycopg
+
+    host, port = postgresql_server.host_port.rsplit(":", 1)
+    conn = psycopg.connect(host=host, port=int(port), user="postgres", dbname="postgres",
+                           autocommit=True)  # fmt: skip
+    yield conn
+    try:
+        conn.execute(f"DROP SCHEMA IF EXISTS {postgresql_schema} CASCADE")
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def postgresql_backend(
+    postgresql_url: str, postgresql_admin: Any, postgresql_schema: str
+) -> Iterator[Callable[..., Any]]:
+    """Like ``zookeeper_backend``, for PostgreSQL (entries of live sessions are leftovers)."""
+    from .postgresql_harness import live_postgresql_entries
+
+    yield from _backend_factory(
+        postgresql_url, lambda: live_postgresql_entries(postgresql_admin, postgresql_schema)
+    )
+
+
+@pytest.fixture
+def postgresql_harness(
+    postgresql_url: str,
+    postgresql_backend: Callable[..., Any],
+    postgresql_server: Any,
+    postgresql_admin: Any,
+    postgresql_schema: str,
+) -> Iterator[Any]:
+    """A ``PostgreSQLHarness`` of the session's server, into ``postgresql_schema``."""
+    from .postgresql_harness import PostgreSQLHarness
+
+    harness = PostgreSQLHarness(
+        postgresql_url,
+        postgresql_backend,
+        server=postgresql_server,
+        schema=postgresql_schema,
+        admin=postgresql_admin,
+    )
+    yield harness
+    harness.close()
+
+
 # ---- memory ---------------------------------------------------------------------
 
 

@@ -64,6 +64,9 @@ class ZooKeeperHarness(NetworkHarness):
         found: list[str] = self._admin.retry(leftover_entries, self._admin, self._namespace, name)
         return found
 
+    def delete_entry(self, entry: str) -> None:
+        self._admin.retry(self._admin.delete, entry)
+
     def expire_session(self, backend: Client | Backend) -> None:
         backend = store_backend(backend)
         if not isinstance(backend, ZooKeeperBackend):

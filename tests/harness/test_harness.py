@@ -31,6 +31,9 @@ class InProcessHarness(Harness):
     def entries(self, name: str | None = None) -> list[str]:
         return []
 
+    def delete_entry(self, entry: str) -> None:
+        raise LookupError(entry)  # (it lists none)
+
 
 def _never_connects(**_: Any) -> Client:
     raise AssertionError("the harness must not open a backend here")

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 
@@ -53,8 +54,11 @@ def proxy(service: Harness) -> Iterator[FaultProxy]:
 
 
 def _proxied_backend(service: Harness, proxy: FaultProxy, **params: object) -> Any:
-    path = "/" + service.url.split("//", 1)[1].split("/", 1)[1].split("?")[0]
-    query = "&".join(f"{k}={v}" for k, v in params.items())
+    path, _, harness_query = service.url.split("//", 1)[1].split("/", 1)[1].partition("?")
+    # (the harness's own parameters kept: a schema, a user; those given replace them)
+    merged = dict(parse_qsl(harness_query)) | {k: str(v) for k, v in params.items()}
+    query = "&".join(f"{k}={v}" for k, v in merged.items())
+    path = "/" + path
     return service.connect(url=f"{service.kind}://{proxy.address}{path}?{query}")
 
 

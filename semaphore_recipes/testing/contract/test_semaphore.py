@@ -360,26 +360,4 @@ def test_watch_entry_reports_a_deletion_from_outside_at_once(service: Harness) -
 
 
 def delete_from_outside(service: Harness, entry: str) -> None:
-    if service.kind == "zookeeper":
-        from kazoo.client import KazooClient
-
-        host = service.url.split("//")[1].split("/")[0]
-        admin = KazooClient(hosts=host)
-        admin.start(timeout=10)
-        admin.delete(entry)
-        admin.stop()
-        admin.close()
-    elif service.kind == "memory":
-        from semaphore_recipes.memory import store_named
-
-        assert store_named(service.url.split("//")[1]).delete(entry)
-    elif service.kind == "redis":
-        from semaphore_recipes.testing.redis_harness import RedisHarness
-
-        assert isinstance(service, RedisHarness)
-        service.delete_entry(entry)
-    else:
-        from semaphore_recipes.etcd.client import EtcdClient
-
-        with EtcdClient([service.url.split("//")[1].split("/")[0]]) as admin:
-            admin.delete_range(entry)
+    service.delete_entry(entry)

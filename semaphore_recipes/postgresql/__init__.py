@@ -1,0 +1,1 @@
+"""PostgreSQL: fair FIFO semaphores in tables of their own, decided by the database."""

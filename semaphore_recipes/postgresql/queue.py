@@ -1,0 +1,334 @@
+"""One semaphore's queue in PostgreSQL: each protocol step one statement the server decides.
+
+Admission is decided in the database (:mod:`.schema`), with the semaphore's row locked:
+an enqueue that fits is admitted in its own round trip, and a release, an abandoned
+entry or a capacity increase admits exactly the waiters that now fit and notifies each
+one's client on its channel. The store declares it (``server_admission``): the core
+protocol never arms, relists nor writes a held mark here; what this driver tells it is
+the server's decision:
+
+* the enqueue answers whether it was admitted (``Enqueued.admitted``; also when the
+  notification overtook the reply);
+* a later notification posts ``StoreAdmitted`` for the entry;
+* a waiter that hears nothing looks again (``check``) when the first session ahead of
+  it would expire: a crashed holder is noticed within the session timeout and a little.
+
+On connection loss a waiting entry looks once when the keeper listens again; when the
+session expired, its entries are dead and the waiters enter the queue again with the
+new session (``PostgreSQLBackend.session_ended``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..backend import (
+    Deadline,
+    Enqueued,
+    Entry,
+    EntryStatus,
+    Program,
+    QueueDriver,
+    SessionLost,
+    Status,
+    StoreAdmitted,
+    Waiter,
+    split_queue,
+    validate_capacity,
+)
+from ..errors import CapacityMismatch, SemaphoreNotFound
+from .runner import Soon
+from .transaction import PostgreSQLFencedTransaction
+
+if TYPE_CHECKING:
+    from .backend import PostgreSQLBackend
+
+#: a look after the session a waiter depends on would have expired comes this much later
+CHECK_MARGIN = 0.05
+
+
+@dataclass
+class _Route:
+    """A waiting entry of ours: where its admission goes, and whether it came (the
+    notification may overtake the enqueue's reply)."""
+
+    waiter: Waiter
+    generation: int
+    admitted: bool = False
+
+
+@dataclass(frozen=True)
+class EntryView:
+    """A step's reply about one entry (``view`` in :mod:`.schema`)."""
+
+    token: int
+    held: bool
+    capacity: int
+    version: int
+    check_in: float | None  # seconds; None: nothing to time
+
+    @classmethod
+    def parse(cls, reply: list[Any]) -> EntryView:
+        _, token, held, capacity, version, check_in = reply
+        return cls(
+            token=int(token),
+            held=bool(held),
+            capacity=int(capacity),
+            version=int(version),
+            check_in=int(check_in) / 1000 if int(check_in) >= 0 else None,
+        )
+
+
+class PostgreSQLQueue(QueueDriver):
+    backend: PostgreSQLBackend
+
+    def __init__(self, backend: PostgreSQLBackend, name: str) -> None:
+        super().__init__(name, backend)
+        self.where = f"semaphore {name!r} on {backend.describe()}"
+        self._routes: dict[str, _Route] = {}
+        self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
+
+    def _statement(
+        self, sql: str, *params: str, deadline: Deadline | None = None, retry: bool = True
+    ) -> Program[Any]:
+        """One statement (``{s}`` is the schema), its reply parsed as JSON (None: NULL)."""
+        reply = yield from self.backend.statement(
+            sql, params, self.where, deadline=deadline, retry=retry
+        )
+        return None if reply is None else json.loads(reply)
+
+    # ---- opening and capacity ----------------------------------------------------------
+    def open(
+        self, capacity: int | None, *, adopt_capacity: bool, create: bool
+    ) -> Program[PostgreSQLQueue]:
+        requested = str(capacity) if create and capacity else None
+        reply = yield from self.backend.statement(
+            "SELECT {s}.open_semaphore($1, $2)", (self.name, requested), self.where
+        )
+        if reply is None:
+            raise SemaphoreNotFound(self.name, self.backend.describe())
+        stored, version = json.loads(reply)
+        self.apply_capacity(stored, version)
+        if capacity is not None and stored != capacity and not adopt_capacity:
+            raise CapacityMismatch(self.name, capacity, stored)
+        return self
+
+    def set_capacity(self, capacity: int) -> Program[None]:
+        validate_capacity(capacity)  # (before any I/O: when the program is made)
+        return self._setting_capacity(capacity)
+
+    def _setting_capacity(self, capacity: int) -> Program[None]:
+        version = yield from self._statement(
+            "SELECT {s}.set_capacity($1, $2)", self.name, str(capacity)
+        )
+        if version is None:
+            raise SemaphoreNotFound(self.name, self.backend.describe())
+        self.apply_capacity(capacity, int(version))
+
+    # ---- the protocol steps ------------------------------------------------------------
+    def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
+        self.backend.check_open()  # (before an entry id is chosen: nothing to abandon)
+        self.drop_route(waiter.entry_id)
+        while True:
+            session = self.backend.session
+            entry_id = self.backend.new_entry_id()
+            self.creating(waiter, entry_id)
+            reply = yield from self._statement(
+                "SELECT {s}.enqueue($1, $2, $3, $4, $5)",
+                self.name, entry_id, session, waiter.owner, str(waiter.weight),
+                deadline=deadline,
+            )  # fmt: skip
+            if reply[0] == "lost":  # our session expired: the keeper makes a new one
+                self.drop_route(entry_id)
+                yield from self.backend.await_new_session(session, deadline)
+                continue
+            if reply[0] == "gone":  # this id was abandoned meanwhile: a new one
+                self.drop_route(entry_id)
+                continue
+            if reply[0] == "missing":
+                self.drop_route(entry_id)
+                raise SemaphoreNotFound(self.name, self.backend.describe())
+            view = EntryView.parse(reply)
+            waiter.created(entry_id, view.token)
+            return self.enqueued(waiter, entry_id, view)
+
+    def creating(self, waiter: Waiter, entry_id: str) -> None:
+        """An enqueue attempt of ``waiter`` is about to create ``entry_id``: its
+        admission, which may overtake the reply, is routed to it from now on."""
+        generation = waiter.new_generation()
+        with self._lock:
+            self._routes[entry_id] = _Route(waiter, generation)
+        waiter.creating(entry_id)  # before the create: an interrupted acquire finds it
+
+    def enqueued(self, waiter: Waiter, entry_id: str, view: EntryView) -> Enqueued:
+        """The Enqueue step's answer for our entry ``entry_id`` as ``view`` says."""
+        with self._lock:
+            route = self._routes.get(entry_id)
+            admitted = view.held or (route is not None and route.admitted)
+            if route is not None:
+                route.admitted = admitted
+        if not admitted:
+            self.time_check(entry_id, view.check_in)
+        self.apply_capacity(view.capacity, view.version)
+        capacity, version = self.capacity_answer()
+        return Enqueued(
+            me=Entry(key=entry_id, order=view.token, weight=waiter.weight),
+            lower=(),
+            capacity=capacity,
+            later_entries=False,
+            capacity_version=version,
+            lower_complete=True,
+            admitted=admitted,
+        )
+
+    def time_check(self, entry_id: str, check_in: float | None) -> None:
+        if check_in is not None:
+            self.backend.keeper.schedule(check_in + CHECK_MARGIN, lambda: self.check(entry_id))
+
+    # ---- what the server tells us (the keeper's thread) -----------------------------------
+    def admitted(self, entry_id: str, capacity: int, version: int) -> None:
+        """The server admitted our entry ``entry_id`` under ``capacity``."""
+        self.apply_capacity(capacity, version)
+        with self._lock:
+            route = self._routes.get(entry_id)
+            if route is None or route.admitted:
+                return
+            route.admitted = True
+        route.waiter.post(route.generation, StoreAdmitted(entry_id))
+
+    def deleted(self, entry_id: str) -> None:
+        """Someone else removed our entry ``entry_id``."""
+        with self._lock:
+            watch = self._holder_watches.pop(entry_id, None)
+        if watch is not None:
+            watch[1]("the entry was deleted by another client")
+
+    def check(self, entry_id: str) -> Program[None]:
+        """A waiter's look: admits what fits (its own admission is in the reply),
+        drops dead entries ahead, and times the next look."""
+        with self._lock:
+            route = self._routes.get(entry_id)
+            if route is None or route.admitted:
+                return
+        reply = yield from self._statement("SELECT {s}.check($1, $2)", self.name, entry_id)
+        if reply[0] != "ok":
+            return  # gone: its waiter hears of it from its session
+        view = EntryView.parse(reply)
+        if view.held:
+            self.admitted(entry_id, view.capacity, view.version)
+        else:
+            self.time_check(entry_id, view.check_in)
+
+    def waiting_entries(self) -> list[str]:
+        """Our entries still waiting for their admission (looked at after a reconnect)."""
+        with self._lock:
+            return [k for k, r in self._routes.items() if not r.admitted]
+
+    def check_holders(self, exists: Callable[[str, int], bool]) -> None:
+        """Report each watched holder entry that is gone (``exists(id, token)``)."""
+        with self._lock:
+            watches = list(self._holder_watches.items())
+        for key, (token, on_lost) in watches:
+            if not exists(key, token):
+                with self._lock:
+                    found = self._holder_watches.pop(key, None)
+                if found is not None:
+                    on_lost("the entry is gone (deleted, or its session expired)")
+
+    # ---- leaving -------------------------------------------------------------------------
+    def unregister(self, waiter: Waiter) -> None:
+        super().unregister(waiter)
+        self.drop_route(waiter.entry_id)
+
+    def leaving(self, key: str) -> None:
+        """Our entry ``key`` is about to be removed: nothing of ours waits for it."""
+        with self._lock:
+            self._holder_watches.pop(key, None)
+            self._routes.pop(key, None)
+
+    def drop_route(self, entry_id: str | None) -> None:
+        if entry_id is not None:
+            with self._lock:
+                self._routes.pop(entry_id, None)
+
+    def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
+        with self._lock:
+            self._holder_watches[key] = (token, on_lost)
+
+    def removing(self, key: str, sweep: bool = True) -> Program[None]:
+        """Delete our entry ``key`` (its slot records go with it) and, with ``sweep``,
+        admit what fits."""
+        self.leaving(key)
+        yield from self.backend.statement(
+            "SELECT {s}.remove($1, $2, $3, $4)",
+            (
+                self.backend.text_array([self.name]),
+                self.backend.text_array([key]),
+                self.backend.session,
+                "t" if sweep else "f",
+            ),
+            self.where,
+        )
+
+    def _sweep(self) -> Program[None]:
+        yield from self.backend.statement("SELECT {s}.check($1, '')", (self.name,), self.where)
+
+    def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
+        # (slot records are deleted with their entry: a foreign key's cascade)
+        what = f"semaphore {self.name!r}: removing {key}"
+        yield from self.backend.removal(what, self.removing(key), lambda: self.removing(key))
+
+    def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> Program[None]:
+        """The entry goes first, and the waiters it held back are admitted by a statement
+        of its own, sent once this acquire has ended (:class:`.runner.Soon`): a
+        successor in this process must find the abandoned acquire over, as a successor
+        of a release finds the release done."""
+        key = waiter.key or waiter.entry_id  # the id is chosen before the create
+        if key is None:
+            return
+        what = f"semaphore {self.name!r}: removing {key}"
+        first = self.removing(key, sweep=False)
+        removed = yield from self.backend.removal(what, first, lambda: self.removing(key))
+        if removed:  # (else the retry sweeps, or the next step or a waiter's look does)
+            yield Soon(self._sweep, lambda: self.backend.in_background(self._sweep))
+
+    # ---- job slots ---------------------------------------------------------------------
+    def list_slots(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> Program[frozenset[int] | SessionLost]:
+        reply = yield from self._statement("SELECT {s}.list_slots($1)", self.name)
+        return frozenset(int(i) for i in reply)
+
+    def take_slot(
+        self, waiter: Waiter, index: int, deadline: Deadline
+    ) -> Program[int | frozenset[int] | SessionLost]:
+        key = waiter.key
+        assert key is not None
+        reply = yield from self._statement(
+            "SELECT {s}.take_slot($1, $2, $3)", self.name, key, str(index)
+        )
+        if reply[0] == "ok":
+            return int(reply[1])
+        if reply[0] == "taken":
+            return frozenset(int(i) for i in reply[1])
+        return SessionLost()
+
+    # ---- reading and fencing -------------------------------------------------------------
+    def status(self) -> Program[Status]:
+        reply = yield from self._statement("SELECT {s}.status($1)", self.name)
+        if reply is None:  # deleted: not the capacity we knew
+            raise SemaphoreNotFound(self.name, self.backend.describe())
+        capacity, version, rows = reply
+        self.apply_capacity(int(capacity), int(version))
+        entries = [
+            EntryStatus(key, owner, int(weight), int(token), bool(held), float(since),
+                        tuple(int(i) for i in slots))
+            for key, owner, weight, token, held, since, slots in rows
+        ]  # fmt: skip
+        return split_queue(self.name, int(capacity), entries)
+
+    def transaction(self, key: str, token: int) -> PostgreSQLFencedTransaction:
+        return PostgreSQLFencedTransaction(self.backend, [(self.name, key)], token)

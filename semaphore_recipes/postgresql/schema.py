@@ -1,0 +1,425 @@
+"""The library's tables and functions in PostgreSQL, as SQL text, and how they are made.
+
+Everything lives in one schema of its own (``?schema=``, ``semaphore_recipes`` by
+default): the semaphores, their entries, the clients' sessions, job slot records, the
+key-value data of fenced transactions, a sequence of fencing tokens, and one function
+per protocol step, so that each step is one statement (one round trip) whose decision is
+taken in the database with the semaphore's row locked. ``SCHEMA_VERSION`` is recorded
+in the schema: a later release reads it to migrate. ``semaphore-recipes sql-schema``
+prints :func:`schema_sql` for migration tools.
+
+Admission (``admit``): with the semaphore's row locked, entries of sessions that are
+gone or expired by the server's clock are deleted, then the waiting entries are taken
+in token order while their weights fit (the first that does not fit blocks those after
+it), marked held, and each admitted entry's client is sent one notification on its
+channel (``pg_notify``, delivered at commit). Enqueues lock the same row, so tokens
+are handed out in commit order: the order admission reads is the order of arrival.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SCHEMA_VERSION", "schema_sql"]
+
+#: the version of the tables and functions below (``<schema>.schema_version``)
+SCHEMA_VERSION = 1
+
+_TABLES = """
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.schema_version (version integer PRIMARY KEY);
+CREATE SEQUENCE IF NOT EXISTS {s}.tokens;
+CREATE TABLE IF NOT EXISTS {s}.sessions (
+    id text PRIMARY KEY,
+    owner text NOT NULL,
+    channel text NOT NULL,
+    timeout_ms integer NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.semaphores (
+    name text PRIMARY KEY,
+    capacity integer NOT NULL CHECK (capacity > 0),
+    version bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.entries (
+    semaphore text NOT NULL REFERENCES {s}.semaphores (name) ON DELETE CASCADE,
+    id text NOT NULL,
+    session text NOT NULL,
+    owner text NOT NULL,
+    weight integer NOT NULL CHECK (weight > 0),
+    token bigint NOT NULL,
+    held boolean NOT NULL DEFAULT false,
+    since double precision NOT NULL,
+    PRIMARY KEY (semaphore, id)
+);
+CREATE INDEX IF NOT EXISTS entries_queue ON {s}.entries (semaphore, token);
+CREATE INDEX IF NOT EXISTS entries_session ON {s}.entries (session);
+CREATE TABLE IF NOT EXISTS {s}.slots (
+    semaphore text NOT NULL,
+    idx integer NOT NULL,
+    entry text NOT NULL,
+    token bigint NOT NULL,
+    PRIMARY KEY (semaphore, idx),
+    FOREIGN KEY (semaphore, entry) REFERENCES {s}.entries (semaphore, id) ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS slots_entry ON {s}.slots (semaphore, entry);
+CREATE TABLE IF NOT EXISTS {s}.data (key text PRIMARY KEY, value bytea NOT NULL);
+-- ids of entries their own client removed before their create arrived (a create sent,
+-- then abandoned: the two statements travel on different connections)
+CREATE TABLE IF NOT EXISTS {s}.removed (
+    id text PRIMARY KEY,
+    session text NOT NULL
+);
+"""
+
+_FUNCTIONS = r"""
+-- Is the session alive by the server's clock?
+CREATE OR REPLACE FUNCTION {s}.live(sess text) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT EXISTS (SELECT 1 FROM {s}.sessions
+                   WHERE id = sess AND expires_at > clock_timestamp())
+$$;
+
+-- Sweep and admit (the semaphore's row is locked by the caller); every admitted entry
+-- but `quiet` (the caller's own, told in its reply) is notified on its client's channel.
+CREATE OR REPLACE FUNCTION {s}.admit(sem text, quiet text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    cap integer;
+    ver bigint;
+    used bigint;
+    r record;
+BEGIN
+    SELECT capacity, version INTO cap, ver FROM {s}.semaphores WHERE name = sem;
+    DELETE FROM {s}.entries e WHERE e.semaphore = sem AND NOT {s}.live(e.session);
+    SELECT coalesce(sum(weight), 0) INTO used FROM {s}.entries
+        WHERE semaphore = sem AND held;
+    FOR r IN SELECT e.id, e.weight, x.channel FROM {s}.entries e
+             JOIN {s}.sessions x ON x.id = e.session
+             WHERE e.semaphore = sem AND NOT e.held ORDER BY e.token LOOP
+        EXIT WHEN used + r.weight > cap;
+        used := used + r.weight;
+        UPDATE {s}.entries SET held = true, since = extract(epoch FROM clock_timestamp())
+            WHERE semaphore = sem AND id = r.id;
+        IF r.id <> quiet THEN
+            PERFORM pg_notify(r.channel, json_build_array('admitted', sem, r.id, cap, ver)::text);
+        END IF;
+    END LOOP;
+END $$;
+
+-- An entry as its client needs it: ["ok", token, held, capacity, version, check_in_ms]
+-- (check_in_ms: when the first session ahead of it would expire, -1 when none).
+CREATE OR REPLACE FUNCTION {s}.view(sem text, eid text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    e record;
+    cap integer;
+    ver bigint;
+    check_in bigint;
+BEGIN
+    SELECT capacity, version INTO cap, ver FROM {s}.semaphores WHERE name = sem;
+    SELECT token, held, session INTO e FROM {s}.entries WHERE semaphore = sem AND id = eid;
+    IF NOT FOUND THEN
+        RETURN json_build_array('gone')::text;
+    END IF;
+    check_in := -1;
+    IF NOT e.held THEN
+        SELECT CASE WHEN min(x.expires_at) IS NULL THEN -1 ELSE greatest(0, (extract(
+                   epoch FROM min(x.expires_at) - clock_timestamp()) * 1000)::bigint) END
+            INTO check_in
+            FROM {s}.entries o JOIN {s}.sessions x ON x.id = o.session
+            WHERE o.semaphore = sem AND o.token < e.token AND o.session <> e.session;
+    END IF;
+    RETURN json_build_array('ok', e.token, e.held, cap, ver, check_in)::text;
+END $$;
+
+CREATE OR REPLACE FUNCTION {s}.open_session(sess text, who text, chan text, ms integer)
+RETURNS void LANGUAGE sql AS $$
+    DELETE FROM {s}.sessions WHERE expires_at < clock_timestamp();
+    DELETE FROM {s}.removed r WHERE NOT EXISTS (SELECT 1 FROM {s}.sessions x WHERE x.id = r.session);
+    INSERT INTO {s}.sessions VALUES (sess, who, chan, ms,
+                                     clock_timestamp() + ms * interval '1 millisecond')
+        ON CONFLICT (id) DO NOTHING;
+$$;
+
+-- Renew: false when the session is gone or expired (then it is never renewed again).
+CREATE OR REPLACE FUNCTION {s}.renew(sess text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE {s}.sessions SET expires_at = clock_timestamp() + timeout_ms * interval '1 millisecond'
+        WHERE id = sess AND expires_at > clock_timestamp();
+    RETURN FOUND;
+END $$;
+
+-- The session ends: its entries go and each of their semaphores admits what fits.
+CREATE OR REPLACE FUNCTION {s}.end_session(sess text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    sem text;
+BEGIN
+    UPDATE {s}.sessions SET expires_at = '-infinity' WHERE id = sess;
+    FOR sem IN SELECT name FROM {s}.semaphores WHERE name IN
+               (SELECT semaphore FROM {s}.entries WHERE session = sess)
+               ORDER BY name FOR UPDATE LOOP
+        PERFORM {s}.admit(sem, '');
+    END LOOP;
+    DELETE FROM {s}.sessions WHERE id = sess;
+    DELETE FROM {s}.removed WHERE session = sess;
+END $$;
+
+-- [capacity, version], creating the semaphore with `requested` if it is missing and
+-- that is not null; null when missing.
+CREATE OR REPLACE FUNCTION {s}.open_semaphore(sem text, requested integer) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    srow record;
+BEGIN
+    IF requested IS NOT NULL THEN
+        INSERT INTO {s}.semaphores VALUES (sem, requested, nextval('{s}.tokens'))
+            ON CONFLICT (name) DO NOTHING;
+    END IF;
+    SELECT capacity, version INTO srow FROM {s}.semaphores WHERE name = sem;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN json_build_array(srow.capacity, srow.version)::text;
+END $$;
+
+-- The new capacity's version (null: no such semaphore); waiters that now fit admitted.
+CREATE OR REPLACE FUNCTION {s}.set_capacity(sem text, cap integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    ver bigint;
+BEGIN
+    UPDATE {s}.semaphores SET capacity = cap, version = nextval('{s}.tokens')
+        WHERE name = sem RETURNING version INTO ver;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM {s}.admit(sem, '');
+    RETURN ver;
+END $$;
+
+-- Enqueue (or find again, after a lost reply) the entry `eid`: its view, or
+-- ["missing"] (no semaphore), ["lost"] (our session expired: nothing was made).
+CREATE OR REPLACE FUNCTION {s}.enqueue(sem text, eid text, sess text, who text, w integer)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {s}.semaphores WHERE name = sem FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN json_build_array('missing')::text;
+    END IF;
+    IF NOT {s}.live(sess) THEN
+        RETURN json_build_array('lost')::text;
+    END IF;
+    IF EXISTS (SELECT 1 FROM {s}.removed WHERE id = eid) THEN
+        RETURN json_build_array('gone')::text;
+    END IF;
+    INSERT INTO {s}.entries VALUES (sem, eid, sess, who, w, nextval('{s}.tokens'), false,
+                                    extract(epoch FROM clock_timestamp()))
+        ON CONFLICT (semaphore, id) DO NOTHING;
+    PERFORM {s}.admit(sem, eid);
+    RETURN {s}.view(sem, eid);
+END $$;
+
+-- Several semaphores at once: one token for every entry, rows locked in name order.
+CREATE OR REPLACE FUNCTION {s}.enqueue_all(eid text, sess text, who text, sems text[],
+                                           weights integer[]) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    tok bigint;
+    made integer;
+    views text[] := '{{}}';
+BEGIN
+    PERFORM 1 FROM {s}.semaphores WHERE name = ANY (sems) ORDER BY name FOR UPDATE;
+    IF (SELECT count(*) FROM {s}.semaphores WHERE name = ANY (sems)) < cardinality(sems) THEN
+        RETURN json_build_array('missing')::text;
+    END IF;
+    IF NOT {s}.live(sess) THEN
+        RETURN json_build_array('lost')::text;
+    END IF;
+    IF EXISTS (SELECT 1 FROM {s}.removed WHERE id = eid) THEN
+        RETURN json_build_array('gone')::text;
+    END IF;
+    SELECT count(*) INTO made FROM {s}.entries WHERE id = eid AND semaphore = ANY (sems);
+    IF made = 0 THEN
+        tok := nextval('{s}.tokens');
+        FOR i IN 1 .. cardinality(sems) LOOP
+            INSERT INTO {s}.entries VALUES (sems[i], eid, sess, who, weights[i], tok, false,
+                                            extract(epoch FROM clock_timestamp()));
+        END LOOP;
+    ELSIF made < cardinality(sems) THEN  -- some died with a sweep: none may stay
+        DELETE FROM {s}.entries WHERE id = eid AND semaphore = ANY (sems);
+        RETURN json_build_array('partial')::text;
+    END IF;
+    FOR i IN 1 .. cardinality(sems) LOOP
+        PERFORM {s}.admit(sems[i], eid);
+    END LOOP;
+    FOR i IN 1 .. cardinality(sems) LOOP
+        views := views || {s}.view(sems[i], eid);
+    END LOOP;
+    RETURN '["ok",' || array_to_string(views, ',') || ']';
+END $$;
+
+-- A waiter's look: sweep and admit (an admission of `eid` is in the reply), its view.
+CREATE OR REPLACE FUNCTION {s}.check(sem text, eid text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {s}.semaphores WHERE name = sem FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN json_build_array('gone')::text;
+    END IF;
+    PERFORM {s}.admit(sem, eid);
+    RETURN {s}.view(sem, eid);
+END $$;
+
+-- Remove entries (ours, or an operator's pick) from their semaphores, rows locked in
+-- name order, then admit what fits in each. The client of an entry removed by someone
+-- else (`by` is the remover's session) is told. Without `sweep`, nothing is admitted (an
+-- abandoned acquire's client admits with `check` once the acquire is over).
+CREATE OR REPLACE FUNCTION {s}.remove(sems text[], eids text[], by text, sweep boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    sem text;
+    r record;
+    gone text[];
+BEGIN
+    FOR sem IN SELECT name FROM {s}.semaphores WHERE name = ANY (sems)
+               ORDER BY name FOR UPDATE LOOP
+        gone := '{{}}';
+        FOR r IN DELETE FROM {s}.entries WHERE semaphore = sem
+                 AND id IN (SELECT u.e FROM unnest(sems, eids) AS u(s, e) WHERE u.s = sem)
+                 RETURNING id, session LOOP
+            gone := gone || r.id;
+            IF r.session <> by THEN
+                PERFORM pg_notify(x.channel, json_build_array('deleted', sem, r.id, 0, 0)::text)
+                    FROM {s}.sessions x WHERE x.id = r.session;
+            END IF;
+        END LOOP;
+        IF by <> '' THEN  -- our own ids not made yet: their create, if it comes, is refused
+            INSERT INTO {s}.removed
+                SELECT u.e, by FROM unnest(sems, eids) AS u(s, e)
+                WHERE u.s = sem AND u.e <> ALL (gone)
+                ON CONFLICT (id) DO NOTHING;
+        END IF;
+        IF sweep THEN
+            PERFORM {s}.admit(sem, '');
+        END IF;
+    END LOOP;
+END $$;
+
+-- [capacity, version, [id, owner, weight, token, held, since, [slot, ...]], ...] in
+-- queue order, after a sweep; null when there is no such semaphore.
+CREATE OR REPLACE FUNCTION {s}.status(sem text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    srow record;
+BEGIN
+    SELECT capacity, version INTO srow FROM {s}.semaphores WHERE name = sem FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM {s}.admit(sem, '');
+    RETURN (SELECT json_build_array(srow.capacity, srow.version,
+                coalesce(json_agg(json_build_array(e.id, e.owner, e.weight, e.token, e.held,
+                    e.since, (SELECT coalesce(json_agg(l.idx ORDER BY l.idx), '[]')
+                              FROM {s}.slots l WHERE l.semaphore = sem AND l.entry = e.id))
+                    ORDER BY e.token), '[]'))::text
+            FROM {s}.entries e WHERE e.semaphore = sem);
+END $$;
+
+-- The fence: every (semaphore, entry) is there with `tok`, held, its session alive; the
+-- entries are locked (FOR SHARE) until the caller's transaction ends, so an admission
+-- that would delete one of them waits for that commit.
+CREATE OR REPLACE FUNCTION {s}.fence(sems text[], eids text[], tok bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    SELECT count(*) INTO n FROM (
+        SELECT 1 FROM {s}.entries e JOIN unnest(sems, eids) AS u(s, i)
+            ON e.semaphore = u.s AND e.id = u.i
+        WHERE e.token = tok AND e.held AND {s}.live(e.session)
+        FOR SHARE OF e) AS locked;
+    RETURN n = cardinality(sems);
+END $$;
+
+-- A fenced key-value write in one statement: 'ok', 'lost' (the fence failed) or
+-- 'conflict:<key>' (a write's condition failed); nothing is written but on 'ok'.
+CREATE OR REPLACE FUNCTION {s}.fenced_write(sems text[], eids text[], tok bigint,
+                                            kinds text[], keys text[], vals bytea[])
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    present boolean;
+BEGIN
+    IF NOT {s}.fence(sems, eids, tok) THEN
+        RETURN 'lost';
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+        present := EXISTS (SELECT 1 FROM {s}.data WHERE key = keys[i] FOR UPDATE);
+        IF present = (kinds[i] = 'create') THEN
+            RETURN 'conflict:' || keys[i];
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. coalesce(cardinality(keys), 0) LOOP
+        IF kinds[i] = 'create' THEN
+            INSERT INTO {s}.data VALUES (keys[i], vals[i]);
+        ELSIF kinds[i] = 'set' THEN
+            UPDATE {s}.data SET value = vals[i] WHERE key = keys[i];
+        ELSE
+            DELETE FROM {s}.data WHERE key = keys[i];
+        END IF;
+    END LOOP;
+    RETURN 'ok';
+END $$;
+
+-- Job slots: the indices taken in `sem`.
+CREATE OR REPLACE FUNCTION {s}.list_slots(sem text) RETURNS text
+LANGUAGE sql AS $$
+    SELECT coalesce(json_agg(l.idx ORDER BY l.idx), '[]')::text FROM {s}.slots l
+        JOIN {s}.entries e ON e.semaphore = l.semaphore AND e.id = l.entry
+        WHERE l.semaphore = sem AND {s}.live(e.session)
+$$;
+
+-- Take slot `i` for our held entry: ["ok", token] (ours, new or adopted after a lost
+-- reply), ["taken", [indices]] or ["lost"] (our entry is gone).
+CREATE OR REPLACE FUNCTION {s}.take_slot(sem text, eid text, i integer) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    holder record;
+    tok bigint;
+BEGIN
+    PERFORM 1 FROM {s}.entries e WHERE e.semaphore = sem AND e.id = eid AND e.held
+        AND {s}.live(e.session) FOR SHARE;
+    IF NOT FOUND THEN
+        RETURN json_build_array('lost')::text;
+    END IF;
+    SELECT l.entry, l.token, {s}.live(e.session) AS alive INTO holder FROM {s}.slots l
+        JOIN {s}.entries e ON e.semaphore = l.semaphore AND e.id = l.entry
+        WHERE l.semaphore = sem AND l.idx = i FOR UPDATE OF l;
+    IF FOUND AND holder.entry = eid THEN
+        RETURN json_build_array('ok', holder.token)::text;
+    END IF;
+    IF FOUND AND holder.alive THEN
+        RETURN json_build_array('taken', {s}.list_slots(sem)::json)::text;
+    END IF;
+    DELETE FROM {s}.slots WHERE semaphore = sem AND idx = i;
+    tok := nextval('{s}.tokens');
+    INSERT INTO {s}.slots VALUES (sem, i, eid, tok);
+    RETURN json_build_array('ok', tok)::text;
+END $$;
+
+CREATE OR REPLACE FUNCTION {s}.delete_semaphore(sem text) RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM {s}.data WHERE starts_with(key, sem || '/');
+    DELETE FROM {s}.semaphores WHERE name = sem;
+$$;
+"""
+
+
+def schema_sql(schema: str) -> str:
+    """The whole schema of version :data:`SCHEMA_VERSION` in ``schema`` (a validated,
+    unquoted identifier): idempotent, for ``psql -f`` or a migration tool."""
+    version = (
+        f"INSERT INTO {schema}.schema_version VALUES ({SCHEMA_VERSION}) ON CONFLICT DO NOTHING;\n"
+    )
+    return (_TABLES + _FUNCTIONS).replace("{s}", schema).replace("{{}}", "{}") + version
