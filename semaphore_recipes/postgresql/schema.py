@@ -134,7 +134,8 @@ END $$;
 CREATE OR REPLACE FUNCTION {s}.open_session(sess text, who text, chan text, ms integer)
 RETURNS void LANGUAGE sql AS $$
     DELETE FROM {s}.sessions WHERE expires_at < clock_timestamp();
-    DELETE FROM {s}.removed r WHERE NOT EXISTS (SELECT 1 FROM {s}.sessions x WHERE x.id = r.session);
+    DELETE FROM {s}.removed r
+        WHERE NOT EXISTS (SELECT 1 FROM {s}.sessions x WHERE x.id = r.session);
     INSERT INTO {s}.sessions VALUES (sess, who, chan, ms,
                                      clock_timestamp() + ms * interval '1 millisecond')
         ON CONFLICT (id) DO NOTHING;
