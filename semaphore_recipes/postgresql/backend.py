@@ -21,6 +21,7 @@ pooling breaks LISTEN); a failover to an asynchronous standby can lose recent gr
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import itertools
@@ -119,8 +120,6 @@ class PostgreSQLBackend(Backend):
     async def from_url_async(
         cls, url: ServiceURL, *, owner: str | None = None
     ) -> PostgreSQLBackend:
-        import asyncio
-
         backend = cls(PostgreSQLParams.from_url(url), owner=owner)
         backend.aio = AsyncRunner(backend.conninfo, backend.params.connect_timeout, POOL_SIZE)
         try:
@@ -415,6 +414,7 @@ class PostgreSQLBackend(Backend):
         does not answer, the session expires after the session timeout."""
         if not self._closing():
             return
+        self.keeper.stop()  # (first: it must not find the session ended and replace it)
         try:
             self.sync.run(self._ending())
         except SemaphoreError as exc:
@@ -426,6 +426,8 @@ class PostgreSQLBackend(Backend):
         if not self._closing():
             return
         assert self.aio is not None
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.keeper.stop)
         try:
             await self.aio.run(self._ending())
         except SemaphoreError as exc:

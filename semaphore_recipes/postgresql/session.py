@@ -68,6 +68,7 @@ class SessionKeeper:
         self.listening = threading.Event()  # set once LISTEN took effect
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
+        self._pipe_closed = False
         self._thread = threading.Thread(
             target=self._run, name="semaphore-recipes-postgresql-session", daemon=True
         )
@@ -78,6 +79,12 @@ class SessionKeeper:
         self._timer_ids = itertools.count()
         self._timer_lock = threading.Lock()
 
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process of the listening connection (None while there is none)."""
+        conn = self._conn
+        return None if conn is None else conn.backend_pid
+
     def start(self) -> None:
         self._last_renewed = time.monotonic()
         self._thread.start()
@@ -87,7 +94,8 @@ class SessionKeeper:
         self.wake()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(STOP_WAIT)
-        if not self._thread.is_alive():
+        if not self._thread.is_alive() and not self._pipe_closed:
+            self._pipe_closed = True
             os.close(self._wake_r)
             os.close(self._wake_w)
 
@@ -105,6 +113,14 @@ class SessionKeeper:
 
     # ---- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            if self._conn is not None:
+                self._conn.finish()
+                self._conn = None
+
+    def _serve(self) -> None:
         next_renewal = time.monotonic() + self.timeout / 3
         while not self._stop.is_set():
             conn = self._conn

@@ -1,0 +1,32 @@
+"""A holder that writes to the caller's own table through a fenced connection, when
+told to (a line on stdin): ``python -m tests.postgresql.fenced_holder URL SCHEMA``.
+
+Prints ``HELD <token>``, then ``WROTE`` or ``REFUSED`` (PermitLost)."""
+
+from __future__ import annotations
+
+import sys
+
+import semaphore_recipes as sr
+
+
+def main() -> int:
+    url, schema = sys.argv[1], sys.argv[2]
+    with sr.connect(url) as backend:
+        permit = backend.semaphore("accounts", capacity=1).acquire(timeout=10)
+        print("HELD", permit.token, flush=True)
+        sys.stdin.readline()  # (paused around here by the test)
+        try:
+            with permit.transaction().connection() as conn:
+                conn.execute(
+                    f"UPDATE {schema}.accounts SET owner = 'paused', token = %s WHERE id = 1",
+                    (permit.token,),
+                )
+            print("WROTE", flush=True)
+        except sr.PermitLost:
+            print("REFUSED", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

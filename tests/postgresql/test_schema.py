@@ -1,0 +1,81 @@
+"""The schema: made on first use when the role may, printed for those who may not."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import semaphore_recipes as sr
+from semaphore_recipes.postgresql.schema import SCHEMA_VERSION, schema_sql
+
+
+@pytest.fixture
+def worker_role(postgresql_admin: Any) -> Iterator[str]:
+    """A login role that may connect and nothing more (no CREATE on the database)."""
+    role = f"sr_worker_{uuid.uuid4().hex[:8]}"
+    postgresql_admin.execute(f"CREATE ROLE {role} LOGIN")
+    postgresql_admin.execute(f"REVOKE CREATE ON DATABASE postgres FROM {role}")
+    yield role
+    postgresql_admin.execute(f"DROP OWNED BY {role}")
+    postgresql_admin.execute(f"DROP ROLE {role}")
+
+
+def test_first_use_makes_the_schema_and_records_its_version(
+    postgresql_backend: Any, postgresql_admin: Any, postgresql_schema: str
+) -> None:
+    backend = postgresql_backend()
+    backend.semaphore("made", capacity=1).acquire().release()
+    (version,) = postgresql_admin.execute(
+        f"SELECT max(version) FROM {postgresql_schema}.schema_version"
+    ).fetchone()
+    assert version == SCHEMA_VERSION
+    postgresql_backend().close()  # a second client finds it made
+
+
+def test_a_role_without_ddl_rights_is_told_what_to_run(
+    postgresql_server: Any, postgresql_admin: Any, postgresql_schema: str, worker_role: str
+) -> None:
+    url = (
+        f"postgresql://{postgresql_server.host_port}/postgres?user={worker_role}"
+        f"&schema={postgresql_schema}"
+    )
+    with pytest.raises(sr.PermissionDenied) as caught:
+        sr.connect(url)
+    said = str(caught.value)
+    assert "semaphore-recipes sql-schema --schema " + postgresql_schema in said
+    # the owner runs the printed schema and grants the role its rights: now it works
+    postgresql_admin.execute(schema_sql(postgresql_schema))
+    s = postgresql_schema
+    postgresql_admin.execute(
+        f"GRANT USAGE ON SCHEMA {s} TO {worker_role};"
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {worker_role};"
+        f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {worker_role};"
+    )
+    with sr.connect(url) as backend:
+        permit = backend.semaphore("least-privilege", capacity=1).acquire(timeout=5)
+        assert permit.token > 0
+        permit.release()
+
+
+def test_a_schema_newer_than_this_release_is_refused(
+    postgresql_url: str, postgresql_admin: Any, postgresql_schema: str
+) -> None:
+    postgresql_admin.execute(schema_sql(postgresql_schema))
+    postgresql_admin.execute(
+        f"INSERT INTO {postgresql_schema}.schema_version VALUES ({SCHEMA_VERSION + 1})"
+    )
+    with pytest.raises(sr.BackendUnavailable, match="upgrade semaphore-recipes"):
+        sr.connect(postgresql_url)
+
+
+def test_the_printed_schema_applies_twice(postgresql_admin: psycopg.Connection[Any]) -> None:
+    schema = f"sr_twice_{uuid.uuid4().hex[:8]}"
+    try:
+        postgresql_admin.execute(schema_sql(schema))
+        postgresql_admin.execute(schema_sql(schema))  # idempotent: a migration re-run
+    finally:
+        postgresql_admin.execute(f"DROP SCHEMA {schema} CASCADE")
