@@ -103,6 +103,12 @@ class AsyncTransaction:
         self._transaction = transaction
 
     @property
+    def store_transaction(self) -> FencedTransaction:
+        """The store's own transaction, with what that store adds (PostgreSQL:
+        ``semaphore_recipes.postgresql.fenced_aconnection``)."""
+        return self._transaction
+
+    @property
     def writes(self) -> list[Write]:
         """The writes added so far, in order."""
         return self._transaction.writes

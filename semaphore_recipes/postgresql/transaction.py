@@ -19,8 +19,13 @@ queue back for longer.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
@@ -120,3 +125,45 @@ class PostgreSQLFencedTransaction(FencedTransaction):
             if not held or not held[0]:
                 raise self._lost()
             yield conn
+
+
+class HasTransaction(Protocol):
+    """A permit of the sync face (one semaphore, or ``acquire_all``'s)."""
+
+    def transaction(self) -> FencedTransaction: ...
+
+
+class HasStoreTransaction(Protocol):
+    """A fenced transaction of the asyncio face."""
+
+    @property
+    def store_transaction(self) -> FencedTransaction: ...
+
+
+class HasAsyncTransaction(Protocol):
+    """A permit of the asyncio face."""
+
+    def transaction(self) -> HasStoreTransaction: ...
+
+
+def fenced_connection(
+    permit: HasTransaction,
+) -> AbstractContextManager[psycopg.Connection[tuple[Any, ...]]]:
+    """A connection inside a database transaction fenced by ``permit`` (a permit of a
+    PostgreSQL backend): ``with fenced_connection(permit) as conn: conn.execute(...)``
+    commits only while the permit is held (PermitLost before anything runs, else)."""
+    return _postgresql(permit.transaction()).connection()
+
+
+def fenced_aconnection(
+    permit: HasAsyncTransaction,
+) -> AbstractAsyncContextManager[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    """:func:`fenced_connection` for a permit of the asyncio face:
+    ``async with fenced_aconnection(permit) as conn: await conn.execute(...)``."""
+    return _postgresql(permit.transaction().store_transaction).aconnection()
+
+
+def _postgresql(transaction: FencedTransaction) -> PostgreSQLFencedTransaction:
+    if not isinstance(transaction, PostgreSQLFencedTransaction):
+        raise TypeError(f"not a permit of a postgresql backend ({type(transaction).__name__})")
+    return transaction

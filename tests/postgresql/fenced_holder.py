@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 import semaphore_recipes as sr
+from semaphore_recipes.postgresql import fenced_connection
 
 
 def main() -> int:
@@ -17,7 +18,7 @@ def main() -> int:
         print("HELD", permit.token, flush=True)
         sys.stdin.readline()  # (paused around here by the test)
         try:
-            with permit.transaction().connection() as conn:
+            with fenced_connection(permit) as conn:
                 conn.execute(
                     f"UPDATE {schema}.accounts SET owner = 'paused', token = %s WHERE id = 1",
                     (permit.token,),

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.postgresql import fenced_connection
 from semaphore_recipes.testing.postgresql_harness import PostgreSQLHarness
 from semaphore_recipes.testing.workers import Workers
 
@@ -43,7 +44,7 @@ def test_a_paused_holders_update_is_refused_after_a_new_holder_wrote(
         sem = harness.connect().semaphore("accounts", capacity=1)
         with sem.acquire(timeout=SESSION + 5) as permit:
             assert permit.token > old_token
-            with permit.transaction().connection() as conn:
+            with fenced_connection(permit) as conn:
                 conn.execute(
                     f"UPDATE {accounts} SET owner = 'new', token = %s WHERE id = 1",
                     (permit.token,),
@@ -77,7 +78,7 @@ def test_a_grant_that_needs_a_dead_holders_entry_gone_waits_for_its_fenced_commi
         granted.append((time.monotonic(), permit))
 
     waiter = threading.Thread(target=wait)
-    with permit.transaction().connection() as conn:
+    with fenced_connection(permit) as conn:
         harness.expire_session(old)  # its entry is dead for every admission from now
         waiter.start()
         time.sleep(0.5)
