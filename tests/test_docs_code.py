@@ -39,6 +39,17 @@ def _redis_url(found: re.Match[str], server: str, ns: str) -> str:
     return f"redis://{user}{server}{db}?{'&'.join(params)}"
 
 
+def _postgresql_url(found: re.Match[str], server: str, ns: str) -> str:
+    """A ``postgresql://`` URL of the examples on the test server, as its superuser, its
+    tables in a schema of the block's own (``ns`` made an identifier)."""
+    params = [p for p in (found.group("query") or "").lstrip("?").split("&") if p]
+    params = [p for p in params if not p.startswith("schema=")]
+    schema = "sr_doc_" + re.sub(r"[^a-z0-9_]", "_", ns.lower())[-40:]
+    return (
+        f"postgresql://{server}/postgres?{'&'.join(['user=postgres', f'schema={schema}', *params])}"
+    )
+
+
 Replacement = str | Callable[["re.Match[str]", str, str], str]
 
 #: (pattern of the examples' text, the fixture of the server it names, its replacement):
@@ -50,6 +61,11 @@ REWRITES: list[tuple[str, str, Replacement]] = [
         r"redis://(?P<user>[^@/\s\"']*@)?r1:6379(?P<db>/\d+)?(?P<query>\?[^\s\"']*)?",
         "redis_server",
         _redis_url,
+    ),
+    (
+        r"postgresql://(?P<user>[^@/\s\"']*@)?db1:5432(?P<db>/\w+)?(?P<query>\?[^\s\"']*)?",
+        "postgresql_server",
+        _postgresql_url,
     ),
     # a port of this machine the test may not have: any free one
     (r"start_http_server\(9100\)", "", "start_http_server(0)"),

@@ -1,5 +1,5 @@
 """A holder that writes to the caller's own table through a fenced connection, when
-told to (a line on stdin): ``python -m tests.postgresql.fenced_holder URL SCHEMA``.
+told to (a line on stdin): ``python -m tests.postgresql.fenced_holder URL``.
 
 Prints ``HELD <token>``, then ``WROTE`` or ``REFUSED`` (PermitLost)."""
 
@@ -12,7 +12,7 @@ from semaphore_recipes.postgresql import fenced_connection
 
 
 def main() -> int:
-    url, schema = sys.argv[1], sys.argv[2]
+    url = sys.argv[1]
     with sr.connect(url) as backend:
         permit = backend.semaphore("accounts", capacity=1).acquire(timeout=10)
         print("HELD", permit.token, flush=True)
@@ -20,7 +20,7 @@ def main() -> int:
         try:
             with fenced_connection(permit) as conn:
                 conn.execute(
-                    f"UPDATE {schema}.accounts SET owner = 'paused', token = %s WHERE id = 1",
+                    "UPDATE accounts SET balance = 0, last_token = %s WHERE id = 1",
                     (permit.token,),
                 )
             print("WROTE", flush=True)

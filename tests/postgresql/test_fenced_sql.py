@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,17 +17,21 @@ from semaphore_recipes.postgresql import fenced_connection
 from semaphore_recipes.testing.postgresql_harness import PostgreSQLHarness
 from semaphore_recipes.testing.workers import Workers
 
+from .user_guide_example import pay
+
 SESSION = 2  # the paused holder's session timeout (s)
 
 
 @pytest.fixture
-def accounts(postgresql_harness: PostgreSQLHarness, postgresql_admin: Any) -> str:
-    """The caller's own table (in the test's schema, dropped with it)."""
-    postgresql_harness.connect().close()  # the schema exists from here on
-    table = f"{postgresql_harness.schema}.accounts"
-    postgresql_admin.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, owner text, token bigint)")
-    postgresql_admin.execute(f"INSERT INTO {table} VALUES (1, 'nobody', 0)")
-    return table
+def accounts(postgresql_harness: PostgreSQLHarness, postgresql_admin: Any) -> Iterator[str]:
+    """The caller's own table, ``public.accounts`` (as the user guide's example names it)."""
+    postgresql_admin.execute("DROP TABLE IF EXISTS public.accounts")
+    postgresql_admin.execute(
+        "CREATE TABLE public.accounts (id int PRIMARY KEY, balance int, last_token bigint)"
+    )
+    postgresql_admin.execute("INSERT INTO public.accounts VALUES (1, 100, 0)")
+    yield "public.accounts"
+    postgresql_admin.execute("DROP TABLE public.accounts")
 
 
 def test_a_paused_holders_update_is_refused_after_a_new_holder_wrote(
@@ -35,27 +40,23 @@ def test_a_paused_holders_update_is_refused_after_a_new_holder_wrote(
     harness = postgresql_harness
     holder = subprocess.Popen(
         [sys.executable, "-m", "tests.postgresql.fenced_holder",
-         harness.url_with(session_timeout=SESSION), harness.schema],
+         harness.url_with(session_timeout=SESSION)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         old_token = int(Workers.expect(holder, "HELD").split()[1])
         holder.send_signal(signal.SIGSTOP)  # paused past its session
         sem = harness.connect().semaphore("accounts", capacity=1)
-        with sem.acquire(timeout=SESSION + 5) as permit:
-            assert permit.token > old_token
-            with fenced_connection(permit) as conn:
-                conn.execute(
-                    f"UPDATE {accounts} SET owner = 'new', token = %s WHERE id = 1",
-                    (permit.token,),
-                )
-            holder.send_signal(signal.SIGCONT)
-            assert holder.stdin is not None
-            holder.stdin.write("go\n")
-            holder.stdin.flush()
-            assert Workers.expect(holder, "", timeout=15) == "REFUSED"
-        row = postgresql_admin.execute(f"SELECT owner, token FROM {accounts}").fetchone()
-        assert row == ("new", permit.token)
+        started = time.monotonic()
+        pay(sem, account_id=1, amount=10)  # granted once the paused holder's session ran out
+        assert time.monotonic() - started < SESSION + 5
+        holder.send_signal(signal.SIGCONT)
+        assert holder.stdin is not None
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        assert Workers.expect(holder, "", timeout=15) == "REFUSED"
+        row = postgresql_admin.execute(f"SELECT balance, last_token FROM {accounts}").fetchone()
+        assert row[0] == 90 and row[1] > old_token  # the new holder's write, and only it
         assert holder.wait(10) == 0
     finally:
         holder.send_signal(signal.SIGCONT)
@@ -83,11 +84,9 @@ def test_a_grant_that_needs_a_dead_holders_entry_gone_waits_for_its_fenced_commi
         waiter.start()
         time.sleep(0.5)
         assert not granted, "granted while the dead holder's fenced transaction was open"
-        conn.execute(
-            f"UPDATE {accounts} SET owner = 'old', token = %s WHERE id = 1", (permit.token,)
-        )
+        conn.execute(f"UPDATE {accounts} SET balance = 0, last_token = %s", (permit.token,))
         committed = time.monotonic()
     waiter.join(20)
     assert granted and granted[0][0] >= committed
-    assert postgresql_admin.execute(f"SELECT owner FROM {accounts}").fetchone() == ("old",)
+    assert postgresql_admin.execute(f"SELECT balance FROM {accounts}").fetchone() == (0,)
     granted[0][1].release()
