@@ -1,6 +1,6 @@
 # Sourced by scripts/test and scripts/demo: makes .venv with the project installed and,
 # as root on a machine without them, installs the Debian packages of every program the
-# tests start: ZooKeeper (brings Java), etcd-server, redis-server and openssl. The list of those programs
+# tests start: ZooKeeper (brings Java), etcd-server, redis-server, postgresql and openssl. The list of those programs
 # is semaphore_recipes/devtools/programs.py; tests/harness/test_programs.py checks that
 # each one's package is installed here.
 set -euo pipefail
@@ -34,6 +34,18 @@ if [ "$extras" = test ] && [ -z "${SEMAPHORE_RECIPES_TEST_REDIS:-}" ] && ! comma
     (systemctl disable --now redis-server >/dev/null 2>&1 || true)
   else
     echo "!! no redis-server: run 'sudo apt-get install -y redis-server' or set SEMAPHORE_RECIPES_TEST_REDIS=host:port" >&2
+  fi
+fi
+if [ "$extras" = test ] && [ -z "${SEMAPHORE_RECIPES_TEST_POSTGRESQL:-}" ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing PostgreSQL (apt-get install postgresql)"
+    [ -n "$(find /var/lib/apt/lists -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    # the package starts a cluster of its own; the tests start their own servers
+    (systemctl disable --now postgresql >/dev/null 2>&1 || true)
+    (pg_ctlcluster --mode fast "$(ls /usr/lib/postgresql | sort -n | tail -1)" main stop >/dev/null 2>&1 || true)
+  else
+    echo "!! no PostgreSQL: run 'sudo apt-get install -y postgresql' or set SEMAPHORE_RECIPES_TEST_POSTGRESQL=host:port" >&2
   fi
 fi
 if [ "$extras" = test ] && ! command -v openssl >/dev/null; then

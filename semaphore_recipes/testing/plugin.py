@@ -681,6 +681,47 @@ def redis_harness(
 
 # ---- postgresql ---------------------------------------------------------------------
 
+ENV_POSTGRESQL = "SEMAPHORE_RECIPES_TEST_POSTGRESQL"
+
+
+class ExternalPostgreSQL:
+    """A PostgreSQL server the tests did not start (``SEMAPHORE_RECIPES_TEST_POSTGRESQL``:
+    ``host:port``; its ``postgres`` role must log in without a password)."""
+
+    def __init__(self, host_port: str) -> None:
+        self.host_port = host_port
+
+    def log_tail(self, lines: int = 200) -> str:
+        return f"(external postgresql {self.host_port}: no log here)"
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="session")
+def _postgresql_server_session() -> Iterator[Any]:
+    from ..devtools.postgresql_server import PostgreSQLNotFound, PostgreSQLServer
+
+    external = os.environ.get(ENV_POSTGRESQL)
+    if external:
+        yield ExternalPostgreSQL(external.removeprefix("postgresql://"))
+        return
+    try:
+        server = PostgreSQLServer(logical=True).start_or_close()
+    except PostgreSQLNotFound as exc:
+        pytest.fail(f"no PostgreSQL for the tests: {exc}, or set {ENV_POSTGRESQL}=host:port", False)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def postgresql_server(request: pytest.FixtureRequest, _postgresql_server_session: Any) -> Any:
+    """The session's PostgreSQL server (one for every test: each has its own schema)."""
+    _attach_logs(request, _postgresql_server_session, "postgresql")
+    return _postgresql_server_session
+
 
 @pytest.fixture
 def postgresql_schema(sr_namespace: str) -> str:
