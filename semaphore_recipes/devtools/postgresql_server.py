@@ -114,8 +114,6 @@ class PostgreSQLServer(ManagedProcess):
             "listen_addresses": "127.0.0.1",
             "unix_socket_directories": "",
             "fsync": "off",
-            "synchronous_commit": "off",
-            "full_page_writes": "off",
             "max_connections": "300",
             **(
                 {"wal_level": "logical", "max_replication_slots": "8", "max_wal_senders": "8"}
