@@ -196,7 +196,8 @@ class PostgreSQLBackend(Backend):
         self, template: str, params: Sequence[Param], where: str, bound: Deadline
     ) -> Program[str | None]:
         return call(self.sql(template), params, where=where, bound=bound,
-                    request_timeout=self.request_timeout, user=self.params.user)  # fmt: skip
+                    request_timeout=self.request_timeout, user=self.params.user,
+                    opening=True)  # fmt: skip
 
     def statement(
         self,

@@ -34,7 +34,17 @@ from ..errors import (
     PermissionDenied,
     SemaphoreError,
 )
-from .wire import NoReply, Param, Readable, StatementError, Writable, connecting, executing
+from .wire import (
+    ConnectRefused,
+    NoReply,
+    NothingListens,
+    Param,
+    Readable,
+    StatementError,
+    Writable,
+    connecting,
+    executing,
+)
 
 __all__ = ["AsyncRunner", "Pause", "Soon", "Statement", "SyncRunner", "call", "translate"]
 
@@ -92,7 +102,10 @@ def translate(exc: BaseException, where: str, user: str | None) -> BaseException
             return PermissionDenied("postgresql", user, where, text)
         if exc.sqlstate in NO_SCHEMA:
             return SchemaMissing(f"{where}: {text}")
-    if "password authentication failed" in text or "no password supplied" in text:
+    if isinstance(exc, ConnectRefused) and any(
+        said in text
+        for said in ("authentication failed", "no password supplied", "pg_hba.conf", 'role "')
+    ):
         return AuthenticationFailed("postgresql", user, where, text)
     return BackendUnavailable(f"{where}: {text}")
 
@@ -101,9 +114,7 @@ def transient(exc: BaseException) -> bool:
     """Is ``exc`` worth sending the statement again for?"""
     if isinstance(exc, StatementError):
         return exc.sqlstate in RETRIED
-    return isinstance(exc, psycopg.OperationalError) and not isinstance(
-        translate(exc, "", None), AuthenticationFailed
-    )
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(exc, ConnectRefused)
 
 
 def call(
@@ -116,12 +127,15 @@ def call(
     waiting: bool = False,
     retry: bool = True,
     user: str | None = None,
+    opening: bool = False,
 ) -> Program[str | None]:
     """Run one statement, sent again after a transient failure until ``bound`` passes
     (each step's function is written so that a second run after a lost reply does no
     harm; a fenced commit is not, and passes ``retry=False``); each try awaits its
     reply at most ``request_timeout``. When the bound passes: AcquireTimeout for a
-    waiting acquire's deadline (``waiting``), else BackendUnavailable."""
+    waiting acquire's deadline (``waiting``), else BackendUnavailable. ``opening``: a
+    backend's first statement, which a server that refuses every connection (nothing
+    listens) ends at once."""
     values = None if params is None else tuple(params)
     while True:
         try:
@@ -129,7 +143,8 @@ def call(
             assert reply is None or isinstance(reply, str)
             return reply
         except (psycopg.OperationalError, StatementError) as exc:
-            if not transient(exc) or not retry or bound.expired():
+            refused = opening and isinstance(exc, NothingListens)
+            if refused or not transient(exc) or not retry or bound.expired():
                 if waiting and transient(exc):
                     raise AcquireTimeout(f"{where}: unreachable ({exc})") from exc
                 raise translate(exc, where, user) from exc
@@ -194,7 +209,7 @@ def wait_blocking(request: object) -> object:
     while True:
         left = request.deadline - time.monotonic()
         if left <= 0:
-            raise NoReply(f"no reply within the bound ({request.deadline - time.monotonic():.2f})")
+            raise NoReply("no reply in time")
         if poller.poll(left * 1000):
             return None
 
@@ -213,7 +228,7 @@ async def wait_awaited(request: object) -> object:
 
     def late() -> None:
         if not ready.done():
-            ready.set_exception(NoReply("no reply within the bound"))
+            ready.set_exception(NoReply("no reply in time"))
 
     reading = isinstance(request, Readable)
     (loop.add_reader if reading else loop.add_writer)(request.fd, wake)

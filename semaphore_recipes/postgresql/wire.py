@@ -26,7 +26,9 @@ from psycopg import pq
 from ..backend import Program
 
 __all__ = [
+    "ConnectRefused",
     "NoReply",
+    "NothingListens",
     "Readable",
     "StatementError",
     "Writable",
@@ -60,6 +62,36 @@ class NoReply(psycopg.OperationalError):
     """No reply before the deadline: the connection is discarded."""
 
 
+class ConnectRefused(psycopg.OperationalError):
+    """The server answered a connect with a refusal that trying again will not change
+    (no such role or database, authentication, pg_hba.conf)."""
+
+
+#: what a server says when it refuses a connection for now (it is starting, stopping,
+#: recovering, or full): worth trying again
+_REFUSED_FOR_NOW = (
+    "starting up",
+    "shutting down",
+    "recovery mode",
+    "too many clients",
+    "not yet accepting connections",
+    "not accepting connections",
+)
+
+
+class NothingListens(psycopg.OperationalError):
+    """Every host of the URL refused the TCP connection (nothing listens there)."""
+
+
+def _connect_failure(conn: pq.abc.PGconn) -> psycopg.OperationalError:
+    message = _message(conn)
+    if message.count("failed:") == message.count("Connection refused") > 0:
+        return NothingListens(message)
+    if "FATAL:" in message and not any(now in message for now in _REFUSED_FOR_NOW):
+        return ConnectRefused(message)
+    return psycopg.OperationalError(message)
+
+
 class StatementError(Exception):
     """The server refused a statement: ``sqlstate`` (its error code) and its message."""
 
@@ -76,12 +108,12 @@ def connecting(conninfo: str, timeout: float) -> Program[pq.abc.PGconn]:
     try:
         while True:
             if conn.status == pq.ConnStatus.BAD:
-                raise psycopg.OperationalError(_message(conn))
+                raise _connect_failure(conn)
             state = conn.connect_poll()
             if state == pq.PollingStatus.OK:
                 break
             if state == pq.PollingStatus.FAILED:
-                raise psycopg.OperationalError(_message(conn))
+                raise _connect_failure(conn)
             if state == pq.PollingStatus.READING:
                 yield Readable(conn.socket, at)
             else:

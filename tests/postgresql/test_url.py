@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import psycopg.conninfo
 import pytest
 
@@ -63,3 +66,21 @@ def test_the_sql_schema_command_prints_what_first_use_would_make(
     assert "CREATE SCHEMA IF NOT EXISTS locks;" in out
     assert "INSERT INTO locks.schema_version VALUES (1)" in out
     assert main(["sql-schema", "--schema", "Bad-Name"]) != 0
+
+
+def test_a_role_the_server_does_not_know_is_refused_at_once(postgresql_server: Any) -> None:
+    started = time.monotonic()
+    with pytest.raises(sr.AuthenticationFailed, match='role "nobody" does not exist'):
+        sr.connect(f"postgresql://{postgresql_server.host_port}/postgres?user=nobody")
+    with pytest.raises(sr.BackendUnavailable, match='database "nodb" does not exist'):
+        sr.connect(f"postgresql://{postgresql_server.host_port}/nodb?user=postgres")
+    assert time.monotonic() - started < 5  # not retried until connect_timeout
+
+
+def test_nothing_listening_is_backend_unavailable_at_once() -> None:
+    from semaphore_recipes.devtools.processes import free_port
+
+    started = time.monotonic()
+    with pytest.raises(sr.BackendUnavailable, match="refused"):
+        sr.connect(f"postgresql://127.0.0.1:{free_port()}/postgres?connect_timeout=10")
+    assert time.monotonic() - started < 5
