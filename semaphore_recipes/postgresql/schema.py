@@ -18,7 +18,7 @@ are handed out in commit order: the order admission reads is the order of arriva
 
 from __future__ import annotations
 
-__all__ = ["SCHEMA_VERSION", "schema_sql"]
+__all__ = ["SCHEMA_VERSION", "capacity_channel", "schema_sql"]
 
 #: the version of the tables and functions below (``<schema>.schema_version``)
 SCHEMA_VERSION = 1
@@ -37,10 +37,17 @@ CREATE TABLE IF NOT EXISTS {s}.sessions (
 CREATE TABLE IF NOT EXISTS {s}.semaphores (
     name text PRIMARY KEY,
     capacity integer NOT NULL CHECK (capacity > 0),
-    version bigint NOT NULL
+    version bigint NOT NULL,
+    -- the weight of the held entries and the number of waiting ones, kept by every
+    -- step (dead entries included until a sweep), so that an uncontended acquire or
+    -- release reads no other row; admit() counts them afresh
+    used bigint NOT NULL DEFAULT 0,
+    waiting bigint NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS {s}.entries (
-    semaphore text NOT NULL REFERENCES {s}.semaphores (name) ON DELETE CASCADE,
+    -- (no foreign key to semaphores: every step holds the semaphore's row locked, and
+    -- delete_semaphore deletes the entries; a key's check would cost each enqueue)
+    semaphore text NOT NULL,
     id text NOT NULL,
     session text NOT NULL,
     owner text NOT NULL,
@@ -70,45 +77,58 @@ CREATE TABLE IF NOT EXISTS {s}.removed (
 );
 """
 
+# Every function plans with enable_seqscan off: each of its statements is an index
+# lookup, and between two vacuums of these tables (a row per acquire, deleted at its
+# release) their statistics say "empty", so the planner would pick sequential scans that
+# read every dead row left since (docs/design.md, section 11).
 _FUNCTIONS = r"""
 -- Is the session alive by the server's clock?
 CREATE OR REPLACE FUNCTION {s}.live(sess text) RETURNS boolean
-LANGUAGE sql AS $$
+LANGUAGE sql SET enable_seqscan = off AS $$
     SELECT EXISTS (SELECT 1 FROM {s}.sessions
                    WHERE id = sess AND expires_at > clock_timestamp())
 $$;
 
--- Sweep and admit (the semaphore's row is locked by the caller); every admitted entry
--- but `quiet` (the caller's own, told in its reply) is notified on its client's channel.
+-- Sweep and admit (the semaphore's row is locked by the caller): entries of expired
+-- sessions are deleted, the counters counted afresh, and the waiting entries that fit,
+-- in token order, are held; every admitted entry but `quiet` (the caller's own, told in
+-- its reply) is notified on its client's channel.
 CREATE OR REPLACE FUNCTION {s}.admit(sem text, quiet text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     cap integer;
     ver bigint;
-    used bigint;
+    held_weight bigint;
+    waiting_now bigint;
     r record;
 BEGIN
     SELECT capacity, version INTO cap, ver FROM {s}.semaphores WHERE name = sem;
-    DELETE FROM {s}.entries e WHERE e.semaphore = sem AND NOT {s}.live(e.session);
-    SELECT coalesce(sum(weight), 0) INTO used FROM {s}.entries
-        WHERE semaphore = sem AND held;
-    FOR r IN SELECT e.id, e.weight, x.channel FROM {s}.entries e
-             JOIN {s}.sessions x ON x.id = e.session
-             WHERE e.semaphore = sem AND NOT e.held ORDER BY e.token LOOP
-        EXIT WHEN used + r.weight > cap;
-        used := used + r.weight;
-        UPDATE {s}.entries SET held = true, since = extract(epoch FROM clock_timestamp())
-            WHERE semaphore = sem AND id = r.id;
-        IF r.id <> quiet THEN
-            PERFORM pg_notify(r.channel, json_build_array('admitted', sem, r.id, cap, ver)::text);
-        END IF;
-    END LOOP;
+    DELETE FROM {s}.entries e WHERE e.semaphore = sem AND e.session IN
+        (SELECT id FROM {s}.sessions WHERE expires_at <= clock_timestamp());
+    SELECT coalesce(sum(weight) FILTER (WHERE held), 0), count(*) FILTER (WHERE NOT held)
+        INTO held_weight, waiting_now FROM {s}.entries WHERE semaphore = sem;
+    IF waiting_now > 0 THEN
+        FOR r IN SELECT e.id, e.weight, x.channel FROM {s}.entries e
+                 JOIN {s}.sessions x ON x.id = e.session
+                 WHERE e.semaphore = sem AND NOT e.held ORDER BY e.token LOOP
+            EXIT WHEN held_weight + r.weight > cap;
+            held_weight := held_weight + r.weight;
+            waiting_now := waiting_now - 1;
+            UPDATE {s}.entries SET held = true, since = extract(epoch FROM clock_timestamp())
+                WHERE semaphore = sem AND id = r.id;
+            IF r.id <> quiet THEN
+                PERFORM pg_notify(r.channel,
+                                  json_build_array('admitted', sem, r.id, cap, ver)::text);
+            END IF;
+        END LOOP;
+    END IF;
+    UPDATE {s}.semaphores SET used = held_weight, waiting = waiting_now WHERE name = sem;
 END $$;
 
 -- An entry as its client needs it: ["ok", token, held, capacity, version, check_in_ms]
 -- (check_in_ms: when the first session ahead of it would expire, -1 when none).
 CREATE OR REPLACE FUNCTION {s}.view(sem text, eid text) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     e record;
     cap integer;
@@ -132,8 +152,10 @@ BEGIN
 END $$;
 
 CREATE OR REPLACE FUNCTION {s}.open_session(sess text, who text, chan text, ms integer)
-RETURNS void LANGUAGE sql AS $$
-    DELETE FROM {s}.sessions WHERE expires_at < clock_timestamp();
+RETURNS void LANGUAGE sql SET enable_seqscan = off AS $$
+    -- (a session row goes with its last entry: admissions find dead entries by it)
+    DELETE FROM {s}.sessions x WHERE x.expires_at < clock_timestamp()
+        AND NOT EXISTS (SELECT 1 FROM {s}.entries e WHERE e.session = x.id);
     DELETE FROM {s}.removed r
         WHERE NOT EXISTS (SELECT 1 FROM {s}.sessions x WHERE x.id = r.session);
     INSERT INTO {s}.sessions VALUES (sess, who, chan, ms,
@@ -143,7 +165,7 @@ $$;
 
 -- Renew: false when the session is gone or expired (then it is never renewed again).
 CREATE OR REPLACE FUNCTION {s}.renew(sess text) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 BEGIN
     UPDATE {s}.sessions SET expires_at = clock_timestamp() + timeout_ms * interval '1 millisecond'
         WHERE id = sess AND expires_at > clock_timestamp();
@@ -152,7 +174,7 @@ END $$;
 
 -- The session ends: its entries go and each of their semaphores admits what fits.
 CREATE OR REPLACE FUNCTION {s}.end_session(sess text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     sem text;
 BEGIN
@@ -169,7 +191,7 @@ END $$;
 -- [capacity, version], creating the semaphore with `requested` if it is missing and
 -- that is not null; null when missing.
 CREATE OR REPLACE FUNCTION {s}.open_semaphore(sem text, requested integer) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     srow record;
 BEGIN
@@ -186,7 +208,7 @@ END $$;
 
 -- The new capacity's version (null: no such semaphore); waiters that now fit admitted.
 CREATE OR REPLACE FUNCTION {s}.set_capacity(sem text, cap integer) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     ver bigint;
 BEGIN
@@ -196,35 +218,62 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM {s}.admit(sem, '');
+    -- (rare: every client of the schema hears of it, on the schema's channel)
+    PERFORM pg_notify({capacity_channel}, json_build_array('capacity', sem, '{s}', cap, ver)::text);
     RETURN ver;
 END $$;
 
 -- Enqueue (or find again, after a lost reply) the entry `eid`: its view, or
--- ["missing"] (no semaphore), ["lost"] (our session expired: nothing was made).
+-- ["missing"] (no semaphore), ["lost"] (our session expired: nothing was made), ["gone"]
+-- (the id was abandoned). An entry that fits with nobody waiting is held at once (a
+-- dead holder only makes it not fit: the general path then sweeps).
 CREATE OR REPLACE FUNCTION {s}.enqueue(sem text, eid text, sess text, who text, w integer)
-RETURNS text LANGUAGE plpgsql AS $$
+RETURNS text LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+    cap integer;
+    ver bigint;
+    alive boolean;
+    abandoned boolean;
+    used_now bigint;
+    waiting_now bigint;
+    tok bigint;
+    fits boolean;
 BEGIN
-    PERFORM 1 FROM {s}.semaphores WHERE name = sem FOR UPDATE;
+    SELECT capacity, version, used, waiting,
+           EXISTS (SELECT 1 FROM {s}.sessions WHERE id = sess AND expires_at > clock_timestamp()),
+           EXISTS (SELECT 1 FROM {s}.removed WHERE id = eid)
+        INTO cap, ver, used_now, waiting_now, alive, abandoned
+        FROM {s}.semaphores WHERE name = sem FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN json_build_array('missing')::text;
+        RETURN '["missing"]';
     END IF;
-    IF NOT {s}.live(sess) THEN
-        RETURN json_build_array('lost')::text;
+    IF NOT alive THEN
+        RETURN '["lost"]';
     END IF;
-    IF EXISTS (SELECT 1 FROM {s}.removed WHERE id = eid) THEN
-        RETURN json_build_array('gone')::text;
+    IF abandoned THEN
+        RETURN '["gone"]';
     END IF;
-    INSERT INTO {s}.entries VALUES (sem, eid, sess, who, w, nextval('{s}.tokens'), false,
-                                    extract(epoch FROM clock_timestamp()))
-        ON CONFLICT (semaphore, id) DO NOTHING;
-    PERFORM {s}.admit(sem, eid);
+    tok := nextval('{s}.tokens');
+    fits := waiting_now = 0 AND used_now + w <= cap;
+    WITH made AS (
+        INSERT INTO {s}.entries VALUES (sem, eid, sess, who, w, tok, fits,
+                                        extract(epoch FROM clock_timestamp()))
+            ON CONFLICT (semaphore, id) DO NOTHING RETURNING held
+    )
+    UPDATE {s}.semaphores SET used = used + CASE WHEN made.held THEN w ELSE 0 END,
+                              waiting = waiting + CASE WHEN made.held THEN 0 ELSE 1 END
+        FROM made WHERE name = sem;
+    IF FOUND AND fits THEN
+        RETURN json_build_array('ok', tok, true, cap, ver, -1)::text;
+    END IF;
+    PERFORM {s}.admit(sem, eid);  -- (also a retry's: its entry was made before)
     RETURN {s}.view(sem, eid);
 END $$;
 
 -- Several semaphores at once: one token for every entry, rows locked in name order.
 CREATE OR REPLACE FUNCTION {s}.enqueue_all(eid text, sess text, who text, sems text[],
                                            weights integer[]) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     tok bigint;
     made integer;
@@ -262,7 +311,7 @@ END $$;
 
 -- A waiter's look: sweep and admit (an admission of `eid` is in the reply), its view.
 CREATE OR REPLACE FUNCTION {s}.check(sem text, eid text) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 BEGIN
     PERFORM 1 FROM {s}.semaphores WHERE name = sem FOR UPDATE;
     IF NOT FOUND THEN
@@ -278,31 +327,49 @@ END $$;
 -- abandoned acquire's client admits with `check` once the acquire is over).
 CREATE OR REPLACE FUNCTION {s}.remove(sems text[], eids text[], by text, sweep boolean)
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     sem text;
     r record;
     gone text[];
+    mine text[];
+    one text;
+    freed bigint;
+    left_queue bigint;
+    waiting_now bigint;
 BEGIN
     FOR sem IN SELECT name FROM {s}.semaphores WHERE name = ANY (sems)
                ORDER BY name FOR UPDATE LOOP
         gone := '{{}}';
-        FOR r IN DELETE FROM {s}.entries WHERE semaphore = sem
-                 AND id IN (SELECT u.e FROM unnest(sems, eids) AS u(s, e) WHERE u.s = sem)
-                 RETURNING id, session LOOP
+        freed := 0;
+        left_queue := 0;
+        mine := ARRAY(SELECT u.e FROM unnest(sems, eids) AS u(s, e) WHERE u.s = sem);
+        FOREACH one IN ARRAY mine LOOP
+            -- (one id at a time: the primary key's lookup, never a scan of the queue's
+            -- index, which holds every entry deleted since the last vacuum)
+            DELETE FROM {s}.entries WHERE semaphore = sem AND id = one
+                RETURNING id, session, held, weight INTO r;
+            CONTINUE WHEN NOT FOUND;
             gone := gone || r.id;
+            IF r.held THEN
+                freed := freed + r.weight;
+            ELSE
+                left_queue := left_queue + 1;
+            END IF;
             IF r.session <> by THEN
                 PERFORM pg_notify(x.channel, json_build_array('deleted', sem, r.id, 0, 0)::text)
                     FROM {s}.sessions x WHERE x.id = r.session;
             END IF;
         END LOOP;
-        IF by <> '' THEN  -- our own ids not made yet: their create, if it comes, is refused
+        IF by <> '' AND cardinality(gone) < cardinality(mine) THEN
+            -- our own ids not made yet: their create, if it comes, is refused
             INSERT INTO {s}.removed
-                SELECT u.e, by FROM unnest(sems, eids) AS u(s, e)
-                WHERE u.s = sem AND u.e <> ALL (gone)
+                SELECT m, by FROM unnest(mine) AS m WHERE m <> ALL (gone)
                 ON CONFLICT (id) DO NOTHING;
         END IF;
-        IF sweep THEN
+        UPDATE {s}.semaphores SET used = used - freed, waiting = waiting - left_queue
+            WHERE name = sem RETURNING waiting INTO waiting_now;
+        IF sweep AND waiting_now > 0 THEN
             PERFORM {s}.admit(sem, '');
         END IF;
     END LOOP;
@@ -311,7 +378,7 @@ END $$;
 -- [capacity, version, [id, owner, weight, token, held, since, [slot, ...]], ...] in
 -- queue order, after a sweep; null when there is no such semaphore.
 CREATE OR REPLACE FUNCTION {s}.status(sem text) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     srow record;
 BEGIN
@@ -332,7 +399,7 @@ END $$;
 -- entries are locked (FOR SHARE) until the caller's transaction ends, so an admission
 -- that would delete one of them waits for that commit.
 CREATE OR REPLACE FUNCTION {s}.fence(sems text[], eids text[], tok bigint) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     n integer;
 BEGIN
@@ -348,7 +415,7 @@ END $$;
 -- 'conflict:<key>' (a write's condition failed); nothing is written but on 'ok'.
 CREATE OR REPLACE FUNCTION {s}.fenced_write(sems text[], eids text[], tok bigint,
                                             kinds text[], keys text[], vals bytea[])
-RETURNS text LANGUAGE plpgsql AS $$
+RETURNS text LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     present boolean;
 BEGIN
@@ -375,7 +442,7 @@ END $$;
 
 -- Job slots: the indices taken in `sem`.
 CREATE OR REPLACE FUNCTION {s}.list_slots(sem text) RETURNS text
-LANGUAGE sql AS $$
+LANGUAGE sql SET enable_seqscan = off AS $$
     SELECT coalesce(json_agg(l.idx ORDER BY l.idx), '[]')::text FROM {s}.slots l
         JOIN {s}.entries e ON e.semaphore = l.semaphore AND e.id = l.entry
         WHERE l.semaphore = sem AND {s}.live(e.session)
@@ -384,7 +451,7 @@ $$;
 -- Take slot `i` for our held entry: ["ok", token] (ours, new or adopted after a lost
 -- reply), ["taken", [indices]] or ["lost"] (our entry is gone).
 CREATE OR REPLACE FUNCTION {s}.take_slot(sem text, eid text, i integer) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     holder record;
     tok bigint;
@@ -410,11 +477,18 @@ BEGIN
 END $$;
 
 CREATE OR REPLACE FUNCTION {s}.delete_semaphore(sem text) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE sql SET enable_seqscan = off AS $$
     DELETE FROM {s}.data WHERE starts_with(key, sem || '/');
+    SELECT 1 FROM {s}.semaphores WHERE name = sem FOR UPDATE;
+    DELETE FROM {s}.entries WHERE semaphore = sem;
     DELETE FROM {s}.semaphores WHERE name = sem;
 $$;
 """
+
+
+def capacity_channel(schema: str) -> str:
+    """The channel on which every client of ``schema`` hears of capacity changes."""
+    return f"sr_capacity_{schema}"[:63]
 
 
 def schema_sql(schema: str) -> str:
@@ -423,4 +497,5 @@ def schema_sql(schema: str) -> str:
     version = (
         f"INSERT INTO {schema}.schema_version VALUES ({SCHEMA_VERSION}) ON CONFLICT DO NOTHING;\n"
     )
-    return (_TABLES + _FUNCTIONS).replace("{s}", schema).replace("{{}}", "{}") + version
+    text = (_TABLES + _FUNCTIONS).replace("{capacity_channel}", f"'{capacity_channel(schema)}'")
+    return text.replace("{s}", schema).replace("{{}}", "{}") + version

@@ -41,6 +41,7 @@ from psycopg import pq
 from ..backend import Program, run_program
 from ..errors import SemaphoreError
 from .runner import wait_blocking
+from .schema import capacity_channel
 from .wire import StatementError, connecting, executing, notifications
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ class SessionKeeper:
             return False
         try:
             self._execute(conn, f'LISTEN "{self.channel}"'.encode(), ())
+            self._execute(conn, f'LISTEN "{capacity_channel(backend.params.schema)}"'.encode(), ())
         except (psycopg.OperationalError, StatementError) as exc:
             conn.finish()
             self._suspend(exc)
@@ -254,6 +256,11 @@ class SessionKeeper:
                 kind, semaphore, entry_id, capacity, version = message
             except ValueError:
                 log.warning("postgresql: unreadable notification %r", payload)
+                continue
+            if kind == "capacity":  # (on the schema's channel: entry_id is the schema)
+                if entry_id == self.backend.params.schema:
+                    for queue in self.backend.queues(semaphore):
+                        queue.apply_capacity(int(capacity), int(version))
                 continue
             for queue in self.backend.queues(semaphore):
                 if kind == "admitted":

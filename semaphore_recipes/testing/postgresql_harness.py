@@ -78,6 +78,13 @@ class PostgreSQLHarness(NetworkHarness):
     def entries(self, name: str | None = None) -> list[str]:
         return live_postgresql_entries(self.admin, self.schema, name)
 
+    def semaphores(self) -> list[str]:
+        """The names of the semaphores stored in the schema."""
+        if not _has_tables(self.admin, self.schema):
+            return []
+        rows = self.admin.execute(f"SELECT name FROM {self.schema}.semaphores").fetchall()
+        return sorted(name for (name,) in rows)
+
     def delete_entry(self, entry: str) -> None:
         _, semaphore, entry_id = entry.split("/")
         self.admin.execute(

@@ -188,14 +188,19 @@ class Store:
         """Whether the semaphore exists in the store (read with the admin client)."""
         if self.kind == "redis":
             return bool(self.admin.exists(f"{self.namespace.strip('/')}:s:{name}:cfg"))
+        if self.kind == "postgresql":
+            from semaphore_recipes.testing.postgresql_harness import PostgreSQLHarness
+
+            assert isinstance(self.service, PostgreSQLHarness)
+            return name in self.service.semaphores()
         if self.kind == "zookeeper":
             return self.admin.exists(f"{self.namespace}/semaphore_recipes/{name}") is not None
         return bool(self.admin.range(f"{self.namespace}/{name}/config".encode()).kvs)
 
     def entries(self, name: str) -> list[Any]:
-        """ZooKeeper: entry node paths; etcd: the entries' key-values; Redis: the
-        harness's names of the live entries."""
-        if self.kind == "redis":
+        """ZooKeeper: entry node paths; etcd: the entries' key-values; Redis and
+        PostgreSQL: the harness's names of the live entries."""
+        if self.kind in ("redis", "postgresql"):
             return self.service.entries(name)
         if self.kind == "zookeeper":
             path = f"{self.namespace}/semaphore_recipes/{name}"
@@ -209,14 +214,11 @@ class Store:
 
     def revoke(self, name: str) -> None:
         """Take the only permit of ``name`` away from outside: ZooKeeper deletes the
-        entry node, etcd revokes the holder's lease, Redis removes the entry as an
-        operator's tool would (its client is told)."""
+        entry node, etcd revokes the holder's lease, Redis and PostgreSQL remove the
+        entry as an operator's tool would (its client is told)."""
         entries = self.entries(name)
         assert len(entries) == 1, entries
-        if self.kind == "redis":
-            from semaphore_recipes.testing.redis_harness import RedisHarness
-
-            assert isinstance(self.service, RedisHarness)
+        if self.kind in ("redis", "postgresql"):
             self.service.delete_entry(entries[0])
         elif self.kind == "zookeeper":
             self.admin.delete(entries[0])
