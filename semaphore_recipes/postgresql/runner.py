@@ -44,7 +44,6 @@ from .wire import (
     Writable,
     connecting,
     executing,
-    preparing,
 )
 
 __all__ = ["AsyncRunner", "Pause", "Soon", "Statement", "SyncRunner", "call", "translate"]
@@ -162,9 +161,6 @@ class _Pool:
         self.idle: list[pq.abc.PGconn] = []
         self.open = 0
         self.closed = False
-        self._names: dict[bytes, bytes] = {}  # statement -> the name it is prepared as
-        self._names_lock = threading.Lock()  # (threads of the sync face share the pool)
-        self._prepared: dict[pq.abc.PGconn, set[bytes]] = {}  # connection -> names
 
     def statement(self, conn: pq.abc.PGconn | None, request: Statement) -> Program[object]:
         """Run ``request`` on ``conn`` (None: a new connection, made first); answers
@@ -177,16 +173,7 @@ class _Pool:
                 self.discard(None)
                 raise
         try:
-            name = None
-            if request.params is not None:
-                name = self._name_of(request.sql)
-                prepared = self._prepared.setdefault(conn, set())
-                if name not in prepared:
-                    yield from preparing(conn, name, request.sql, request.timeout)
-                    prepared.add(name)
-            value = yield from executing(
-                conn, request.sql, request.params, request.timeout, prepared=name
-            )
+            value = yield from executing(conn, request.sql, request.params, request.timeout)
         except StatementError:
             self.give(conn)
             raise
@@ -195,10 +182,6 @@ class _Pool:
             raise
         self.give(conn)
         return value
-
-    def _name_of(self, sql: bytes) -> bytes:
-        with self._names_lock:
-            return self._names.setdefault(sql, b"sr%d" % len(self._names))
 
     def give(self, conn: pq.abc.PGconn) -> None:
         if self.closed or conn.transaction_status != pq.TransactionStatus.IDLE:
@@ -209,7 +192,6 @@ class _Pool:
     def discard(self, conn: pq.abc.PGconn | None) -> None:
         self.open -= 1
         if conn is not None:
-            self._prepared.pop(conn, None)
             conn.finish()
 
     def close(self) -> None:
@@ -217,7 +199,6 @@ class _Pool:
         for conn in self.idle:
             conn.finish()
         self.idle.clear()
-        self._prepared.clear()
 
 
 def wait_blocking(request: object) -> object:

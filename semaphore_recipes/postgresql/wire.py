@@ -36,7 +36,6 @@ __all__ = [
     "connecting",
     "executing",
     "notifications",
-    "preparing",
     "text_array",
 ]
 
@@ -126,34 +125,19 @@ def connecting(conninfo: str, timeout: float) -> Program[pq.abc.PGconn]:
         raise
 
 
-def preparing(conn: pq.abc.PGconn, name: bytes, sql: bytes, timeout: float) -> Program[None]:
-    """Prepare ``sql`` as the statement ``name`` of this connection (parsed and planned
-    once: later runs send only its parameters)."""
-    at = time.monotonic() + timeout
-    conn.send_prepare(name, sql)
-    yield from _results(conn, at)
-
-
 def executing(
-    conn: pq.abc.PGconn,
-    sql: bytes,
-    params: Sequence[Param] | None,
-    timeout: float,
-    prepared: bytes | None = None,
+    conn: pq.abc.PGconn, sql: bytes, params: Sequence[Param] | None, timeout: float
 ) -> Program[str | None]:
-    """Run ``sql`` with text parameters (None: several statements, no parameters; or
-    the statement ``prepared`` of this connection), its reply awaited at most
-    ``timeout`` seconds: the first column of the first row of the last result that has
-    one (None for none, or NULL)."""
+    """Run ``sql`` with text parameters (None: several statements, no parameters), its
+    reply awaited at most ``timeout`` seconds: the first column of the first row of the
+    last result that has one (None for none, or NULL). Not prepared: a statement's
+    first run on a connection must be the one request that reaches the server (a
+    PREPARE whose reply is lost would leave the statement unsent)."""
     at = time.monotonic() + timeout
     if params is None:
         conn.send_query(sql)
     else:
-        values = [p.encode() if isinstance(p, str) else p for p in params]
-        if prepared is not None:
-            conn.send_query_prepared(prepared, values)
-        else:
-            conn.send_query_params(sql, values)
+        conn.send_query_params(sql, [p.encode() if isinstance(p, str) else p for p in params])
     return (yield from _results(conn, at))
 
 
