@@ -92,7 +92,7 @@ class SessionKeeper:
 
     def stop(self) -> None:
         self._stop.set()
-        self.wake()
+        self._poke()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(STOP_WAIT)
         if not self._thread.is_alive() and not self._pipe_closed:
@@ -102,6 +102,11 @@ class SessionKeeper:
 
     def wake(self) -> None:
         """Renew now (a statement found our session gone)."""
+        self._renew_now = True
+        self._poke()
+
+    def _poke(self) -> None:
+        """Wake the thread (a timer to run, a renewal asked for, or stop)."""
         with contextlib.suppress(OSError):  # closed: the thread is over
             os.write(self._wake_w, b"x")
 
@@ -110,7 +115,7 @@ class SessionKeeper:
         waiter's timed look)."""
         with self._timer_lock:
             heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_ids), program))
-        self.wake()
+        self._poke()  # (its timer may come before the next renewal: not a renewal itself)
 
     # ---- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
@@ -140,15 +145,15 @@ class SessionKeeper:
                 return
             try:
                 self._dispatch(notifications(conn))
-                if time.monotonic() >= next_renewal or self._woken:
-                    self._woken = False
+                if time.monotonic() >= next_renewal or self._renew_now:
+                    self._renew_now = False
                     self._renew(conn)
                     next_renewal = time.monotonic() + self.timeout / 3
                 self._run_timers()
             except (psycopg.OperationalError, StatementError) as exc:
                 self._lost_connection(exc)
 
-    _woken = False
+    _renew_now = False  # wake() asked for a renewal
 
     def _wait(self, conn: pq.abc.PGconn, seconds: float) -> None:
         """Wait for a notification, a wake-up or ``seconds``."""
@@ -158,7 +163,6 @@ class SessionKeeper:
         for fd, _ in poller.poll(seconds * 1000):
             if fd == self._wake_r:
                 os.read(self._wake_r, 512)
-                self._woken = True
 
     def _pause(self, seconds: float) -> None:
         poller = select.poll()
