@@ -33,6 +33,7 @@ from . import (
     latency,
     multi,
     plots,
+    postgresql_bench,
     redis_bench,
     report,
     throughput,
@@ -53,6 +54,7 @@ MEASUREMENTS: dict[str, Callable[..., None]] = {
     "aio-handoff": aio_handoff.measure,
     "aio-waiters": aio_waiters.measure,
     "redis": redis_bench.measure,
+    "postgresql": postgresql_bench.measure,
     "multi": multi.measure,
 }
 

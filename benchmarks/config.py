@@ -17,6 +17,7 @@ class Sizes:
     handoff_samples: int
     handoff_settle: float  # seconds between the waiter blocking and the release
     herd_waiters: tuple[int, ...]
+    server_herd_waiters: tuple[int, ...]  # herd of backends in this process (PostgreSQL)
     herd_handoffs: int  # handoffs measured at mid-queue (after W/2 to get there)
     throughput_processes: int
     throughput_clients: int  # per process
@@ -38,6 +39,7 @@ FULL = Sizes(
     handoff_samples=200,
     handoff_settle=0.03,
     herd_waiters=(10, 100, 500),
+    server_herd_waiters=(10, 100, 1000),
     herd_handoffs=20,
     throughput_processes=5,
     throughput_clients=10,
@@ -59,6 +61,7 @@ TINY = Sizes(
     handoff_samples=6,
     handoff_settle=0.03,
     herd_waiters=(6, 20),
+    server_herd_waiters=(6, 20),
     herd_handoffs=3,
     throughput_processes=2,
     throughput_clients=3,

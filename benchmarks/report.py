@@ -345,6 +345,7 @@ def render(
     lines += ["### The asyncio face (issue 14)", "", *aio_targets_table(aio_verdicts(results))]
     lines += sections(results, capacity)
     lines += results.redis_sections
+    lines += results.postgresql_sections
     if results.plots:
         lines += ["## Plots", "", *(f"![{p}]({p})" for p in results.plots), ""]
     if results.skipped:

@@ -161,6 +161,7 @@ class Results:
     notes: list[str] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)
     redis_sections: list[str] = field(default_factory=list)  # markdown (redis_bench)
+    postgresql_sections: list[str] = field(default_factory=list)  # markdown (postgresql_bench)
 
     def skip(self, what: str, why: str) -> None:
         self.skipped.append((what, why))

@@ -34,6 +34,14 @@ ROWS = (
     "| raw SET NX PX + DEL (the floor) |",
     "| raw notification floor (RPUSH -> BLPOP returns) |",
     "| raw SET NX PX + DEL loop |",
+    # PostgreSQL (benchmarks/postgresql_bench.py)
+    "| raw INSERT + DELETE, one connection (the floor) |",
+    "| semaphore-recipes Semaphore (sync, one backend) |",
+    "| pg_advisory_lock / pg_advisory_unlock (one connection) |",
+    "| raw notification floor (NOTIFY -> the LISTENing connection has it) |",
+    "| semaphore-recipes Semaphore (holder and waiter in two backends) |",
+    "| 20 | 1 | 20 |",  # the herd's W=20
+    "| raw INSERT + DELETE loop (a connection per thread) |",
 )
 
 
@@ -121,6 +129,11 @@ def test_tiny_run_writes_every_table_and_the_plots_or_says_why_not(
         for plot in plots:
             assert plot.read_bytes()[:8] == PNG_MAGIC, plot
             assert f"![{plot.name}]({plot.name})" in report
+
+    if importlib.util.find_spec("pals") is None or importlib.util.find_spec("sqlalchemy") is None:
+        assert "- postgresql latency: pals Lock: not installed" in report
+    else:
+        assert "| pals Lock (SQLAlchemy pool) |" in report
 
     if importlib.util.find_spec("etcd3") is None:
         assert "python-etcd3 Lock: python-etcd3 is not installed" in report
