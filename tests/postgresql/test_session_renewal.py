@@ -7,19 +7,11 @@ import time
 from datetime import datetime
 from typing import Any
 
-import pytest
-
 from semaphore_recipes.testing.faces import store_backend
 from semaphore_recipes.testing.polling import wait_until
 from semaphore_recipes.testing.postgresql_harness import PostgreSQLHarness
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SessionKeeper.schedule() (a waiter's timed look) wakes the keeper with the "
-    "wake-up that means 'renew now', so every waiting acquire also renews the session: "
-    "one statement more per contended grant (benchmarks: 3 per grant instead of 2)",
-)
 def test_a_waiting_acquire_does_not_renew_the_session(
     postgresql_harness: PostgreSQLHarness, postgresql_admin: Any
 ) -> None:
