@@ -78,14 +78,15 @@ class PostgreSQLServer(ManagedProcess):
         return (self.port,)
 
     def _as_server_user(self, cmd: list[str]) -> list[str]:
-        """``cmd`` run as the server's user when this process is root. The parent-death
-        signal is set again after the change of user, which clears it."""
+        """``cmd`` run as the server's user when this process is root. The change of
+        user clears the parent-death signal the spawn set (from the main thread only):
+        ``--pdeathsig keep`` sets it again as it was."""
         if os.geteuid() != 0:
             return cmd
         setpriv = find_program("setpriv")
         return [
             setpriv, f"--reuid={SERVER_USER}", f"--regid={SERVER_USER}", "--init-groups",
-            setpriv, "--pdeathsig", "KILL", *cmd,
+            "--pdeathsig", "keep", *cmd,
         ]  # fmt: skip
 
     def prepare(self) -> None:
