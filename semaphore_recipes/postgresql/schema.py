@@ -42,7 +42,10 @@ CREATE TABLE IF NOT EXISTS {s}.semaphores (
     -- step (dead entries included until a sweep), so that an uncontended acquire or
     -- release reads no other row; admit() counts them afresh
     used bigint NOT NULL DEFAULT 0,
-    waiting bigint NOT NULL DEFAULT 0
+    waiting bigint NOT NULL DEFAULT 0,
+    -- every waiting entry's token is at least this: admit() reads the queue from here,
+    -- past the entries admitted and deleted since the last vacuum
+    head bigint NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS {s}.entries (
     -- (no foreign key to semaphores: every step holds the semaphore's row locked, and
@@ -80,40 +83,57 @@ CREATE TABLE IF NOT EXISTS {s}.removed (
 # Every function plans with enable_seqscan off: each of its statements is an index
 # lookup, and between two vacuums of these tables (a row per acquire, deleted at its
 # release) their statistics say "empty", so the planner would pick sequential scans that
-# read every dead row left since (docs/design.md, section 11).
+# read every dead row left since (docs/design.md, section 11). And without JIT: the
+# penalty enable_seqscan adds to a plan's cost would have each statement compiled.
 _FUNCTIONS = r"""
 -- Is the session alive by the server's clock?
 CREATE OR REPLACE FUNCTION {s}.live(sess text) RETURNS boolean
-LANGUAGE sql SET enable_seqscan = off AS $$
+LANGUAGE sql SET enable_seqscan = off SET jit = off AS $$
     SELECT EXISTS (SELECT 1 FROM {s}.sessions
                    WHERE id = sess AND expires_at > clock_timestamp())
 $$;
 
 -- Sweep and admit (the semaphore's row is locked by the caller): entries of expired
--- sessions are deleted, the counters counted afresh, and the waiting entries that fit,
--- in token order, are held; every admitted entry but `quiet` (the caller's own, told in
--- its reply) is notified on its client's channel.
+-- sessions are deleted, then the waiting entries that fit, in token order from `head`,
+-- are held; every admitted entry but `quiet` (the caller's own, told in its reply) is
+-- notified on its client's channel. The counters follow every change.
 CREATE OR REPLACE FUNCTION {s}.admit(sem text, quiet text) RETURNS void
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     cap integer;
     ver bigint;
-    held_weight bigint;
+    used_now bigint;
     waiting_now bigint;
+    head_now bigint;
+    expired text[];
     r record;
 BEGIN
-    SELECT capacity, version INTO cap, ver FROM {s}.semaphores WHERE name = sem;
-    DELETE FROM {s}.entries e WHERE e.semaphore = sem AND e.session IN
-        (SELECT id FROM {s}.sessions WHERE expires_at <= clock_timestamp());
-    SELECT coalesce(sum(weight) FILTER (WHERE held), 0), count(*) FILTER (WHERE NOT held)
-        INTO held_weight, waiting_now FROM {s}.entries WHERE semaphore = sem;
+    SELECT capacity, version, used, waiting, head
+        INTO cap, ver, used_now, waiting_now, head_now
+        FROM {s}.semaphores WHERE name = sem;
+    expired := ARRAY(SELECT id FROM {s}.sessions WHERE expires_at <= clock_timestamp());
+    IF cardinality(expired) > 0 THEN
+        FOR r IN DELETE FROM {s}.entries WHERE semaphore = sem AND session = ANY (expired)
+                 RETURNING held, weight LOOP
+            IF r.held THEN
+                used_now := used_now - r.weight;
+            ELSE
+                waiting_now := waiting_now - 1;
+            END IF;
+        END LOOP;
+    END IF;
     IF waiting_now > 0 THEN
-        FOR r IN SELECT e.id, e.weight, x.channel FROM {s}.entries e
+        FOR r IN SELECT e.id, e.weight, e.token, x.channel FROM {s}.entries e
                  JOIN {s}.sessions x ON x.id = e.session
-                 WHERE e.semaphore = sem AND NOT e.held ORDER BY e.token LOOP
-            EXIT WHEN held_weight + r.weight > cap;
-            held_weight := held_weight + r.weight;
+                 WHERE e.semaphore = sem AND NOT e.held AND e.token >= head_now
+                 ORDER BY e.token LOOP
+            IF used_now + r.weight > cap THEN
+                head_now := r.token;  -- the head of the line waits
+                EXIT;
+            END IF;
+            used_now := used_now + r.weight;
             waiting_now := waiting_now - 1;
+            head_now := r.token + 1;
             UPDATE {s}.entries SET held = true, since = extract(epoch FROM clock_timestamp())
                 WHERE semaphore = sem AND id = r.id;
             IF r.id <> quiet THEN
@@ -122,13 +142,28 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    UPDATE {s}.semaphores SET used = held_weight, waiting = waiting_now WHERE name = sem;
+    UPDATE {s}.semaphores SET used = used_now, waiting = waiting_now, head = head_now
+        WHERE name = sem;
+END $$;
+
+-- The counters counted afresh from the entries (after a change that did not keep them).
+CREATE OR REPLACE FUNCTION {s}.recount(sem text) RETURNS void
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+BEGIN
+    UPDATE {s}.semaphores s SET
+        used = (SELECT coalesce(sum(weight), 0) FROM {s}.entries WHERE semaphore = sem AND held),
+        waiting = (SELECT count(*) FROM {s}.entries WHERE semaphore = sem AND NOT held),
+        head = 0
+        WHERE s.name = sem;
 END $$;
 
 -- An entry as its client needs it: ["ok", token, held, capacity, version, check_in_ms]
--- (check_in_ms: when the first session ahead of it would expire, -1 when none).
+-- (check_in_ms: when the first other live session would expire, -1 when none; the
+-- sessions of the whole schema, not only those ahead in this queue, whose index would
+-- have to be read past every entry deleted since the last vacuum: a look too early does
+-- no harm, and admit() has just swept the expired ones of this queue).
 CREATE OR REPLACE FUNCTION {s}.view(sem text, eid text) RETURNS text
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     e record;
     cap integer;
@@ -145,14 +180,14 @@ BEGIN
         SELECT CASE WHEN min(x.expires_at) IS NULL THEN -1 ELSE greatest(0, (extract(
                    epoch FROM min(x.expires_at) - clock_timestamp()) * 1000)::bigint) END
             INTO check_in
-            FROM {s}.entries o JOIN {s}.sessions x ON x.id = o.session
-            WHERE o.semaphore = sem AND o.token < e.token AND o.session <> e.session;
+            FROM {s}.sessions x
+            WHERE x.id <> e.session AND x.expires_at > clock_timestamp();
     END IF;
     RETURN json_build_array('ok', e.token, e.held, cap, ver, check_in)::text;
 END $$;
 
 CREATE OR REPLACE FUNCTION {s}.open_session(sess text, who text, chan text, ms integer)
-RETURNS void LANGUAGE sql SET enable_seqscan = off AS $$
+RETURNS void LANGUAGE sql SET enable_seqscan = off SET jit = off AS $$
     -- (a session row goes with its last entry: admissions find dead entries by it)
     DELETE FROM {s}.sessions x WHERE x.expires_at < clock_timestamp()
         AND NOT EXISTS (SELECT 1 FROM {s}.entries e WHERE e.session = x.id);
@@ -165,7 +200,7 @@ $$;
 
 -- Renew: false when the session is gone or expired (then it is never renewed again).
 CREATE OR REPLACE FUNCTION {s}.renew(sess text) RETURNS boolean
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 BEGIN
     UPDATE {s}.sessions SET expires_at = clock_timestamp() + timeout_ms * interval '1 millisecond'
         WHERE id = sess AND expires_at > clock_timestamp();
@@ -174,7 +209,7 @@ END $$;
 
 -- The session ends: its entries go and each of their semaphores admits what fits.
 CREATE OR REPLACE FUNCTION {s}.end_session(sess text) RETURNS void
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     sem text;
 BEGIN
@@ -191,7 +226,7 @@ END $$;
 -- [capacity, version], creating the semaphore with `requested` if it is missing and
 -- that is not null; null when missing.
 CREATE OR REPLACE FUNCTION {s}.open_semaphore(sem text, requested integer) RETURNS text
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     srow record;
 BEGIN
@@ -208,7 +243,7 @@ END $$;
 
 -- The new capacity's version (null: no such semaphore); waiters that now fit admitted.
 CREATE OR REPLACE FUNCTION {s}.set_capacity(sem text, cap integer) RETURNS bigint
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     ver bigint;
 BEGIN
@@ -228,7 +263,7 @@ END $$;
 -- (the id was abandoned). An entry that fits with nobody waiting is held at once (a
 -- dead holder only makes it not fit: the general path then sweeps).
 CREATE OR REPLACE FUNCTION {s}.enqueue(sem text, eid text, sess text, who text, w integer)
-RETURNS text LANGUAGE plpgsql SET enable_seqscan = off AS $$
+RETURNS text LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     cap integer;
     ver bigint;
@@ -273,7 +308,7 @@ END $$;
 -- Several semaphores at once: one token for every entry, rows locked in name order.
 CREATE OR REPLACE FUNCTION {s}.enqueue_all(eid text, sess text, who text, sems text[],
                                            weights integer[]) RETURNS text
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     tok bigint;
     made integer;
@@ -295,9 +330,13 @@ BEGIN
         FOR i IN 1 .. cardinality(sems) LOOP
             INSERT INTO {s}.entries VALUES (sems[i], eid, sess, who, weights[i], tok, false,
                                             extract(epoch FROM clock_timestamp()));
+            UPDATE {s}.semaphores SET waiting = waiting + 1 WHERE name = sems[i];
         END LOOP;
     ELSIF made < cardinality(sems) THEN  -- some died with a sweep: none may stay
         DELETE FROM {s}.entries WHERE id = eid AND semaphore = ANY (sems);
+        FOR i IN 1 .. cardinality(sems) LOOP
+            PERFORM {s}.recount(sems[i]);
+        END LOOP;
         RETURN json_build_array('partial')::text;
     END IF;
     FOR i IN 1 .. cardinality(sems) LOOP
@@ -311,7 +350,7 @@ END $$;
 
 -- A waiter's look: sweep and admit (an admission of `eid` is in the reply), its view.
 CREATE OR REPLACE FUNCTION {s}.check(sem text, eid text) RETURNS text
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 BEGIN
     PERFORM 1 FROM {s}.semaphores WHERE name = sem FOR UPDATE;
     IF NOT FOUND THEN
@@ -327,7 +366,7 @@ END $$;
 -- abandoned acquire's client admits with `check` once the acquire is over).
 CREATE OR REPLACE FUNCTION {s}.remove(sems text[], eids text[], by text, sweep boolean)
 RETURNS void
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     sem text;
     r record;
@@ -378,7 +417,7 @@ END $$;
 -- [capacity, version, [id, owner, weight, token, held, since, [slot, ...]], ...] in
 -- queue order, after a sweep; null when there is no such semaphore.
 CREATE OR REPLACE FUNCTION {s}.status(sem text) RETURNS text
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     srow record;
 BEGIN
@@ -399,7 +438,7 @@ END $$;
 -- entries are locked (FOR SHARE) until the caller's transaction ends, so an admission
 -- that would delete one of them waits for that commit.
 CREATE OR REPLACE FUNCTION {s}.fence(sems text[], eids text[], tok bigint) RETURNS boolean
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     n integer;
 BEGIN
@@ -415,7 +454,7 @@ END $$;
 -- 'conflict:<key>' (a write's condition failed); nothing is written but on 'ok'.
 CREATE OR REPLACE FUNCTION {s}.fenced_write(sems text[], eids text[], tok bigint,
                                             kinds text[], keys text[], vals bytea[])
-RETURNS text LANGUAGE plpgsql SET enable_seqscan = off AS $$
+RETURNS text LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     present boolean;
 BEGIN
@@ -442,7 +481,7 @@ END $$;
 
 -- Job slots: the indices taken in `sem`.
 CREATE OR REPLACE FUNCTION {s}.list_slots(sem text) RETURNS text
-LANGUAGE sql SET enable_seqscan = off AS $$
+LANGUAGE sql SET enable_seqscan = off SET jit = off AS $$
     SELECT coalesce(json_agg(l.idx ORDER BY l.idx), '[]')::text FROM {s}.slots l
         JOIN {s}.entries e ON e.semaphore = l.semaphore AND e.id = l.entry
         WHERE l.semaphore = sem AND {s}.live(e.session)
@@ -451,7 +490,7 @@ $$;
 -- Take slot `i` for our held entry: ["ok", token] (ours, new or adopted after a lost
 -- reply), ["taken", [indices]] or ["lost"] (our entry is gone).
 CREATE OR REPLACE FUNCTION {s}.take_slot(sem text, eid text, i integer) RETURNS text
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     holder record;
     tok bigint;
@@ -477,7 +516,7 @@ BEGIN
 END $$;
 
 CREATE OR REPLACE FUNCTION {s}.delete_semaphore(sem text) RETURNS void
-LANGUAGE sql SET enable_seqscan = off AS $$
+LANGUAGE sql SET enable_seqscan = off SET jit = off AS $$
     DELETE FROM {s}.data WHERE starts_with(key, sem || '/');
     SELECT 1 FROM {s}.semaphores WHERE name = sem FOR UPDATE;
     DELETE FROM {s}.entries WHERE semaphore = sem;
