@@ -274,14 +274,16 @@ DECLARE
     tok bigint;
     fits boolean;
 BEGIN
-    SELECT capacity, version, used, waiting,
-           EXISTS (SELECT 1 FROM {s}.sessions WHERE id = sess AND expires_at > clock_timestamp()),
-           EXISTS (SELECT 1 FROM {s}.removed WHERE id = eid)
-        INTO cap, ver, used_now, waiting_now, alive, abandoned
+    SELECT capacity, version, used, waiting INTO cap, ver, used_now, waiting_now
         FROM {s}.semaphores WHERE name = sem FOR UPDATE;
     IF NOT FOUND THEN
         RETURN '["missing"]';
     END IF;
+    -- (a statement of its own, after the lock: its snapshot sees what the step that held
+    -- the lock before committed, an abandon's record of this id among it)
+    SELECT EXISTS (SELECT 1 FROM {s}.sessions WHERE id = sess AND expires_at > clock_timestamp()),
+           EXISTS (SELECT 1 FROM {s}.removed WHERE id = eid)
+        INTO alive, abandoned;
     IF NOT alive THEN
         RETURN '["lost"]';
     END IF;
