@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -396,6 +397,9 @@ class PostgreSQLTestCluster:
         del workdir  # the server's user cannot enter the run directory: the harness's own
         self.session_timeout = session_timeout
         self.server = PostgreSQLServer(logical=True, settings={"synchronous_commit": "on"})
+        # Run as root, the server dies with the *thread* that started it (the parent-death
+        # signal is per thread): every start happens on this one thread, alive until close.
+        self._parent = ThreadPoolExecutor(1, thread_name_prefix="postgres-parent")
         self._stops = itertools.cycle(("kill", "stop_immediate", "stop"))
 
     @property
@@ -411,6 +415,9 @@ class PostgreSQLTestCluster:
             f"&session_timeout={self.session_timeout:g}&request_timeout={REQUEST_TIMEOUT:g}"
         )
 
+    def _start(self) -> None:
+        self._parent.submit(self.server.start, timeout=60).result()
+
     def _admin(self) -> Any:
         import psycopg
 
@@ -423,7 +430,7 @@ class PostgreSQLTestCluster:
     def start(self) -> None:
         """The server, the library's schema (a first backend makes it), whole rows in the
         history of entries, the row fenced writes set, then the slot: before any client."""
-        self.server.start(timeout=60)
+        self._start()
         semaphore_recipes.connect(self.url([self.server.host_port]), owner="setup").close()
         with self._admin() as admin:
             admin.execute(f"ALTER TABLE {PG_SCHEMA}.entries REPLICA IDENTITY FULL")
@@ -460,11 +467,11 @@ class PostgreSQLTestCluster:
             self.server.stop()
 
     def start_all(self) -> None:
-        self.server.start(timeout=60)
+        self._start()
 
     def wait_healthy(self) -> None:
         if not self.server.running:
-            self.server.start(timeout=60)
+            self._start()
 
     def expire_session(self, owner: str) -> bool:
         """Expire the live sessions of client ``owner`` as an operator would; False when
@@ -515,6 +522,7 @@ class PostgreSQLTestCluster:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.server.close()
+        self._parent.shutdown()
 
 
 TestCluster = ZkCluster | EtcdTestCluster | RedisTestCluster | PostgreSQLTestCluster
