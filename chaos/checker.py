@@ -5,11 +5,15 @@ nemesis log to violations by kind. Definitions (docs/reliability.md says why):
   point of the history and ordered at or below e exceed every capacity in force from
   e's creation to the write (holders keep what they hold when the capacity shrinks,
   so the largest capacity since e's creation is the bound).
+  Where the store records its grants (EntryGranted: PostgreSQL), also at each grant:
+  the weights of the live entries the store granted exceed the capacity in force.
 * write_after_delete: a fenced write lands while its entry (key + token) is not live.
 * overtaking: e writes while a lower entry f is live; f is later deleted by a delete
   (not a session end) without ever being granted, having lived more than ``grace``
   seconds after e's write, with no fault active meanwhile. Under strict FIFO e's
-  admission means every lower entry fitted too, so f had to be granted.
+  admission means every lower entry fitted too, so f had to be granted. Where the store
+  records its grants: also a grant while a lower entry is live and not granted by the
+  store (strict FIFO in the store's own order; no grace, no fault excuses it).
 * leak: entries live at the ``quiesced`` marker (every client idle) or at the ``end``
   marker (every client closed, sessions timed out); leases still alive at the end.
 * slow_release: entries of a killed client (kill -9) deleted later than session timeout
@@ -40,6 +44,7 @@ from .model import (
     DeleteCause,
     EntryCreated,
     EntryDeleted,
+    EntryGranted,
     Fault,
     FaultKind,
     FencedWrite,
@@ -90,7 +95,8 @@ class CheckResult:
 class _Live:
     created: EntryCreated
     cap_max: int
-    granted: bool = False
+    granted: bool = False  # by the clients' op logs, a fenced write or the store
+    held: bool = False  # by the store's own grant (EntryGranted)
 
 
 @dataclass
@@ -175,6 +181,8 @@ def _replay(
             if capacity is None:
                 result.add(ViolationKind.BAD_HISTORY, f"entry {event.key} before any capacity")
             live[event.key] = _Live(event, capacity or 0, (event.key, event.token) in granted)
+        elif isinstance(event, EntryGranted):
+            _store_grant(event, live, capacity, result)
         elif isinstance(event, EntryDeleted):
             gone = live.pop(event.key, None)
             if gone is None or gone.created.token != event.token:
@@ -193,6 +201,39 @@ def _replay(
                     f"entry {key} (owner {entry.created.owner}, token {entry.created.token}) "
                     f"live at the {event.name!r} marker (pos {event.pos})",
                 )
+
+
+def _store_grant(
+    grant: EntryGranted, live: dict[str, _Live], capacity: int | None, result: CheckResult
+) -> None:
+    """The store's own grant: what it holds then fits the capacity in force, and no
+    lower entry waits (its admission takes waiters in token order)."""
+    mine = live.get(grant.key)
+    if mine is None or mine.created.token != grant.token:
+        result.add(ViolationKind.BAD_HISTORY, f"grant of unknown entry {grant.key}")
+        return
+    if mine.held:
+        result.add(ViolationKind.BAD_HISTORY, f"entry {grant.key} granted twice")
+    mine.held = mine.granted = True
+    holders = sorted((e for e in live.values() if e.held), key=lambda e: e.created.token)
+    used = sum(e.created.weight for e in holders)
+    if capacity is None or used > capacity:
+        names = ", ".join(
+            f"{e.created.key}(w{e.created.weight},{e.created.owner})" for e in holders
+        )
+        result.add(
+            ViolationKind.OVER_CAPACITY,
+            f"grant of {grant.key} at pos {grant.pos}: the store holds weights {used} > "
+            f"capacity {capacity} [{names}]",
+        )
+    for e in live.values():
+        if e.created.token < grant.token and not e.held:
+            result.add(
+                ViolationKind.OVERTAKING,
+                f"grant of {grant.key} (token {grant.token}, owner {mine.created.owner}) at "
+                f"pos {grant.pos} while {e.created.key} (token {e.created.token}, owner "
+                f"{e.created.owner}) below it waited",
+            )
 
 
 def _fenced_write(

@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("url")
     parser.add_argument("owner")
     parser.add_argument("log")
-    parser.add_argument("--backend", choices=("zookeeper", "etcd", "redis"), required=True)
+    parser.add_argument(
+        "--backend", choices=("zookeeper", "etcd", "redis", "postgresql"), required=True
+    )
     parser.add_argument("--threads", type=int, default=3)
     parser.add_argument("--seed", default="0")
     parser.add_argument("--capacity", type=int, default=4)

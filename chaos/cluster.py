@@ -1,27 +1,33 @@
-"""The cluster under test: a 3-node ZooKeeper ensemble, a 3-member etcd cluster or one
-persistent Redis primary from the project's harness, with what the nemesis and the
-runner need (kill/restart a member, find the leader, ask each member its term and
-leader, restart everything, write markers, read the history)."""
+"""The cluster under test: a 3-node ZooKeeper ensemble, a 3-member etcd cluster, one
+persistent Redis primary or one PostgreSQL primary from the project's harness, with
+what the nemesis and the runner need (kill/restart a member, find the leader, ask each
+member its term and leader, restart everything, write markers, read the history)."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import logging
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import semaphore_recipes
 from semaphore_recipes.devtools.etcd_server import EtcdCluster
+from semaphore_recipes.devtools.postgresql_server import PostgreSQLServer
 from semaphore_recipes.devtools.redis_server import RedisServer
 from semaphore_recipes.devtools.zookeeper_server import ZooKeeperEnsemble
 
-from . import history_etcd, history_redis, history_zk
+from . import history_etcd, history_postgresql, history_redis, history_zk
 from .layout import (
     CLOCK_KEY,
     DATA_NODE,
     ETCD_PREFIX,
     MARKER_NODE,
+    PG_SCHEMA,
     REDIS_PREFIX,
     SEMAPHORE,
     ZK_SEMAPHORE_PATH,
@@ -29,10 +35,14 @@ from .layout import (
 from .leaders import MemberView
 from .model import FaultKind, HistoryEvent
 
+log = logging.getLogger(__name__)
+
 # what clients ask of each request (URL parameter); their op logs' bounds build on it
 REQUEST_TIMEOUT = 2.0
 # one member's answer to the leader watch (chaos/leaders.py): short, it polls them in turn
 PROBE_TIMEOUT = 0.5
+# the runner's own statements on PostgreSQL (markers, session expiry, the history)
+ADMIN_TIMEOUT = 5
 _SRVR_ZXID = re.compile(r"^Zxid:\s*0x([0-9a-fA-F]+)", re.MULTILINE)
 _SRVR_MODE = re.compile(r"^Mode:\s*(\w+)", re.MULTILINE)
 
@@ -44,6 +54,7 @@ MEMBER_FAULTS = (FaultKind.KILL_LEADER, FaultKind.KILL_MEMBER, FaultKind.RESTART
 class ZkCluster:
     backend = "zookeeper"
     server_faults = MEMBER_FAULTS
+    client_faults: tuple[FaultKind, ...] = ()
 
     def __init__(self, workdir: Path, session_timeout: float) -> None:
         self.session_timeout = session_timeout
@@ -143,6 +154,7 @@ class ZkCluster:
 class EtcdTestCluster:
     backend = "etcd"
     server_faults = MEMBER_FAULTS
+    client_faults: tuple[FaultKind, ...] = ()
 
     def __init__(self, workdir: Path, session_timeout: float) -> None:
         del workdir  # the harness keeps its own temporary directory
@@ -287,6 +299,7 @@ class RedisTestCluster:
 
     backend = "redis"
     server_faults = (FaultKind.RESTART_CLUSTER,)
+    client_faults: tuple[FaultKind, ...] = ()
 
     def __init__(self, workdir: Path, session_timeout: float) -> None:
         self.session_timeout = session_timeout
@@ -367,7 +380,152 @@ class RedisTestCluster:
         self.server.close()
 
 
-TestCluster = ZkCluster | EtcdTestCluster | RedisTestCluster
+class PostgreSQLTestCluster:
+    """One PostgreSQL primary with ``wal_level=logical``, its history read by logical
+    decoding (chaos/history_postgresql.py). No leader to kill, no members to lose: its
+    server fault is a restart, in turn a crash (kill -9), an immediate shutdown (SIGQUIT,
+    no checkpoint) and a fast one (SIGINT). Its own client fault is an operator's expiry
+    of a client's session (as ``PostgreSQLHarness.expire_session``). Commits are
+    synchronous (the harness turns that off for speed): a crash loses no acknowledged
+    commit, as the Redis primary's ``appendfsync always``."""
+
+    backend = "postgresql"
+    server_faults = (FaultKind.RESTART_CLUSTER,)
+    client_faults = (FaultKind.EXPIRE_SESSION,)
+
+    def __init__(self, workdir: Path, session_timeout: float) -> None:
+        del workdir  # the server's user cannot enter the run directory: the harness's own
+        self.session_timeout = session_timeout
+        self.server = PostgreSQLServer(logical=True, settings={"synchronous_commit": "on"})
+        # Run as root, the server dies with the *thread* that started it (the parent-death
+        # signal is per thread): every start happens on this one thread, alive until close.
+        self._parent = ThreadPoolExecutor(1, thread_name_prefix="postgres-parent")
+        self._stops = itertools.cycle(("kill", "stop_immediate", "stop"))
+
+    @property
+    def members(self) -> list[str]:
+        return ["postgresql"]
+
+    def endpoint(self, member: str) -> str:
+        return self.server.host_port
+
+    def url(self, hosts: list[str]) -> str:
+        return (
+            f"postgresql://{hosts[0]}/postgres?user=postgres&schema={PG_SCHEMA}"
+            f"&session_timeout={self.session_timeout:g}&request_timeout={REQUEST_TIMEOUT:g}"
+        )
+
+    def _start(self) -> None:
+        self._parent.submit(self.server.start, timeout=60).result()
+
+    def _admin(self) -> Any:
+        import psycopg
+
+        host, port = self.server.host_port.rsplit(":", 1)
+        return psycopg.connect(
+            host=host, port=int(port), user="postgres", dbname="postgres", autocommit=True,
+            connect_timeout=ADMIN_TIMEOUT,
+        )  # fmt: skip
+
+    def start(self) -> None:
+        """The server, the library's schema (a first backend makes it), whole rows in the
+        history of entries, the row fenced writes set, then the slot: before any client."""
+        self._start()
+        semaphore_recipes.connect(self.url([self.server.host_port]), owner="setup").close()
+        with self._admin() as admin:
+            admin.execute(f"ALTER TABLE {PG_SCHEMA}.entries REPLICA IDENTITY FULL")
+            admin.execute(
+                f"INSERT INTO {PG_SCHEMA}.data VALUES (%s, '') ON CONFLICT DO NOTHING",
+                (DATA_NODE,),
+            )
+            admin.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'test_decoding')",
+                (history_postgresql.SLOT,),
+            )
+
+    def kill(self, member: str) -> None:
+        self.kill_all()
+
+    def revive(self, member: str) -> None:
+        self.start_all()
+
+    def leader(self) -> str:
+        return "postgresql"
+
+    def member_views(self) -> list[MemberView]:
+        """No elections with one primary: nothing for the leader watch."""
+        return []
+
+    def kill_all(self) -> None:
+        how = next(self._stops)
+        log.info("postgresql restart: %s", how)  # (the run's runner.log)
+        if how == "kill":
+            self.server.kill()
+        elif how == "stop_immediate":
+            self.server.stop_immediate()
+        else:
+            self.server.stop()
+
+    def start_all(self) -> None:
+        self._start()
+
+    def wait_healthy(self) -> None:
+        if not self.server.running:
+            self._start()
+
+    def expire_session(self, owner: str) -> bool:
+        """Expire the live sessions of client ``owner`` as an operator would; False when
+        the server did not answer (it may be restarting)."""
+        import psycopg
+
+        try:
+            with self._admin() as admin:
+                admin.execute(
+                    f"UPDATE {PG_SCHEMA}.sessions SET expires_at = '-infinity' "
+                    "WHERE owner = %s AND expires_at > clock_timestamp()",
+                    (owner,),
+                )
+        except psycopg.OperationalError as exc:
+            log.info("expiring the session of %s failed: %r", owner, exc)
+            return False
+        return True
+
+    def mark(self, name: str) -> None:
+        with self._admin() as admin:
+            admin.execute(
+                f"INSERT INTO {PG_SCHEMA}.data VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (MARKER_NODE, name.encode()),
+            )
+
+    def tick(self) -> None:
+        """Every transaction of the history carries its commit time: no clock key."""
+
+    def history(self) -> tuple[list[HistoryEvent], list[str], list[str]]:
+        """(events, problems, sessions alive): the slot's changes since the start."""
+        with self._admin() as admin:
+            alive = [
+                str(row[0])
+                for row in admin.execute(
+                    f"SELECT id FROM {PG_SCHEMA}.sessions WHERE expires_at > clock_timestamp()"
+                )
+            ]
+            for setting in history_postgresql.READER_SETTINGS:
+                admin.execute(setting)
+            lines = [str(row[0]) for row in admin.execute(history_postgresql.CHANGES_SQL)]
+        layout = history_postgresql.PostgreSQLLayout(PG_SCHEMA, SEMAPHORE, DATA_NODE, MARKER_NODE)
+        return history_postgresql.normalize(history_postgresql.parse(lines), layout), [], alive
+
+    def log_tail(self) -> str:
+        return self.server.log_tail(40)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.server.close()
+        self._parent.shutdown()
+
+
+TestCluster = ZkCluster | EtcdTestCluster | RedisTestCluster | PostgreSQLTestCluster
 
 
 def make_cluster(backend: str, workdir: Path, session_timeout: float) -> TestCluster:
@@ -375,4 +533,6 @@ def make_cluster(backend: str, workdir: Path, session_timeout: float) -> TestClu
         return ZkCluster(workdir, session_timeout)
     if backend == "redis":
         return RedisTestCluster(workdir, session_timeout)
+    if backend == "postgresql":
+        return PostgreSQLTestCluster(workdir, session_timeout)
     return EtcdTestCluster(workdir, session_timeout)

@@ -3,9 +3,10 @@
 
 Client faults act on one client slot: kill -9 (a new incarnation starts at once),
 SIGSTOP past the session then SIGCONT, or its proxies cut / black-holed / dropping
-replies / holding bytes (a delay) for a while. Server faults: kill -9 of the leader or
-of a member (restarted a little later), or of every member at once (a restart of the
-whole cluster). Every fault is logged with its start and the moment it was healed.
+replies / holding bytes (a delay) for a while; on PostgreSQL, also its session expired
+by an operator (its permits are lost, it enters the queue again). Server faults: kill -9
+of the leader or of a member (restarted a little later), or of every member at once (a
+restart of the whole cluster). Every fault is logged with its start and the moment it was healed.
 Safe to call from several threads as long as each slot has one caller at a time and
 server faults have one caller.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from semaphore_recipes.testing.proxy import FaultProxy
 
-from .cluster import TestCluster
+from .cluster import PostgreSQLTestCluster, TestCluster
 from .fleet import ClientSlot
 from .model import Fault, FaultKind
 
@@ -41,11 +42,22 @@ CLIENT_WEIGHTS = {
     FaultKind.DROP_REPLIES: 1.5,
     FaultKind.DELAY: 1.5,
 }
+# client faults only some stores have (``cluster.client_faults``)
+STORE_CLIENT_WEIGHTS = {
+    FaultKind.EXPIRE_SESSION: 1.5,
+}
 SERVER_WEIGHTS = {
     FaultKind.KILL_LEADER: 1,
     FaultKind.KILL_MEMBER: 1,
     FaultKind.RESTART_CLUSTER: 0.5,
 }
+
+
+def client_weights(cluster: TestCluster) -> dict[FaultKind, float]:
+    """The client faults of every store, then those of ``cluster`` alone (in that order:
+    a seed's schedule on the other stores is kept)."""
+    extra = {k: w for k, w in STORE_CLIENT_WEIGHTS.items() if k in cluster.client_faults}
+    return {**CLIENT_WEIGHTS, **extra}
 
 
 def server_weights(cluster: TestCluster) -> dict[FaultKind, float]:
@@ -108,6 +120,12 @@ class Injector:
                     proxy.cut()
             slot.restore_network()
             self._record(kind, slot.owner, start)
+        elif kind is FaultKind.EXPIRE_SESSION:
+            if not isinstance(self.cluster, PostgreSQLTestCluster):
+                raise ValueError(f"{self.cluster.backend} has no session expiry by an operator")
+            target = slot.owner
+            if self.cluster.expire_session(target):  # (not while the server restarts)
+                self._record(kind, target, start)
         else:
             raise ValueError(f"{kind} is not a client fault")
 

@@ -10,3 +10,4 @@ CLOCK_KEY = "/chaos-clock"  # etcd and Redis: the runner's wall-clock ticks
 ZK_SEMAPHORE_PATH = f"/semaphore_recipes/{SEMAPHORE}"
 ETCD_PREFIX = f"/semaphore_recipes/{SEMAPHORE}/"
 REDIS_PREFIX = "chaos"  # the Redis URL's prefix
+PG_SCHEMA = "chaos"  # the PostgreSQL URL's schema

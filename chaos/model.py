@@ -11,11 +11,12 @@ from dataclasses import dataclass
 class DeleteCause(enum.Enum):
     DELETE = "delete"  # an explicit delete of the entry
     SESSION_END = "session_end"  # ZooKeeper closeSession/expiry, etcd lease expiry/revoke
+    # (PostgreSQL: the deleting transaction saw the entry's session expired or gone)
 
 
 @dataclass(frozen=True)
 class EntryCreated:
-    pos: int  # zxid / revision
+    pos: int  # zxid / revision / index of the change
     time: float | None  # wall clock (ZooKeeper txn time; etcd: the last clock tick)
     key: str
     token: int  # czxid / create_revision: the entry's identity together with key
@@ -31,6 +32,17 @@ class EntryDeleted:
     key: str
     token: int
     cause: DeleteCause
+
+
+@dataclass(frozen=True)
+class EntryGranted:
+    """The store's own record that it admitted an entry (PostgreSQL's ``held`` update);
+    stores whose clients decide admission record none."""
+
+    pos: int
+    time: float | None
+    key: str
+    token: int
 
 
 @dataclass(frozen=True)
@@ -60,7 +72,7 @@ class Marker:
     name: str
 
 
-HistoryEvent = EntryCreated | EntryDeleted | CapacitySet | FencedWrite | Marker
+HistoryEvent = EntryCreated | EntryGranted | EntryDeleted | CapacitySet | FencedWrite | Marker
 
 
 class OpKind(enum.Enum):
@@ -104,6 +116,7 @@ class FaultKind(enum.Enum):
     BLACKHOLE = "blackhole"
     DROP_REPLIES = "drop_replies"
     DELAY = "delay"  # bytes held both ways, delivered late
+    EXPIRE_SESSION = "expire_session"  # an operator expires a client's session (PostgreSQL)
     # Not injected: an election the runner saw by polling the members (chaos/leaders.py).
     # Elections move every session's or lease's deadline, like a killed leader does.
     LEADER_CHANGE = "leader_change"

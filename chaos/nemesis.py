@@ -10,7 +10,14 @@ from pathlib import Path
 
 from .cluster import TestCluster
 from .fleet import ClientSlot
-from .injector import CLIENT_WEIGHTS, SERVER_WEIGHTS, Injector, pick
+from .injector import (
+    CLIENT_WEIGHTS,
+    SERVER_WEIGHTS,
+    STORE_CLIENT_WEIGHTS,
+    Injector,
+    client_weights,
+    pick,
+)
 from .model import Fault, FaultKind
 
 # Now and then a quiet stretch: liveness is only checked while no fault is active.
@@ -18,10 +25,11 @@ QUIET_CHANCE = 0.15
 QUIET = (10.0, 16.0)
 # (this order keeps a seed's schedule what it was before the storm mode existed)
 WEIGHTS = {
-    kind: {**CLIENT_WEIGHTS, **SERVER_WEIGHTS}[kind]
+    kind: {**CLIENT_WEIGHTS, **STORE_CLIENT_WEIGHTS, **SERVER_WEIGHTS}[kind]
     for kind in (FaultKind.KILL_CLIENT, FaultKind.PAUSE_CLIENT, FaultKind.KILL_LEADER,
                  FaultKind.KILL_MEMBER, FaultKind.RESTART_CLUSTER, FaultKind.CUT,
-                 FaultKind.BLACKHOLE, FaultKind.DROP_REPLIES, FaultKind.DELAY)
+                 FaultKind.BLACKHOLE, FaultKind.DROP_REPLIES, FaultKind.DELAY,
+                 FaultKind.EXPIRE_SESSION)
 }  # fmt: skip
 
 
@@ -47,8 +55,9 @@ class Nemesis:
         )  # fmt: skip
         self.error: BaseException | None = None
         # (filtered, in WEIGHTS' order: a seed's schedule on ZooKeeper and etcd is kept)
+        self.client_kinds = set(client_weights(cluster))
         self.weights = {
-            k: w for k, w in WEIGHTS.items() if k in CLIENT_WEIGHTS or k in cluster.server_faults
+            k: w for k, w in WEIGHTS.items() if k in self.client_kinds or k in cluster.server_faults
         }
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
 
@@ -68,7 +77,7 @@ class Nemesis:
         try:
             while not self.stopping.wait(self.rng.uniform(*self.interval)):
                 kind = pick(self.rng, self.weights)
-                if kind in CLIENT_WEIGHTS:
+                if kind in self.client_kinds:
                     self.injector.client_fault(kind, self.rng.choice(self.slots), self.rng)
                 else:
                     self.injector.server_fault(kind, self.rng)

@@ -31,6 +31,7 @@ from .model import (
     DeleteCause,
     EntryCreated,
     EntryDeleted,
+    EntryGranted,
     Fault,
     FaultKind,
     FencedWrite,
@@ -276,7 +277,8 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
 
 
 _EVENT_TYPES = {
-    cls.__name__: cls for cls in (EntryCreated, EntryDeleted, CapacitySet, FencedWrite, Marker)
+    cls.__name__: cls
+    for cls in (EntryCreated, EntryGranted, EntryDeleted, CapacitySet, FencedWrite, Marker)
 }
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .cluster import TestCluster
 from .fleet import ClientSlot
-from .injector import CLIENT_WEIGHTS, Injector, pick, server_weights
+from .injector import Injector, client_weights, pick, server_weights
 from .model import Fault, FaultKind
 from .schedule import FaultSchedule
 
@@ -52,7 +52,9 @@ class Storm:
             return lambda kind, rng: self.injector.client_fault(kind, slot, rng)
 
         self.schedules = [
-            self._schedule(seed, f"slot/{slot.index}", CLIENT_WEIGHTS, on_slot(slot), SLOT_GAP)
+            self._schedule(
+                seed, f"slot/{slot.index}", client_weights(cluster), on_slot(slot), SLOT_GAP
+            )
             for slot in slots
         ]
         self.schedules.append(

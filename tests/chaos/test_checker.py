@@ -12,6 +12,7 @@ from chaos.model import (
     DeleteCause,
     EntryCreated,
     EntryDeleted,
+    EntryGranted,
     Fault,
     FaultKind,
     FencedWrite,
@@ -389,3 +390,44 @@ def test_safety_violations_are_flagged_whatever_election_overlaps() -> None:
         assert [v.kind for v in result.violations] == [expected]
     result = check([], [], [], PARAMS, live_leases=["7"], leader_changes=everything)
     assert [v.kind for v in result.violations] == [ViolationKind.LEAK]
+
+
+def granted(pos: int, key: str, token: int) -> EntryGranted:
+    return EntryGranted(pos, float(pos), key, token)
+
+
+def store_granting_history(*, over: bool = False, out_of_order: bool = False) -> list[HistoryEvent]:
+    """A store that records its grants (PostgreSQL): capacity 3, a (w2) and b (w1) held,
+    c (w1) then d (w1) waiting; a released, then c and d granted in token order."""
+    history: list[HistoryEvent] = [
+        CapacitySet(1, 1.0, 3),
+        created(2, "a", 2),
+        granted(2, "a", 2),
+        created(3, "b", 1),
+        granted(3, "b", 3),
+        created(4, "c", 1),
+        created(5, "d", 1),
+    ]
+    if not over:
+        history.append(deleted(6, "a", 2))
+    later = [granted(7, "d", 5), granted(7, "c", 4)] if out_of_order else [
+        granted(7, "c", 4), granted(7, "d", 5)
+    ]  # fmt: skip
+    return [*history, *later, deleted(8, "b", 3), deleted(8, "c", 4), deleted(9, "d", 5)]
+
+
+def test_the_stores_grants_in_order_and_within_capacity_pass() -> None:
+    assert kinds(store_granting_history()) == []
+
+
+def test_a_store_grant_past_the_capacity_is_flagged() -> None:
+    assert ViolationKind.OVER_CAPACITY in kinds(store_granting_history(over=True))
+
+
+def test_a_store_grant_past_a_lower_waiting_entry_is_flagged() -> None:
+    assert kinds(store_granting_history(out_of_order=True)) == [ViolationKind.OVERTAKING]
+
+
+def test_a_store_grant_of_an_unknown_entry_is_a_bad_history() -> None:
+    history: list[HistoryEvent] = [CapacitySet(1, 1.0, 3), granted(2, "a", 2)]
+    assert kinds(history) == [ViolationKind.BAD_HISTORY]

@@ -1,8 +1,10 @@
 """The history readers on hand-made input: ZooKeeper's binary log format (padding,
-multi, failed multi, closeSession) and etcd's watch events (lease ends, the clock)."""
+multi, failed multi, closeSession), etcd's watch events (lease ends, the clock),
+PostgreSQL's test_decoding text (grants, session ends); and a real Redis AOF."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import struct
 import time
@@ -14,6 +16,7 @@ from chaos.model import (
     DeleteCause,
     EntryCreated,
     EntryDeleted,
+    EntryGranted,
     FencedWrite,
     Marker,
 )
@@ -192,3 +195,64 @@ def test_a_redis_aof_is_read_and_normalized(tmp_path: Path) -> None:
     assert isinstance(events[0], CapacitySet) and events[0].capacity == 3
     assert isinstance(events[3], FencedWrite) and events[3].token == 2
     assert isinstance(events[6], Marker)
+
+
+def test_postgresql_changes_are_parsed_and_normalized() -> None:
+    """test_decoding's text: an enqueue, the server's grant (an UPDATE with the old row
+    first), a fenced write, a removal, an entry swept with its expired session, a marker."""
+    from chaos import history_postgresql
+
+    layout = history_postgresql.PostgreSQLLayout("k", "s", "/chaos-data", "/chaos-marker")
+
+    def entry(eid: str, session: str, token: int, held: str) -> str:
+        return (
+            f"semaphore[text]:'s' id[text]:'{eid}' session[text]:'{session}' "
+            f"owner[text]:'it''s' weight[integer]:2 token[bigint]:{token} "
+            f"held[boolean]:{held} since[double precision]:1.5"
+        )
+
+    def data(key: str, value: bytes) -> str:
+        return f"table k.data: UPDATE: key[text]:'{key}' value[bytea]:'\\x{value.hex()}'"
+
+    session = "id[text]:'{0}' owner[text]:'o' timeout_ms[integer]:2000 expires_at[timestamp "
+    session += "with time zone]:'{1}'"
+    fence = json.dumps({"writer": "w", "key": "a.0", "token": 2}).encode()
+    lines = [
+        "BEGIN",
+        "table k.sessions: INSERT: " + session.format("0a", "2026-01-01 00:00:02+00"),
+        "table k.sessions: INSERT: " + session.format("0b", "2026-01-01 00:00:02+00"),
+        "table k.semaphores: INSERT: name[text]:'s' capacity[integer]:3 version[bigint]:1",
+        "COMMIT (at 2026-01-01 00:00:00.5+00)",
+        "BEGIN",
+        "table k.entries: INSERT: " + entry("a.0", "0a", 2, "false"),
+        "table k.entries: UPDATE: old-key: "
+        + entry("a.0", "0a", 2, "false")
+        + " new-tuple: "
+        + entry("a.0", "0a", 2, "true"),
+        "table k.entries: INSERT: " + entry("b.0", "0b", 3, "false"),
+        "table k.entries: INSERT: semaphore[text]:'other' id[text]:'c.0' session[text]:'0b'",
+        "COMMIT (at 2026-01-01 00:00:01+00)",
+        "BEGIN",
+        data("/chaos-data", fence),
+        "COMMIT (at 2026-01-01 00:00:01.25+00)",
+        "BEGIN",  # never committed: not in the output (test_decoding shows commits only)
+        "BEGIN",
+        "table k.sessions: UPDATE: " + session.format("0b", "-infinity"),
+        "table k.entries: DELETE: " + entry("b.0", "0b", 3, "false"),
+        "table k.entries: DELETE: " + entry("a.0", "0a", 2, "true"),
+        "table k.sessions: DELETE: id[text]:'0b'",
+        data("/chaos-marker", b"end"),
+        "COMMIT (at 2026-01-01 00:00:01.5+00)",
+    ]
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc).timestamp()
+    events = history_postgresql.normalize(history_postgresql.parse(lines), layout)
+    assert events == [
+        CapacitySet(2, t0 + 0.5, 3),
+        EntryCreated(3, t0 + 1, "a.0", 2, 2, "it's", 10),
+        EntryGranted(4, t0 + 1, "a.0", 2),
+        EntryCreated(5, t0 + 1, "b.0", 3, 2, "it's", 11),
+        FencedWrite(7, t0 + 1.25, "a.0", 2, "w"),
+        EntryDeleted(9, t0 + 1.5, "b.0", 3, DeleteCause.SESSION_END),
+        EntryDeleted(10, t0 + 1.5, "a.0", 2, DeleteCause.DELETE),
+        Marker(12, t0 + 1.5, "end"),
+    ]
