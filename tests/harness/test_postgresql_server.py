@@ -49,13 +49,6 @@ def test_a_server_answers_both_faces_keeps_its_data_across_restarts_and_leaves_n
     assert not workdir.exists()
 
 
-@pytest.mark.xfail(
-    os.geteuid() == 0,
-    strict=True,
-    reason="as root, _as_server_user adds `setpriv --pdeathsig KILL` whatever the thread, "
-    "so the server dies when the thread that started it exits (ManagedProcess.spawn "
-    "sets the parent-death signal from the main thread only)",
-)
 def test_a_server_started_from_another_thread_outlives_that_thread() -> None:
     server = PostgreSQLServer()
     try:
