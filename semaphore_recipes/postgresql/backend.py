@@ -188,10 +188,6 @@ class PostgreSQLBackend(Backend):
         """``template`` with ``{s}`` the schema, as libpq takes it."""
         return _with_schema(template, self.params.schema).encode()
 
-    def psycopg_sql(self, template: str) -> bytes:
-        """:meth:`sql`, for psycopg's own ``execute`` (``%s`` placeholders)."""
-        return self.sql(template)
-
     def _call(
         self, template: str, params: Sequence[Param], where: str, bound: Deadline
     ) -> Program[str | None]:

@@ -10,8 +10,9 @@ the server's decision:
 * the enqueue answers whether it was admitted (``Enqueued.admitted``; also when the
   notification overtook the reply);
 * a later notification posts ``StoreAdmitted`` for the entry;
-* a waiter that hears nothing looks again (``check``) when the first session ahead of
-  it would expire: a crashed holder is noticed within the session timeout and a little.
+* a waiter that hears nothing looks again (``check``) when the first other live
+  session of the schema would expire: a crashed holder is noticed within the session
+  timeout and a little.
 
 On connection loss a waiting entry looks once when the keeper listens again; when the
 session expired, its entries are dead and the waiters enter the queue again with the

@@ -8,11 +8,12 @@ taken in the database with the semaphore's row locked. ``SCHEMA_VERSION`` is rec
 in the schema: a later release reads it to migrate. ``semaphore-recipes sql-schema``
 prints :func:`schema_sql` for migration tools.
 
-Admission (``admit``): with the semaphore's row locked, entries of sessions that are
-gone or expired by the server's clock are deleted, then the waiting entries are taken
-in token order while their weights fit (the first that does not fit blocks those after
-it), marked held, and each admitted entry's client is sent one notification on its
-channel (``pg_notify``, delivered at commit). Enqueues lock the same row, so tokens
+Admission (``admit``): with the semaphore's row locked, entries of sessions expired by
+the server's clock are deleted, then the waiting entries are taken in token order
+(from the row's ``head``, past the entries deleted since the last vacuum) while their
+weights fit (the first that does not fit blocks those after it), marked held, and each
+admitted entry's client is sent one notification on its channel (``pg_notify``,
+delivered at commit). Enqueues lock the same row, so tokens
 are handed out in commit order: the order admission reads is the order of arrival.
 """
 

@@ -3,10 +3,9 @@
 PostgreSQL has no sessions of the kind a semaphore needs, so each backend keeps a row
 in ``<schema>.sessions`` whose expiry the *server's* clock sets (``clock_timestamp()`` +
 the session timeout) and the keeper renews every third of the timeout. Every admission
-treats an entry whose session row is gone or expired as gone (and deletes it), so a
-crashed client's permits return within the session timeout, as seen by the next
-admission of its semaphores: a waiter times a look for when the sessions ahead of it
-would expire.
+treats an entry whose session expired as gone (and deletes it), so a crashed
+client's permits return within the session timeout, as seen by the next admission of
+its semaphores: a waiter times a look for when another session could expire.
 
 The same thread owns the backend's one listening connection (``LISTEN`` on the
 backend's channel): an admission notifies exactly the clients whose entries it

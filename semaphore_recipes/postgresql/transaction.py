@@ -101,7 +101,7 @@ class PostgreSQLFencedTransaction(FencedTransaction):
         except psycopg.OperationalError as exc:
             raise BackendUnavailable(f"{backend.describe()}: {exc}") from exc
         with conn, conn.transaction():
-            held = conn.execute(backend.psycopg_sql("SELECT {s}.fence(%s, %s, %s)"),
+            held = conn.execute(backend.sql("SELECT {s}.fence(%s, %s, %s)"),
                                 self._fence_lists()).fetchone()  # fmt: skip
             if not held or not held[0]:
                 raise self._lost()
@@ -119,7 +119,7 @@ class PostgreSQLFencedTransaction(FencedTransaction):
             raise BackendUnavailable(f"{backend.describe()}: {exc}") from exc
         async with conn, conn.transaction():
             cursor = await conn.execute(
-                backend.psycopg_sql("SELECT {s}.fence(%s, %s, %s)"), self._fence_lists()
+                backend.sql("SELECT {s}.fence(%s, %s, %s)"), self._fence_lists()
             )
             held = await cursor.fetchone()
             if not held or not held[0]:
