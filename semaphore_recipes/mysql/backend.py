@@ -40,7 +40,7 @@ from ..sql.requests import StepArg
 from ..sql.store import SQLBackend
 from .params import DEFAULT_PORT, MySQLParams
 from .runner import AsyncRunner, SchemaMissing, SyncRunner, call, translate
-from .schema import PROCEDURES, SCHEMA_VERSION, TABLES
+from .schema import SCHEMA_VERSION, schema_statements
 from .session import SessionKeeper, new_session_id
 from .transaction import MySQLFencedTransaction
 from .wire import Arg, Connection, error_code, json_arg, open_connection
@@ -163,13 +163,8 @@ class MySQLBackend(SQLBackend):
                 left(bound),
             ):
                 return
-            for table in TABLES:
-                conn.call(table, (), left(bound))
-            for name, text in PROCEDURES.items():
-                conn.call(f"DROP PROCEDURE IF EXISTS {name}", (), left(bound))
-                conn.call(text, (), left(bound))
-            conn.call("INSERT IGNORE INTO sr_schema_version VALUES (%s)", (SCHEMA_VERSION,),
-                      left(bound))  # fmt: skip
+            for statement in schema_statements():
+                conn.call(statement, (), left(bound))
         except pymysql.err.MySQLError as exc:
             if error_code(exc) in (1142, 1044, 1227, 1370, 1419):
                 raise PermissionDenied(

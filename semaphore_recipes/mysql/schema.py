@@ -22,7 +22,7 @@ admitted waiter, whatever the number of waiters.
 
 from __future__ import annotations
 
-__all__ = ["PROCEDURES", "SCHEMA_VERSION", "TABLES", "schema_script"]
+__all__ = ["PROCEDURES", "SCHEMA_VERSION", "TABLES", "schema_script", "schema_statements"]
 
 #: the version of the tables and procedures below (``sr_schema_version``)
 SCHEMA_VERSION = 1
@@ -841,6 +841,16 @@ BEGIN
     SELECT NULL;
 END
 """
+
+
+def schema_statements() -> list[str]:
+    """The statements that make the schema of :data:`SCHEMA_VERSION` (each sent on its
+    own: a procedure's body has semicolons); idempotent."""
+    statements = list(TABLES)
+    for name, text in PROCEDURES.items():
+        statements += [f"DROP PROCEDURE IF EXISTS {name}", text.strip()]
+    statements.append(f"INSERT IGNORE INTO sr_schema_version VALUES ({SCHEMA_VERSION})")
+    return statements
 
 
 def schema_script() -> str:
