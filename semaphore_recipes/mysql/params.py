@@ -1,7 +1,8 @@
 """What a ``mysql://`` URL says, checked before any I/O.
 
 ``mysql://user:password@host:port/dbname?session_timeout=T``: the library's tables and
-procedures live in ``dbname`` (named ``sr_*``). The library's parameters are
+procedures live in ``dbname`` (named ``sr_*``; ``semaphore_recipes`` when the URL names
+none). The library's parameters are
 ``session_timeout``, ``connect_timeout`` and ``request_timeout``; the TLS parameters
 (:data:`TLS_PARAMETERS`) are given to the driver (PyMySQL) as they are. A URL without a
 TLS parameter connects without TLS. docs/operations.md lists them.
@@ -16,9 +17,11 @@ from urllib.parse import unquote
 
 from ..backend import ServiceURL, quoted, redact_url
 
-__all__ = ["DEFAULT_PORT", "MySQLParams"]
+__all__ = ["DEFAULT_DATABASE", "DEFAULT_PORT", "MySQLParams"]
 
 DEFAULT_PORT = 3306
+#: the database of a URL that names none
+DEFAULT_DATABASE = "semaphore_recipes"
 DEFAULT_SESSION_TIMEOUT = 10.0
 #: a session renewed every third of its timeout must survive a scheduling hiccup
 MIN_SESSION_TIMEOUT = 1.0
@@ -79,11 +82,11 @@ class MySQLParams:
         if "," in hostport:
             raise ValueError("a mysql URL names one server (mysql://host:3306/dbname)")
         host, port = _host_port(hostport)
-        database = url.path.strip("/")
+        database = url.path.strip("/") or DEFAULT_DATABASE
         if not _DATABASE.fullmatch(database):
             raise ValueError(
-                f"the mysql URL names its database (mysql://host:3306/dbname): "
-                f"{quoted(database)} is not 1 to 64 characters from A-Z a-z 0-9 _ $"
+                f"bad mysql database name {quoted(database)} (mysql://host:3306/dbname): "
+                "1 to 64 characters from A-Z a-z 0-9 _ $"
             )
         tls: dict[str, Any] = {}
         for key in sorted(TLS_PARAMETERS & set(url.params)):

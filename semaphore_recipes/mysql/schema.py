@@ -90,6 +90,7 @@ TABLES = [
     ) ENGINE=InnoDB""",
 ]
 
+# (A routine's variables hide the columns of the same name: none is named as a column.)
 # Every step procedure runs one transaction of its own (the connection is in autocommit
 # mode, READ COMMITTED) and answers with one row of one column: JSON text for most.
 # On any error the transaction is rolled back and the error goes to the client, which
@@ -651,33 +652,37 @@ END
 # the entries are locked (LOCK IN SHARE MODE) until the caller's transaction ends, so
 # an admission that would delete one of them waits for that commit.
 PROCEDURES["sr_fence"] = f"""
-CREATE PROCEDURE sr_fence(sems TEXT, eids TEXT, tok BIGINT, OUT held BOOLEAN)
+CREATE PROCEDURE sr_fence(sems TEXT, eids TEXT, tok BIGINT, OUT fenced BOOLEAN)
 BEGIN
     DECLARE n INT DEFAULT JSON_LENGTH(sems);
     DECLARE i INT DEFAULT 0;
     DECLARE found_rows INT DEFAULT 0;
     DECLARE esess {_ID};
+    DECLARE alive BOOLEAN;
     WHILE i < n DO
         SET esess = NULL;
         SELECT session INTO esess FROM sr_entries
             WHERE semaphore = JSON_UNQUOTE(JSON_EXTRACT(sems, CONCAT('$[', i, ']')))
             AND id = JSON_UNQUOTE(JSON_EXTRACT(eids, CONCAT('$[', i, ']')))
             AND token = tok AND held LOCK IN SHARE MODE;
-        IF EXISTS (SELECT 1 FROM sr_sessions x WHERE x.id = esess AND {_live("x")}) THEN
+        -- (a plain read, never a lock: the session's renewals must go on meanwhile)
+        SET alive = FALSE;
+        SELECT {_live("x")} INTO alive FROM sr_sessions x WHERE x.id = esess;
+        IF alive THEN
             SET found_rows = found_rows + 1;
         END IF;
         SET i = i + 1;
     END WHILE;
-    SET held = found_rows = n;
+    SET fenced = found_rows = n;
 END
 """
 
 PROCEDURES["sr_check_fence"] = """
 CREATE PROCEDURE sr_check_fence(sems TEXT, eids TEXT, tok BIGINT)
 BEGIN
-    DECLARE held BOOLEAN;
-    CALL sr_fence(sems, eids, tok, held);
-    SELECT held;
+    DECLARE fenced BOOLEAN;
+    CALL sr_fence(sems, eids, tok, fenced);
+    SELECT fenced;
 END
 """
 
@@ -688,7 +693,7 @@ PROCEDURES["sr_fenced_write"] = f"""
 CREATE PROCEDURE sr_fenced_write(sems TEXT, eids TEXT, tok BIGINT,
                                  kinds TEXT, ks TEXT, vals TEXT)
 BEGIN
-    DECLARE held BOOLEAN;
+    DECLARE fenced BOOLEAN;
     DECLARE n INT DEFAULT COALESCE(JSON_LENGTH(ks), 0);
     DECLARE i INT DEFAULT 0;
     DECLARE kind VARCHAR(16);
@@ -697,8 +702,8 @@ BEGIN
     DECLARE reply TEXT DEFAULT 'ok';
     {_ROLLBACK}
     START TRANSACTION;
-    CALL sr_fence(sems, eids, tok, held);
-    IF NOT held THEN
+    CALL sr_fence(sems, eids, tok, fenced);
+    IF NOT fenced THEN
         SET reply = 'lost';
     END IF;
     WHILE reply = 'ok' AND i < n DO
