@@ -221,9 +221,10 @@ BEGIN
 END
 """
 
-# An entry as its client needs it: ["ok", token, held, capacity, version, check_in_ms]
-# (check_in_ms: when the first other live session would expire, -1 when none), or
-# ["gone"].
+# An entry as its client needs it: ["ok", token, held, capacity, version, check_in_ms,
+# watch] (check_in_ms: when the first other live session would expire, -1 when none;
+# watch: the session of the oldest other holder of the semaphore, whose end a waiting
+# client may learn of sooner by its named lock, '' when none), or ["gone"].
 PROCEDURES["sr_view"] = f"""
 CREATE PROCEDURE sr_view(sem {_ID}, eid {_ID}, OUT reply TEXT)
 BEGIN
@@ -231,6 +232,7 @@ BEGIN
     DECLARE ver, tok BIGINT;
     DECLARE is_held BOOLEAN;
     DECLARE esess {_ID};
+    DECLARE watch {_ID} DEFAULT '';
     DECLARE check_in BIGINT DEFAULT -1;
     DECLARE nearest DATETIME(6);
     SELECT capacity, version INTO cap, ver FROM sr_semaphores WHERE name = sem;
@@ -246,8 +248,10 @@ BEGIN
                 SET check_in =
                     GREATEST(0, TIMESTAMPDIFF(MICROSECOND, SYSDATE(6), nearest) DIV 1000);
             END IF;
+            SELECT session INTO watch FROM sr_entries
+                WHERE semaphore = sem AND held AND session <> esess ORDER BY token LIMIT 1;
         END IF;
-        SET reply = JSON_ARRAY('ok', tok, IF(is_held, 1, 0), cap, ver, check_in);
+        SET reply = JSON_ARRAY('ok', tok, IF(is_held, 1, 0), cap, ver, check_in, watch);
     END IF;
 END
 """
@@ -284,25 +288,32 @@ END
 """
 
 # The keeper's wait: the session's notices (a JSON array, deleted as they are read); when
-# there are none, first sleep up to `ms` milliseconds (interrupted by a wake).
+# there are none, first wait up to `ms` milliseconds (interrupted by a wake). With
+# `watch` (a session whose end a waiter of ours depends on), the wait is for that
+# session's named lock: taken (and given back at once) when its client's connection
+# ended, which adds ["gone", "", watch, 0, 0] to the notices.
 PROCEDURES["sr_wait"] = f"""
-CREATE PROCEDURE sr_wait(sess {_ID}, ms INT)
+CREATE PROCEDURE sr_wait(sess {_ID}, ms INT, watch {_ID})
 BEGIN
     DECLARE top BIGINT;
     DECLARE got TEXT;
+    DECLARE gone TEXT DEFAULT NULL;
     SELECT MAX(seq) INTO top FROM sr_notices WHERE session = sess;
     IF top IS NULL AND ms > 0 THEN
-        DO SLEEP(ms / 1000);
+        IF watch = '' THEN
+            DO SLEEP(ms / 1000);
+        ELSEIF GET_LOCK(CONCAT('sr.', watch), ms / 1000) = 1 THEN
+            DO RELEASE_LOCK(CONCAT('sr.', watch));
+            SET gone = JSON_ARRAY('gone', '', watch, 0, 0);
+        END IF;
         SELECT MAX(seq) INTO top FROM sr_notices WHERE session = sess;
     END IF;
-    IF top IS NULL THEN
-        SELECT '[]';
-    ELSE
-        SELECT CONCAT('[', GROUP_CONCAT(notice ORDER BY seq SEPARATOR ','), ']') INTO got
+    IF top IS NOT NULL THEN
+        SELECT GROUP_CONCAT(notice ORDER BY seq SEPARATOR ',') INTO got
             FROM sr_notices WHERE session = sess AND seq <= top;
         DELETE FROM sr_notices WHERE session = sess AND seq <= top;
-        SELECT got;
     END IF;
+    SELECT CONCAT('[', CONCAT_WS(',', got, gone), ']');
 END
 """
 
@@ -828,12 +839,19 @@ END
 PROCEDURES["sr_claim"] = f"""
 CREATE PROCEDURE sr_claim(sess {_ID})
 BEGIN
-    DECLARE cid BIGINT DEFAULT IS_USED_LOCK(CONCAT('sr.', sess));
+    DECLARE cid BIGINT;
+    DECLARE taken INT;
     DECLARE CONTINUE HANDLER FOR 1094, 1095 BEGIN END;
-    IF cid IS NOT NULL AND cid <> CONNECTION_ID() THEN
-        KILL CONNECTION cid;
+    -- (first a wait: another client that watches this session holds the lock an instant)
+    SET taken = GET_LOCK(CONCAT('sr.', sess), 1);
+    IF taken = 0 THEN
+        SET cid = IS_USED_LOCK(CONCAT('sr.', sess));
+        IF cid IS NOT NULL AND cid <> CONNECTION_ID() THEN
+            KILL CONNECTION cid;
+        END IF;
+        SET taken = GET_LOCK(CONCAT('sr.', sess), 2);
     END IF;
-    SELECT GET_LOCK(CONCAT('sr.', sess), 2);
+    SELECT taken;
 END
 """
 

@@ -7,7 +7,9 @@ the connection ends, so a client that crashed is dead for admissions after a sho
 grace (``IS_FREE_LOCK``), not only once its session expired.
 
 MySQL has no LISTEN/NOTIFY. Between renewals the keeper's connection runs one waiting
-statement (``sr_wait``: the session's notices, else ``SLEEP``). An admission writes a
+statement (``sr_wait``: the session's notices, else a wait: ``SLEEP``, or ``GET_LOCK`` of
+the named lock of a holder a waiter of ours depends on, which returns when that
+holder's connection ends: its waiters look once the grace is over). An admission writes a
 notice for each client it admitted and, once committed, interrupts that client's waiting
 statement (``KILL QUERY`` of the connection holding its lock): one waiting connection per
 process, whatever the number of its waiters, and one notice per admitted waiter.
@@ -53,6 +55,8 @@ STOP_WAIT = 1.0
 INTERRUPTED = 1317
 #: a timer this much earlier than the end of the current wait interrupts it
 EARLY_TIMER = 0.05
+#: a look after a holder's client is gone comes this long after its grace
+GONE_MARGIN = 0.05
 
 
 def new_session_id() -> str:
@@ -77,6 +81,8 @@ class SessionKeeper:
         self._suspended = False
         self._renew_now = False
         self._waiting_until = 0.0  # (monotonic) the end of the current server-side wait
+        self._watched: str | None = None  # a holder's session whose end we wait for
+        self._gone: set[str] = set()  # sessions whose clients' connections were seen end
         self._timers: list[tuple[float, int, Callable[[], Program[object]]]] = []
         self._timer_ids = itertools.count()
         self._timer_lock = threading.Lock()
@@ -113,6 +119,15 @@ class SessionKeeper:
         self._poke_local()
         if due < self._waiting_until - EARLY_TIMER:
             self._interrupt()
+
+    def watch(self, session: str) -> None:
+        """A waiter of ours depends on ``session``'s holder: wait on its named lock
+        (from the next wait on), to hear at once when its client's connection ends."""
+        if session in self._gone or session in (self.backend.session, self._watched):
+            return
+        self._watched = session
+        if self._waiting_until > time.monotonic():
+            self._interrupt()  # (the current wait is a sleep, or on another session)
 
     # ---- waking the thread ---------------------------------------------------------------
     def _poke_local(self) -> None:
@@ -167,10 +182,13 @@ class SessionKeeper:
         most ``seconds`` that a wake interrupts."""
         ms = int(seconds * 1000)
         backend = self.backend
+        watched = self._watched or ""
         self._waiting_until = time.monotonic() + seconds
         try:
             reply = conn.call(
-                "CALL sr_wait(%s, %s)", (backend.session, ms), seconds + backend.request_timeout
+                "CALL sr_wait(%s, %s, %s)",
+                (backend.session, ms, watched),
+                seconds + backend.request_timeout,
             )
         finally:
             self._waiting_until = 0.0
@@ -281,6 +299,9 @@ class SessionKeeper:
             except ValueError:
                 log.warning("mysql: unreadable notice %r", notice)
                 continue
+            if kind == "gone":  # the watched holder's connection ended: look after the grace
+                self._holder_gone(str(entry_id))
+                continue
             if kind == "capacity":
                 for queue in self.backend.queues(str(semaphore)):
                     queue.apply_capacity(int(str(capacity)), int(str(version)))
@@ -290,6 +311,18 @@ class SessionKeeper:
                     queue.admitted(str(entry_id), int(str(capacity)), int(str(version)))
                 elif kind == "deleted":
                     queue.deleted(str(entry_id))
+
+    def _holder_gone(self, session: str) -> None:
+        """Every waiting entry looks once the session's grace is over (it is dead for
+        admissions then, unless its client reconnected meanwhile)."""
+        self._gone.add(session)
+        if self._watched == session:
+            self._watched = None
+        log.info("mysql: the client of session %s is gone; waiters look", session)
+        delay = self.backend.params.orphan_grace + GONE_MARGIN
+        for queue in self.backend.queues():
+            for entry_id in queue.waiting_entries():
+                self.schedule(delay, functools.partial(queue.check, entry_id))
 
     def _next_timer(self) -> float:
         with self._timer_lock:

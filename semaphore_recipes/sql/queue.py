@@ -75,16 +75,18 @@ class EntryView:
     capacity: int
     version: int
     check_in: float | None  # seconds; None: nothing to time
+    watch: str | None = None  # (MySQL) the session of a holder whose end it may learn of
 
     @classmethod
     def parse(cls, reply: list[Any]) -> EntryView:
-        _, token, held, capacity, version, check_in = reply
+        _, token, held, capacity, version, check_in, *rest = reply
         return cls(
             token=int(token),
             held=flag(held),
             capacity=int(capacity),
             version=int(version),
             check_in=int(check_in) / 1000 if int(check_in) >= 0 else None,
+            watch=str(rest[0]) if rest and rest[0] else None,
         )
 
 
@@ -168,7 +170,7 @@ class SQLQueue(QueueDriver):
             if route is not None:
                 route.admitted = admitted
         if not admitted:
-            self.time_check(entry_id, view.check_in)
+            self.time_check(entry_id, view)
         self.apply_capacity(view.capacity, view.version)
         capacity, version = self.capacity_answer()
         return Enqueued(
@@ -181,9 +183,13 @@ class SQLQueue(QueueDriver):
             admitted=admitted,
         )
 
-    def time_check(self, entry_id: str, check_in: float | None) -> None:
-        if check_in is not None:
-            self.backend.keeper.schedule(check_in + CHECK_MARGIN, lambda: self.check(entry_id))
+    def time_check(self, entry_id: str, view: EntryView) -> None:
+        """A waiting entry's next look, and the holder whose end it may hear of sooner."""
+        if view.check_in is not None:
+            delay = view.check_in + CHECK_MARGIN
+            self.backend.keeper.schedule(delay, lambda: self.check(entry_id))
+        if view.watch is not None:
+            self.backend.keeper.watch(view.watch)
 
     # ---- what the server tells us (the keeper's thread) -----------------------------------
     def admitted(self, entry_id: str, capacity: int, version: int) -> None:
@@ -217,7 +223,7 @@ class SQLQueue(QueueDriver):
         if view.held:
             self.admitted(entry_id, view.capacity, view.version)
         else:
-            self.time_check(entry_id, view.check_in)
+            self.time_check(entry_id, view)
 
     def waiting_entries(self) -> list[str]:
         """Our entries still waiting for their admission (looked at after a reconnect)."""

@@ -79,6 +79,10 @@ class Keeper(Protocol):
     def schedule(self, delay: float, program: Callable[[], Program[object]]) -> None:
         """Run ``program()`` in ``delay`` seconds (a waiter's timed look)."""
 
+    def watch(self, session: str) -> None:
+        """A waiter depends on ``session``'s holder: learn of its end sooner if the
+        store can tell (else nothing; the timed looks find it)."""
+
     def stop(self) -> None: ...
 
 
