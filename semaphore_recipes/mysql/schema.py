@@ -296,7 +296,7 @@ PROCEDURES["sr_wait"] = f"""
 CREATE PROCEDURE sr_wait(sess {_ID}, ms INT, watch {_ID})
 BEGIN
     DECLARE top BIGINT;
-    DECLARE got TEXT;
+    DECLARE got, seqs TEXT;
     DECLARE gone TEXT DEFAULT NULL;
     SELECT MAX(seq) INTO top FROM sr_notices WHERE session = sess;
     IF top IS NULL AND ms > 0 THEN
@@ -309,9 +309,10 @@ BEGIN
         SELECT MAX(seq) INTO top FROM sr_notices WHERE session = sess;
     END IF;
     IF top IS NOT NULL THEN
-        SELECT GROUP_CONCAT(notice ORDER BY seq SEPARATOR ',') INTO got
+        -- (exactly the notices read are deleted: one of a lower seq may commit later)
+        SELECT GROUP_CONCAT(notice ORDER BY seq SEPARATOR ','), GROUP_CONCAT(seq) INTO got, seqs
             FROM sr_notices WHERE session = sess AND seq <= top;
-        DELETE FROM sr_notices WHERE session = sess AND seq <= top;
+        DELETE FROM sr_notices WHERE session = sess AND FIND_IN_SET(seq, seqs);
     END IF;
     SELECT CONCAT('[', CONCAT_WS(',', got, gone), ']');
 END
@@ -405,19 +406,25 @@ BEGIN
     DECLARE cap INT;
     DECLARE ver, used_now, waiting_now, tok BIGINT;
     DECLARE fits BOOLEAN;
+    DECLARE alive, abandoned, made INT;
     DECLARE reply TEXT;
     DECLARE wake TEXT DEFAULT '[]';
     {_ROLLBACK}
     START TRANSACTION;
     SELECT capacity, version, used, waiting INTO cap, ver, used_now, waiting_now
         FROM sr_semaphores WHERE name = sem FOR UPDATE;
+    -- (plain reads into variables: a condition's subquery would lock the rows it reads,
+    -- and a lock on our session row would hold our renewal back)
+    SELECT COUNT(*) INTO alive FROM sr_sessions WHERE id = sess AND expires_at > SYSDATE(6);
+    SELECT COUNT(*) INTO abandoned FROM sr_removed WHERE id = eid;
+    SELECT COUNT(*) INTO made FROM sr_entries WHERE semaphore = sem AND id = eid;
     IF cap IS NULL THEN
         SET reply = '["missing"]';
-    ELSEIF NOT EXISTS (SELECT 1 FROM sr_sessions WHERE id = sess AND expires_at > SYSDATE(6)) THEN
+    ELSEIF alive = 0 THEN
         SET reply = '["lost"]';
-    ELSEIF EXISTS (SELECT 1 FROM sr_removed WHERE id = eid) THEN
+    ELSEIF abandoned > 0 THEN
         SET reply = '["gone"]';
-    ELSEIF EXISTS (SELECT 1 FROM sr_entries WHERE semaphore = sem AND id = eid) THEN
+    ELSEIF made > 0 THEN
         CALL sr_admit(sem, eid, wake);  -- a retry after a lost reply: its entry was made
         CALL sr_view(sem, eid, reply);
     ELSE
@@ -449,7 +456,7 @@ BEGIN
     DECLARE n INT DEFAULT JSON_LENGTH(sems);
     DECLARE i INT DEFAULT 0;
     DECLARE found_rows INT;
-    DECLARE made INT;
+    DECLARE made, alive, abandoned INT;
     DECLARE tok BIGINT;
     DECLARE sem {_ID};
     DECLARE one TEXT;
@@ -479,11 +486,13 @@ BEGIN
     END;
     SELECT COUNT(*) INTO made FROM sr_entries
         WHERE id = eid AND JSON_CONTAINS(sems, JSON_QUOTE(semaphore));
+    SELECT COUNT(*) INTO alive FROM sr_sessions WHERE id = sess AND expires_at > SYSDATE(6);
+    SELECT COUNT(*) INTO abandoned FROM sr_removed WHERE id = eid;
     IF found_rows < n THEN
         SET reply = '["missing"]';
-    ELSEIF NOT EXISTS (SELECT 1 FROM sr_sessions WHERE id = sess AND expires_at > SYSDATE(6)) THEN
+    ELSEIF alive = 0 THEN
         SET reply = '["lost"]';
-    ELSEIF EXISTS (SELECT 1 FROM sr_removed WHERE id = eid) THEN
+    ELSEIF abandoned > 0 THEN
         SET reply = '["gone"]';
     ELSEIF made > 0 AND made < n THEN  -- some died with a sweep: none may stay
         WHILE i < n DO
@@ -761,8 +770,10 @@ END
 PROCEDURES["sr_holder_exists"] = f"""
 CREATE PROCEDURE sr_holder_exists(sem {_ID}, eid {_ID}, tok BIGINT)
 BEGIN
-    SELECT EXISTS (SELECT 1 FROM sr_entries e JOIN sr_sessions x ON x.id = e.session
-                   WHERE e.semaphore = sem AND e.id = eid AND e.token = tok AND {_live("x")});
+    DECLARE found_rows INT;
+    SELECT COUNT(*) INTO found_rows FROM sr_entries e JOIN sr_sessions x ON x.id = e.session
+        WHERE e.semaphore = sem AND e.id = eid AND e.token = tok AND {_live("x")};
+    SELECT found_rows > 0;
 END
 """
 
@@ -791,7 +802,9 @@ BEGIN
     START TRANSACTION;
     SELECT session INTO mine FROM sr_entries
         WHERE semaphore = sem AND id = eid AND held LOCK IN SHARE MODE;
-    IF NOT EXISTS (SELECT 1 FROM sr_sessions x WHERE x.id = mine AND {_live("x")}) THEN
+    SET alive = FALSE;
+    SELECT {_live("x")} INTO alive FROM sr_sessions x WHERE x.id = mine;
+    IF NOT alive THEN
         SET reply = JSON_ARRAY('lost');
     ELSE
         SELECT l.entry, l.token, COALESCE({_live("x")}, FALSE) INTO holder, holder_token, alive

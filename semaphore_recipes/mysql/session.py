@@ -157,7 +157,7 @@ class SessionKeeper:
         while not self._stop.is_set():
             conn = self._conn
             if conn is None:
-                if not self._connect():
+                if not self._connect():  # (the first try at once: the lock's grace runs)
                     self._pause(RETRY_INTERVAL)
                     self._check_expiry()
                     continue
@@ -173,8 +173,11 @@ class SessionKeeper:
                 due = min(next_renewal, self._next_timer())
                 self._dispatch(self._wait(conn, max(due - time.monotonic(), 0.0)))
             except pymysql.err.MySQLError as exc:
-                if error_code(exc) == INTERRUPTED and not conn.broken:
-                    continue  # a wake: the next wait reads the notices
+                if not conn.broken:  # the server refused one call; the connection is fine
+                    if error_code(exc) != INTERRUPTED:  # (a wake: the next wait reads)
+                        log.info("mysql session %s: %s; trying again", self.backend.session, exc)
+                        self._pause(RETRY_INTERVAL / 4)
+                    continue  # (keeping the connection keeps the session's named lock)
                 self._lost_connection(exc)
 
     def _wait(self, conn: Connection, seconds: float) -> list[list[object]]:
@@ -224,8 +227,9 @@ class SessionKeeper:
             try:
                 self._renew(conn)
             except pymysql.err.MySQLError as exc:
-                self._lost_connection(exc)
-                return True
+                if conn.broken:
+                    self._lost_connection(exc)
+                return True  # (else the loop renews at once)
             # a wake sent while we were away may be lost: every waiting entry looks once
             for queue in backend.queues():
                 for entry_id in queue.waiting_entries():
