@@ -287,34 +287,48 @@ BEGIN
 END
 """
 
-# The keeper's wait: the session's notices (a JSON array, deleted as they are read); when
-# there are none, first wait up to `ms` milliseconds (interrupted by a wake). With
-# `watch` (a session whose end a waiter of ours depends on), the wait is for that
-# session's named lock: taken (and given back at once) when its client's connection
-# ended, which adds ["gone", "", watch, 0, 0] to the notices.
+# The keeper's wait: first the notices the client has received (`done`: their seqs, comma
+# separated) are deleted; then the session's notices are answered, or, when there are
+# none, after a wait of up to `ms` milliseconds (interrupted by a wake). The answer is a
+# JSON array: the seqs of the notices in it (for the next call's `done`), then the
+# notices. A notice is deleted only once its client said it has it: an answer lost to an
+# interrupt or a cut connection is answered again. With `watch` (a session whose end a
+# waiter of ours depends on) the wait is for that session's named lock: taken (and given
+# back at once) when its client's connection ended, which adds ["gone", "", watch, 0, 0]
+# (["unwatchable", ...] when the server refused the wait as a deadlock of named locks).
 PROCEDURES["sr_wait"] = f"""
-CREATE PROCEDURE sr_wait(sess {_ID}, ms INT, watch {_ID})
+CREATE PROCEDURE sr_wait(sess {_ID}, ms INT, watch {_ID}, done TEXT)
 BEGIN
     DECLARE top BIGINT;
     DECLARE got, seqs TEXT;
     DECLARE gone TEXT DEFAULT NULL;
+    IF done <> '' THEN
+        DELETE FROM sr_notices WHERE session = sess AND FIND_IN_SET(seq, done);
+    END IF;
     SELECT MAX(seq) INTO top FROM sr_notices WHERE session = sess;
     IF top IS NULL AND ms > 0 THEN
         IF watch = '' THEN
             DO SLEEP(ms / 1000);
-        ELSEIF GET_LOCK(CONCAT('sr.', watch), ms / 1000) = 1 THEN
-            DO RELEASE_LOCK(CONCAT('sr.', watch));
-            SET gone = JSON_ARRAY('gone', '', watch, 0, 0);
+        ELSE
+            BEGIN
+                -- two clients watching each other's locks: the server refuses one wait
+                -- as a deadlock, and that client stops watching this session
+                DECLARE CONTINUE HANDLER FOR 1213
+                    SET gone = JSON_ARRAY('unwatchable', '', watch, 0, 0);
+                IF GET_LOCK(CONCAT('sr.', watch), ms / 1000) = 1 THEN
+                    DO RELEASE_LOCK(CONCAT('sr.', watch));
+                    SET gone = JSON_ARRAY('gone', '', watch, 0, 0);
+                END IF;
+            END;
         END IF;
         SELECT MAX(seq) INTO top FROM sr_notices WHERE session = sess;
     END IF;
     IF top IS NOT NULL THEN
-        -- (exactly the notices read are deleted: one of a lower seq may commit later)
         SELECT GROUP_CONCAT(notice ORDER BY seq SEPARATOR ','), GROUP_CONCAT(seq) INTO got, seqs
             FROM sr_notices WHERE session = sess AND seq <= top;
-        DELETE FROM sr_notices WHERE session = sess AND FIND_IN_SET(seq, seqs);
     END IF;
-    SELECT CONCAT('[', CONCAT_WS(',', got, gone), ']');
+    SELECT CONCAT('[', JSON_QUOTE(COALESCE(seqs, '')), IF(got IS NULL, '', ','),
+                  COALESCE(got, ''), IF(gone IS NULL, '', ','), COALESCE(gone, ''), ']');
 END
 """
 

@@ -81,6 +81,7 @@ class SessionKeeper:
         self._suspended = False
         self._renew_now = False
         self._waiting_until = 0.0  # (monotonic) the end of the current server-side wait
+        self._received = ""  # the seqs of the notices of the last answer, comma separated
         self._watched: str | None = None  # a holder's session whose end we wait for
         self._gone: set[str] = set()  # sessions whose clients' connections were seen end
         self._timers: list[tuple[float, int, Callable[[], Program[object]]]] = []
@@ -189,14 +190,18 @@ class SessionKeeper:
         self._waiting_until = time.monotonic() + seconds
         try:
             reply = conn.call(
-                "CALL sr_wait(%s, %s, %s)",
-                (backend.session, ms, watched),
+                "CALL sr_wait(%s, %s, %s, %s)",
+                (backend.session, ms, watched, self._received),
                 seconds + backend.request_timeout,
             )
         finally:
             self._waiting_until = 0.0
-        notices = json.loads(reply or "[]")
-        assert isinstance(notices, list)
+        answer = json.loads(reply or '[""]')
+        assert isinstance(answer, list) and answer
+        # (deleted on the server by the next call: an answer lost on the way comes again)
+        self._received, notices = str(answer[0]), answer[1:]
+        log.debug("mysql session %s: %d notice(s) after a wait of at most %.3f s (watching %s)",
+                  backend.session, len(notices), seconds, watched or "none")  # fmt: skip
         return notices
 
     def _pause(self, seconds: float) -> None:
@@ -305,6 +310,11 @@ class SessionKeeper:
                 continue
             if kind == "gone":  # the watched holder's connection ended: look after the grace
                 self._holder_gone(str(entry_id))
+                continue
+            if kind == "unwatchable":  # (it watches us: the timed looks find its end)
+                self._gone.add(str(entry_id))
+                if self._watched == entry_id:
+                    self._watched = None
                 continue
             if kind == "capacity":
                 for queue in self.backend.queues(str(semaphore)):

@@ -22,6 +22,7 @@ new session (``SQLBackend.session_ended``).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ from .requests import Soon, StepArg
 
 if TYPE_CHECKING:
     from .store import SQLBackend
+
+log = logging.getLogger("semaphore_recipes.sql")
 
 #: a look after the session a waiter depends on would have expired comes this much later
 CHECK_MARGIN = 0.05
@@ -198,8 +201,12 @@ class SQLQueue(QueueDriver):
         with self._lock:
             route = self._routes.get(entry_id)
             if route is None or route.admitted:
+                log.debug("%s: admitted %s: %s", self.where, entry_id,
+                          "no route" if route is None else "already")  # fmt: skip
                 return
             route.admitted = True
+        log.debug("%s: admitted %s: posted for generation %d", self.where, entry_id,
+                  route.generation)  # fmt: skip
         route.waiter.post(route.generation, StoreAdmitted(entry_id))
 
     def deleted(self, entry_id: str) -> None:
