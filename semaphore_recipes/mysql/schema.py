@@ -90,7 +90,8 @@ TABLES = [
     ) ENGINE=InnoDB""",
 ]
 
-# (A routine's variables hide the columns of the same name: none is named as a column.)
+# (A routine's variables hide the columns of the same name: none is named as a column.
+# Replies and lists are LONGTEXT: a TEXT variable holds 64 KiB, a queue of ~600 entries.)
 # Every step procedure runs one transaction of its own (the connection is in autocommit
 # mode, READ COMMITTED) and answers with one row of one column: JSON text for most.
 # On any error the transaction is rolled back and the error goes to the client, which
@@ -123,7 +124,7 @@ END
 # Interrupt the waiting statement of each session in `sessions` (a JSON array), after
 # the caller's commit: the connection holding the session's named lock is its keeper's.
 PROCEDURES["sr_wake"] = f"""
-CREATE PROCEDURE sr_wake(sessions TEXT)
+CREATE PROCEDURE sr_wake(sessions LONGTEXT)
 BEGIN
     DECLARE i INT DEFAULT 0;
     DECLARE n INT DEFAULT COALESCE(JSON_LENGTH(sessions), 0);
@@ -159,12 +160,12 @@ END
 # `head`, are held; every admitted entry but `quiet` gets a notice, and its session is
 # added to `wake` (a JSON array) for the caller to interrupt after its commit.
 PROCEDURES["sr_admit"] = f"""
-CREATE PROCEDURE sr_admit(sem {_ID}, quiet {_ID}, INOUT wake TEXT)
+CREATE PROCEDURE sr_admit(sem {_ID}, quiet {_ID}, INOUT wake LONGTEXT)
 BEGIN
     DECLARE cap INT;
     DECLARE ver, used_now, waiting_now, head_now BIGINT;
-    DECLARE dead TEXT;
-    DECLARE orphans TEXT;
+    DECLARE dead LONGTEXT;
+    DECLARE orphans LONGTEXT;
     SELECT capacity, version, used, waiting, head
         INTO cap, ver, used_now, waiting_now, head_now
         FROM sr_semaphores WHERE name = sem;
@@ -226,7 +227,7 @@ END
 # watch: the session of the oldest other holder of the semaphore, whose end a waiting
 # client may learn of sooner by its named lock, '' when none), or ["gone"].
 PROCEDURES["sr_view"] = f"""
-CREATE PROCEDURE sr_view(sem {_ID}, eid {_ID}, OUT reply TEXT)
+CREATE PROCEDURE sr_view(sem {_ID}, eid {_ID}, OUT reply LONGTEXT)
 BEGIN
     DECLARE cap INT;
     DECLARE ver, tok BIGINT;
@@ -297,10 +298,10 @@ END
 # back at once) when its client's connection ended, which adds ["gone", "", watch, 0, 0]
 # (["unwatchable", ...] when the server refused the wait as a deadlock of named locks).
 PROCEDURES["sr_wait"] = f"""
-CREATE PROCEDURE sr_wait(sess {_ID}, ms INT, watch {_ID}, done TEXT)
+CREATE PROCEDURE sr_wait(sess {_ID}, ms INT, watch {_ID}, done LONGTEXT)
 BEGIN
     DECLARE top BIGINT;
-    DECLARE got, seqs TEXT;
+    DECLARE got, seqs LONGTEXT;
     DECLARE gone TEXT DEFAULT NULL;
     IF done <> '' THEN
         DELETE FROM sr_notices WHERE session = sess AND FIND_IN_SET(seq, done);
@@ -336,7 +337,7 @@ END
 PROCEDURES["sr_end_session"] = f"""
 CREATE PROCEDURE sr_end_session(sess {_ID})
 BEGIN
-    DECLARE wake TEXT DEFAULT '[]';
+    DECLARE wake LONGTEXT DEFAULT '[]';
     DECLARE done BOOLEAN DEFAULT FALSE;
     DECLARE sem {_ID};
     DECLARE sems CURSOR FOR SELECT name FROM sr_semaphores WHERE name IN
@@ -389,7 +390,7 @@ PROCEDURES["sr_set_capacity"] = f"""
 CREATE PROCEDURE sr_set_capacity(sem {_ID}, cap INT)
 BEGIN
     DECLARE ver BIGINT;
-    DECLARE wake TEXT DEFAULT '[]';
+    DECLARE wake LONGTEXT DEFAULT '[]';
     {_ROLLBACK}
     START TRANSACTION;
     IF NOT EXISTS (SELECT 1 FROM sr_semaphores WHERE name = sem FOR UPDATE) THEN
@@ -421,8 +422,8 @@ BEGIN
     DECLARE ver, used_now, waiting_now, tok BIGINT;
     DECLARE fits BOOLEAN;
     DECLARE alive, abandoned, made INT;
-    DECLARE reply TEXT;
-    DECLARE wake TEXT DEFAULT '[]';
+    DECLARE reply LONGTEXT;
+    DECLARE wake LONGTEXT DEFAULT '[]';
     {_ROLLBACK}
     START TRANSACTION;
     SELECT capacity, version, used, waiting INTO cap, ver, used_now, waiting_now
@@ -473,10 +474,10 @@ BEGIN
     DECLARE made, alive, abandoned INT;
     DECLARE tok BIGINT;
     DECLARE sem {_ID};
-    DECLARE one TEXT;
-    DECLARE reply TEXT;
-    DECLARE views TEXT DEFAULT '';
-    DECLARE wake TEXT DEFAULT '[]';
+    DECLARE one LONGTEXT;
+    DECLARE reply LONGTEXT;
+    DECLARE views LONGTEXT DEFAULT '';
+    DECLARE wake LONGTEXT DEFAULT '[]';
     {_ROLLBACK}
     START TRANSACTION;
     BEGIN
@@ -551,8 +552,8 @@ END
 PROCEDURES["sr_check"] = f"""
 CREATE PROCEDURE sr_check(sem {_ID}, eid {_ID})
 BEGIN
-    DECLARE reply TEXT;
-    DECLARE wake TEXT DEFAULT '[]';
+    DECLARE reply LONGTEXT;
+    DECLARE wake LONGTEXT DEFAULT '[]';
     {_ROLLBACK}
     START TRANSACTION;
     IF NOT EXISTS (SELECT 1 FROM sr_semaphores WHERE name = sem FOR UPDATE) THEN
@@ -574,7 +575,7 @@ END
 # sr_check once the acquire is over).
 PROCEDURES["sr_remove_from"] = f"""
 CREATE PROCEDURE sr_remove_from(sem {_ID}, sems TEXT, eids TEXT, by_session {_ID},
-                                sweep BOOLEAN, INOUT wake TEXT)
+                                sweep BOOLEAN, INOUT wake LONGTEXT)
 BEGIN
     DECLARE n INT DEFAULT JSON_LENGTH(sems);
     DECLARE i INT DEFAULT 0;
@@ -627,7 +628,7 @@ END
 PROCEDURES["sr_remove"] = f"""
 CREATE PROCEDURE sr_remove(sems TEXT, eids TEXT, by_session {_ID}, sweep BOOLEAN)
 BEGIN
-    DECLARE wake TEXT DEFAULT '[]';
+    DECLARE wake LONGTEXT DEFAULT '[]';
     DECLARE sem {_ID};
     {_ROLLBACK}
     START TRANSACTION;
@@ -660,8 +661,8 @@ CREATE PROCEDURE sr_status(sem {_ID})
 BEGIN
     DECLARE cap INT;
     DECLARE ver BIGINT;
-    DECLARE reply TEXT;
-    DECLARE wake TEXT DEFAULT '[]';
+    DECLARE reply LONGTEXT;
+    DECLARE wake LONGTEXT DEFAULT '[]';
     {_ROLLBACK}
     START TRANSACTION;
     SELECT capacity, version INTO cap, ver FROM sr_semaphores WHERE name = sem FOR UPDATE;
@@ -725,7 +726,7 @@ END
 # `kinds`, `keys` and `vals` (hex) are JSON arrays.
 PROCEDURES["sr_fenced_write"] = f"""
 CREATE PROCEDURE sr_fenced_write(sems TEXT, eids TEXT, tok BIGINT,
-                                 kinds TEXT, ks TEXT, vals TEXT)
+                                 kinds LONGTEXT, ks LONGTEXT, vals LONGTEXT)
 BEGIN
     DECLARE fenced BOOLEAN;
     DECLARE n INT DEFAULT COALESCE(JSON_LENGTH(ks), 0);
@@ -733,7 +734,7 @@ BEGIN
     DECLARE kind VARCHAR(16);
     DECLARE k VARCHAR(300) CHARACTER SET ascii COLLATE ascii_bin;
     DECLARE present BOOLEAN;
-    DECLARE reply TEXT DEFAULT 'ok';
+    DECLARE reply LONGTEXT DEFAULT 'ok';
     {_ROLLBACK}
     START TRANSACTION;
     CALL sr_fence(sems, eids, tok, fenced);
@@ -811,7 +812,7 @@ BEGIN
     DECLARE holder_token, tok BIGINT;
     DECLARE alive BOOLEAN;
     DECLARE mine {_ID};
-    DECLARE reply TEXT;
+    DECLARE reply LONGTEXT;
     {_ROLLBACK}
     START TRANSACTION;
     SELECT session INTO mine FROM sr_entries

@@ -25,6 +25,8 @@ __all__ = ["Connection", "error_code", "open_connection"]
 #: the isolation every step's transaction runs at: each statement reads the latest commits
 SESSION_SETUP = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 Arg = str | int | float | bytes | None
+#: GROUP_CONCAT's limit on the library's connections (MySQL 8's default is 1 KiB)
+GROUP_CONCAT_MAX = 64 * 1024 * 1024
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -111,7 +113,8 @@ def open_connection(
     conn = Connection(raw)
     try:
         conn.call(SESSION_SETUP, (), timeout)
-        conn.call(f"SET SESSION innodb_lock_wait_timeout = {int(lock_wait)}", (), timeout)
+        conn.call(f"SET SESSION innodb_lock_wait_timeout = {int(lock_wait)}, "
+                  f"group_concat_max_len = {GROUP_CONCAT_MAX}", (), timeout)  # fmt: skip
     except BaseException:
         conn.close()
         raise
