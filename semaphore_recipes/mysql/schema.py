@@ -359,7 +359,9 @@ BEGIN
     DELETE FROM sr_removed WHERE session = sess;
     DELETE FROM sr_notices WHERE session = sess;
     COMMIT;
-    CALL sr_wake(wake);
+    IF wake <> '[]' THEN
+        CALL sr_wake(wake);
+    END IF;
     SELECT 'ok';
 END
 """
@@ -405,7 +407,11 @@ BEGIN
             WHERE expires_at > SYSDATE(6);
         SELECT JSON_ARRAYAGG(id) INTO wake FROM sr_sessions WHERE expires_at > SYSDATE(6);
         COMMIT;
+        IF wake <> '[]' THEN
+            IF wake <> '[]' THEN
         CALL sr_wake(wake);
+    END IF;
+        END IF;
         SELECT ver;
     END IF;
 END
@@ -430,9 +436,10 @@ BEGIN
         FROM sr_semaphores WHERE name = sem FOR UPDATE;
     -- (plain reads into variables: a condition's subquery would lock the rows it reads,
     -- and a lock on our session row would hold our renewal back)
-    SELECT COUNT(*) INTO alive FROM sr_sessions WHERE id = sess AND expires_at > SYSDATE(6);
-    SELECT COUNT(*) INTO abandoned FROM sr_removed WHERE id = eid;
-    SELECT COUNT(*) INTO made FROM sr_entries WHERE semaphore = sem AND id = eid;
+    SELECT (SELECT COUNT(*) FROM sr_sessions WHERE id = sess AND expires_at > SYSDATE(6)),
+           (SELECT COUNT(*) FROM sr_removed WHERE id = eid),
+           (SELECT COUNT(*) FROM sr_entries WHERE semaphore = sem AND id = eid)
+        INTO alive, abandoned, made;
     IF cap IS NULL THEN
         SET reply = '["missing"]';
     ELSEIF alive = 0 THEN
@@ -457,7 +464,9 @@ BEGIN
         END IF;
     END IF;
     COMMIT;
-    CALL sr_wake(wake);
+    IF wake <> '[]' THEN
+        CALL sr_wake(wake);
+    END IF;
     SELECT reply;
 END
 """
@@ -543,7 +552,9 @@ BEGIN
         SET reply = CONCAT('["ok"', views, ']');
     END IF;
     COMMIT;
-    CALL sr_wake(wake);
+    IF wake <> '[]' THEN
+        CALL sr_wake(wake);
+    END IF;
     SELECT reply;
 END
 """
@@ -563,8 +574,53 @@ BEGIN
         CALL sr_view(sem, eid, reply);
     END IF;
     COMMIT;
-    CALL sr_wake(wake);
+    IF wake <> '[]' THEN
+        CALL sr_wake(wake);
+    END IF;
     SELECT reply;
+END
+"""
+
+# Remove one entry (a release, an abandon): sr_remove_from without the lists.
+PROCEDURES["sr_remove_one"] = f"""
+CREATE PROCEDURE sr_remove_one(sem {_ID}, eid {_ID}, by_session {_ID}, sweep BOOLEAN)
+BEGIN
+    DECLARE wake LONGTEXT DEFAULT '[]';
+    DECLARE esess {_ID};
+    DECLARE is_held BOOLEAN;
+    DECLARE w INT;
+    DECLARE waiting_now BIGINT;
+    {_ROLLBACK}
+    START TRANSACTION;
+    SELECT waiting INTO waiting_now FROM sr_semaphores WHERE name = sem FOR UPDATE;
+    IF waiting_now IS NOT NULL THEN
+        SELECT session, held, weight INTO esess, is_held, w
+            FROM sr_entries WHERE semaphore = sem AND id = eid;
+        IF esess IS NULL THEN
+            IF by_session <> '' THEN  -- ours, not made yet: its create is refused
+                INSERT IGNORE INTO sr_removed VALUES (eid, by_session);
+            END IF;
+        ELSE
+            DELETE FROM sr_entries WHERE semaphore = sem AND id = eid;
+            UPDATE sr_semaphores SET used = used - IF(is_held, w, 0),
+                                     waiting = waiting - IF(is_held, 0, 1)
+                WHERE name = sem;
+            SET waiting_now = waiting_now - IF(is_held, 0, 1);
+            IF esess <> by_session THEN
+                INSERT INTO sr_notices (session, notice)
+                    VALUES (esess, JSON_ARRAY('deleted', sem, eid, 0, 0));
+                SET wake = JSON_ARRAY_APPEND(wake, '$', esess);
+            END IF;
+            IF sweep AND waiting_now > 0 THEN
+                CALL sr_admit(sem, '', wake);
+            END IF;
+        END IF;
+    END IF;
+    COMMIT;
+    IF wake <> '[]' THEN
+        CALL sr_wake(wake);
+    END IF;
+    SELECT NULL;
 END
 """
 
@@ -649,7 +705,9 @@ BEGIN
         CLOSE ordered;
     END;
     COMMIT;
-    CALL sr_wake(wake);
+    IF wake <> '[]' THEN
+        CALL sr_wake(wake);
+    END IF;
     SELECT NULL;
 END
 """
@@ -677,7 +735,9 @@ BEGIN
             FROM sr_entries e WHERE e.semaphore = sem;
     END IF;
     COMMIT;
-    CALL sr_wake(wake);
+    IF wake <> '[]' THEN
+        CALL sr_wake(wake);
+    END IF;
     SELECT reply;
 END
 """
