@@ -230,6 +230,13 @@ PROGRAMS: dict[str, ExternalProgram] = {
             fallbacks=("/usr/sbin/mariadbd",),  # sbin: not on a user's PATH
         ),
         ExternalProgram(
+            "mariadb-binlog",
+            "mariadb-server",  # depends on mariadb-client, which has the program
+            Provider.APT,
+            "decodes the binary log of the fault campaign's MariaDB server (chaos/cluster.py)",
+            fallbacks=("/usr/bin/mariadb-binlog",),
+        ),
+        ExternalProgram(
             "openssl",
             "openssl",
             Provider.APT,
