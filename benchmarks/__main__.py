@@ -32,6 +32,7 @@ from . import (
     herd,
     latency,
     multi,
+    mysql_bench,
     plots,
     postgresql_bench,
     redis_bench,
@@ -55,6 +56,7 @@ MEASUREMENTS: dict[str, Callable[..., None]] = {
     "aio-waiters": aio_waiters.measure,
     "redis": redis_bench.measure,
     "postgresql": postgresql_bench.measure,
+    "mysql": mysql_bench.measure,
     "multi": multi.measure,
 }
 

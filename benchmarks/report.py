@@ -346,6 +346,7 @@ def render(
     lines += sections(results, capacity)
     lines += results.redis_sections
     lines += results.postgresql_sections
+    lines += results.mysql_sections
     if results.plots:
         lines += ["## Plots", "", *(f"![{p}]({p})" for p in results.plots), ""]
     if results.skipped:

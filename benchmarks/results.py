@@ -162,6 +162,7 @@ class Results:
     plots: list[str] = field(default_factory=list)
     redis_sections: list[str] = field(default_factory=list)  # markdown (redis_bench)
     postgresql_sections: list[str] = field(default_factory=list)  # markdown (postgresql_bench)
+    mysql_sections: list[str] = field(default_factory=list)  # markdown (mysql_bench)
 
     def skip(self, what: str, why: str) -> None:
         self.skipped.append((what, why))

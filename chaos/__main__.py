@@ -1,4 +1,4 @@
-"""``python -m chaos [--backend zookeeper|etcd|redis|postgresql|both] [--minutes M]
+"""``python -m chaos [--backend zookeeper|etcd|redis|postgresql|mysql|both] [--minutes M]
 [--seed S] [--storm]`` (``--recheck RUNDIR`` checks a kept run directory again).
 
 Faults come one at a time (chaos/nemesis.py) or, with ``--storm``, overlapping on
@@ -74,7 +74,9 @@ def table(backend: str, reports: list[RunReport], elapsed: float, mode: str) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
     parser.add_argument(
-        "--backend", choices=("zookeeper", "etcd", "redis", "postgresql", "both"), default="both"
+        "--backend",
+        choices=("zookeeper", "etcd", "redis", "postgresql", "mysql", "both"),
+        default="both",
     )
     parser.add_argument("--minutes", type=float, default=2.0, help="total time per backend")
     parser.add_argument("--run-seconds", type=float, default=90.0, help="length of one run")

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("owner")
     parser.add_argument("log")
     parser.add_argument(
-        "--backend", choices=("zookeeper", "etcd", "redis", "postgresql"), required=True
+        "--backend", choices=("zookeeper", "etcd", "redis", "postgresql", "mysql"), required=True
     )
     parser.add_argument("--threads", type=int, default=3)
     parser.add_argument("--seed", default="0")

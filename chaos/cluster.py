@@ -1,5 +1,6 @@
 """The cluster under test: a 3-node ZooKeeper ensemble, a 3-member etcd cluster, one
-persistent Redis primary or one PostgreSQL primary from the project's harness, with
+persistent Redis primary, one PostgreSQL primary or one MariaDB server from the project's
+harness, with
 what the nemesis and the runner need (kill/restart a member, find the leader, ask each
 member its term and leader, restart everything, write markers, read the history)."""
 
@@ -10,6 +11,7 @@ import itertools
 import json
 import logging
 import re
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,16 +19,19 @@ from typing import Any
 
 import semaphore_recipes
 from semaphore_recipes.devtools.etcd_server import EtcdCluster
+from semaphore_recipes.devtools.mysql_server import MariaDBServer
 from semaphore_recipes.devtools.postgresql_server import PostgreSQLServer
+from semaphore_recipes.devtools.programs import find_program
 from semaphore_recipes.devtools.redis_server import RedisServer
 from semaphore_recipes.devtools.zookeeper_server import ZooKeeperEnsemble
 
-from . import history_etcd, history_postgresql, history_redis, history_zk
+from . import history_etcd, history_mysql, history_postgresql, history_redis, history_zk
 from .layout import (
     CLOCK_KEY,
     DATA_NODE,
     ETCD_PREFIX,
     MARKER_NODE,
+    MYSQL_DATABASE,
     PG_SCHEMA,
     REDIS_PREFIX,
     SEMAPHORE,
@@ -41,7 +46,7 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 2.0
 # one member's answer to the leader watch (chaos/leaders.py): short, it polls them in turn
 PROBE_TIMEOUT = 0.5
-# the runner's own statements on PostgreSQL (markers, session expiry, the history)
+# the runner's own statements on PostgreSQL and MariaDB (markers, session expiry, history)
 ADMIN_TIMEOUT = 5
 _SRVR_ZXID = re.compile(r"^Zxid:\s*0x([0-9a-fA-F]+)", re.MULTILINE)
 _SRVR_MODE = re.compile(r"^Mode:\s*(\w+)", re.MULTILINE)
@@ -525,7 +530,156 @@ class PostgreSQLTestCluster:
         self._parent.shutdown()
 
 
-TestCluster = ZkCluster | EtcdTestCluster | RedisTestCluster | PostgreSQLTestCluster
+class MySQLTestCluster:
+    """One MariaDB server with its row-based binary log on, the history read from that
+    log (chaos/history_mysql.py). No leader to kill, no members to lose: its server
+    fault is a restart, in turn a crash (kill -9) and a clean shutdown (SIGTERM). Its
+    own client fault is an operator's expiry of a client's session. A crash loses no
+    acknowledged commit: the binary log and the redo log are written at each commit (the
+    kernel has them; only a machine crash could lose them)."""
+
+    backend = "mysql"
+    server_faults = (FaultKind.RESTART_CLUSTER,)
+    client_faults = (FaultKind.EXPIRE_SESSION,)
+
+    def __init__(self, workdir: Path, session_timeout: float) -> None:
+        self.session_timeout = session_timeout
+        # DATETIME values in UTC whatever the machine's zone: the history reads them so
+        self.server = MariaDBServer(
+            workdir=workdir / "mariadb", settings={"default_time_zone": "+00:00"}
+        )
+        self._stops = itertools.cycle(("kill", "stop"))
+
+    @property
+    def members(self) -> list[str]:
+        return ["mysql"]
+
+    def endpoint(self, member: str) -> str:
+        return self.server.host_port
+
+    def url(self, hosts: list[str]) -> str:
+        return (
+            f"mysql://root@{hosts[0]}/{MYSQL_DATABASE}?session_timeout="
+            f"{self.session_timeout:g}&request_timeout={REQUEST_TIMEOUT:g}"
+        )
+
+    def _admin(self) -> Any:
+        import pymysql
+
+        host, port = self.server.host_port.rsplit(":", 1)
+        return pymysql.connect(
+            host=host, port=int(port), user="root", autocommit=True,
+            connect_timeout=ADMIN_TIMEOUT, read_timeout=ADMIN_TIMEOUT,
+            write_timeout=ADMIN_TIMEOUT,
+        )  # fmt: skip
+
+    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        admin = self._admin()
+        try:
+            with admin.cursor() as cursor:
+                cursor.execute(sql, args)
+                return list(cursor.fetchall())
+        finally:
+            admin.close()
+
+    def start(self) -> None:
+        """The server, the database, the library's tables (a first backend makes them)
+        and the row fenced writes set: before any client."""
+        self.server.start(timeout=60)
+        self._execute(f"CREATE DATABASE IF NOT EXISTS {MYSQL_DATABASE}")
+        semaphore_recipes.connect(self.url([self.server.host_port]), owner="setup").close()
+        self._execute(f"INSERT IGNORE INTO {MYSQL_DATABASE}.sr_data VALUES (%s, '')", (DATA_NODE,))
+
+    def kill(self, member: str) -> None:
+        self.kill_all()
+
+    def revive(self, member: str) -> None:
+        self.start_all()
+
+    def leader(self) -> str:
+        return "mysql"
+
+    def member_views(self) -> list[MemberView]:
+        """No elections with one server: nothing for the leader watch."""
+        return []
+
+    def kill_all(self) -> None:
+        how = next(self._stops)
+        log.info("mysql restart: %s", how)  # (the run's runner.log)
+        if how == "kill":
+            self.server.kill()
+        else:
+            self.server.stop()
+
+    def start_all(self) -> None:
+        self.server.start(timeout=60)
+
+    def wait_healthy(self) -> None:
+        if not self.server.running:
+            self.server.start(timeout=60)
+
+    def expire_session(self, owner: str) -> bool:
+        """Expire the live sessions of client ``owner`` as an operator would; False when
+        the server did not answer (it may be restarting)."""
+        import pymysql
+
+        try:
+            self._execute(
+                f"UPDATE {MYSQL_DATABASE}.sr_sessions SET expires_at = '1970-01-02' "
+                "WHERE owner = %s AND expires_at > SYSDATE(6)",
+                (owner,),
+            )
+        except pymysql.Error as exc:
+            log.info("expiring the session of %s failed: %r", owner, exc)
+            return False
+        return True
+
+    def mark(self, name: str) -> None:
+        self._execute(
+            f"INSERT INTO {MYSQL_DATABASE}.sr_data VALUES (%s, %s) "
+            "ON DUPLICATE KEY UPDATE value = VALUES(value)",
+            (MARKER_NODE, name.encode()),
+        )
+
+    def tick(self) -> None:
+        """Every transaction of the binary log carries its time: no clock key."""
+
+    def history(self) -> tuple[list[HistoryEvent], list[str], list[str]]:
+        """(events, problems, sessions alive): the binary log since the start, decoded
+        by ``mariadb-binlog`` (the server keeps running; its logs are flushed first)."""
+        alive = [
+            str(row[0])
+            for row in self._execute(
+                f"SELECT id FROM {MYSQL_DATABASE}.sr_sessions WHERE expires_at > SYSDATE(6)"
+            )
+        ]
+        self._execute("FLUSH BINARY LOGS")
+        files = sorted(str(p) for p in Path(self.server.workdir).glob("binlog.0*"))
+        decoded = subprocess.run(
+            [
+                find_program("mariadb-binlog"), "--base64-output=DECODE-ROWS", "--verbose",
+                f"--database={MYSQL_DATABASE}", *files,
+            ],
+            capture_output=True, check=False, timeout=300,
+        )  # fmt: skip
+        problems = []
+        if decoded.returncode != 0:
+            problems.append(f"mariadb-binlog failed: {decoded.stderr.decode(errors='replace')}")
+        lines = decoded.stdout.decode("utf-8", errors="surrogateescape").splitlines()
+        layout = history_mysql.MySQLLayout(MYSQL_DATABASE, SEMAPHORE, DATA_NODE, MARKER_NODE)
+        return history_mysql.normalize(history_mysql.parse(lines), layout), problems, alive
+
+    def log_tail(self) -> str:
+        return self.server.log_tail(40)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.server.close()
+
+
+TestCluster = (
+    ZkCluster | EtcdTestCluster | RedisTestCluster | PostgreSQLTestCluster | MySQLTestCluster
+)
 
 
 def make_cluster(backend: str, workdir: Path, session_timeout: float) -> TestCluster:
@@ -535,4 +689,6 @@ def make_cluster(backend: str, workdir: Path, session_timeout: float) -> TestClu
         return RedisTestCluster(workdir, session_timeout)
     if backend == "postgresql":
         return PostgreSQLTestCluster(workdir, session_timeout)
+    if backend == "mysql":
+        return MySQLTestCluster(workdir, session_timeout)
     return EtcdTestCluster(workdir, session_timeout)

@@ -3,7 +3,7 @@
 
 Client faults act on one client slot: kill -9 (a new incarnation starts at once),
 SIGSTOP past the session then SIGCONT, or its proxies cut / black-holed / dropping
-replies / holding bytes (a delay) for a while; on PostgreSQL, also its session expired
+replies / holding bytes (a delay) for a while; on PostgreSQL and MariaDB, also its session expired
 by an operator (its permits are lost, it enters the queue again). Server faults: kill -9
 of the leader or of a member (restarted a little later), or of every member at once (a
 restart of the whole cluster). Every fault is logged with its start and the moment it was healed.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from semaphore_recipes.testing.proxy import FaultProxy
 
-from .cluster import PostgreSQLTestCluster, TestCluster
+from .cluster import MySQLTestCluster, PostgreSQLTestCluster, TestCluster
 from .fleet import ClientSlot
 from .model import Fault, FaultKind
 
@@ -121,7 +121,7 @@ class Injector:
             slot.restore_network()
             self._record(kind, slot.owner, start)
         elif kind is FaultKind.EXPIRE_SESSION:
-            if not isinstance(self.cluster, PostgreSQLTestCluster):
+            if not isinstance(self.cluster, PostgreSQLTestCluster | MySQLTestCluster):
                 raise ValueError(f"{self.cluster.backend} has no session expiry by an operator")
             target = slot.owner
             if self.cluster.expire_session(target):  # (not while the server restarts)

@@ -11,3 +11,4 @@ ZK_SEMAPHORE_PATH = f"/semaphore_recipes/{SEMAPHORE}"
 ETCD_PREFIX = f"/semaphore_recipes/{SEMAPHORE}/"
 REDIS_PREFIX = "chaos"  # the Redis URL's prefix
 PG_SCHEMA = "chaos"  # the PostgreSQL URL's schema
+MYSQL_DATABASE = "chaos"  # the MySQL URL's database

@@ -116,7 +116,7 @@ class FaultKind(enum.Enum):
     BLACKHOLE = "blackhole"
     DROP_REPLIES = "drop_replies"
     DELAY = "delay"  # bytes held both ways, delivered late
-    EXPIRE_SESSION = "expire_session"  # an operator expires a client's session (PostgreSQL)
+    EXPIRE_SESSION = "expire_session"  # an operator expires a client's session (SQL stores)
     # Not injected: an election the runner saw by polling the members (chaos/leaders.py).
     # Elections move every session's or lease's deadline, like a killed leader does.
     LEADER_CHANGE = "leader_change"

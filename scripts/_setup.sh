@@ -1,7 +1,8 @@
 # Sourced by scripts/test and scripts/demo: makes .venv with the project installed and,
 # as root on a machine without them, installs the Debian packages of every program the
-# tests start: ZooKeeper (brings Java), etcd-server, redis-server, postgresql and openssl. The list of those programs
-# is semaphore_recipes/devtools/programs.py; tests/harness/test_programs.py checks that
+# tests start: ZooKeeper (brings Java), etcd-server, redis-server, postgresql,
+# mariadb-server and openssl. The list of those programs is
+# semaphore_recipes/devtools/programs.py; tests/harness/test_programs.py checks that
 # each one's package is installed here.
 set -euo pipefail
 extras="${1:-test}"
@@ -46,6 +47,18 @@ if [ "$extras" = test ] && [ -z "${SEMAPHORE_RECIPES_TEST_POSTGRESQL:-}" ] && ! 
     (pg_ctlcluster --mode fast "$(ls /usr/lib/postgresql | sort -n | tail -1)" main stop >/dev/null 2>&1 || true)
   else
     echo "!! no PostgreSQL: run 'sudo apt-get install -y postgresql' or set SEMAPHORE_RECIPES_TEST_POSTGRESQL=host:port" >&2
+  fi
+fi
+if [ "$extras" = test ] && [ -z "${SEMAPHORE_RECIPES_TEST_MYSQL:-}" ] && [ ! -x /usr/sbin/mariadbd ] && ! command -v mariadbd >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing MariaDB (apt-get install mariadb-server)"
+    [ -n "$(find /var/lib/apt/lists -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null
+    # the package starts a server of its own where it may; the tests start their own
+    (systemctl disable --now mariadb >/dev/null 2>&1 || true)
+    (invoke-rc.d mariadb stop >/dev/null 2>&1 || true)
+  else
+    echo "!! no MariaDB: run 'sudo apt-get install -y mariadb-server' or set SEMAPHORE_RECIPES_TEST_MYSQL=host:port" >&2
   fi
 fi
 if [ "$extras" = test ] && ! command -v openssl >/dev/null; then

@@ -75,6 +75,7 @@ BUILTIN = (
     BackendSpec(
         "postgresql", "semaphore_recipes.postgresql.backend:PostgreSQLBackend", extra="postgresql"
     ),
+    BackendSpec("mysql", "semaphore_recipes.mysql.backend:MySQLBackend", extra="mysql"),
 )
 
 _lock = threading.Lock()

@@ -42,6 +42,12 @@ ROWS = (
     "| semaphore-recipes Semaphore (holder and waiter in two backends) |",
     "| 20 | 1 | 20 |",  # the herd's W=20
     "| raw INSERT + DELETE loop (a connection per thread) |",
+    # MySQL/MariaDB (benchmarks/mysql_bench.py)
+    "## MySQL/MariaDB (issue 26)",
+    "| raw INSERT + DELETE, one PyMySQL connection (the floor) |",
+    "| MySQL named lock (GET_LOCK / RELEASE_LOCK, one connection) |",
+    "| MySQL named lock: GET_LOCK returns on another connection's RELEASE_LOCK (the floor) |",
+    "| raw INSERT + DELETE loop (a PyMySQL connection per thread) |",
 )
 
 
@@ -134,6 +140,11 @@ def test_tiny_run_writes_every_table_and_the_plots_or_says_why_not(
         assert "- postgresql latency: pals Lock: not installed" in report
     else:
         assert "| pals Lock (SQLAlchemy pool) |" in report
+
+    if importlib.util.find_spec("MySQLdb") is None:
+        assert "- mysql latency: mysqlclient floor: not installed (MySQLdb)" in report
+    else:
+        assert "| raw INSERT + DELETE, one mysqlclient connection (C driver) |" in report
 
     if importlib.util.find_spec("etcd3") is None:
         assert "python-etcd3 Lock: python-etcd3 is not installed" in report

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pymysql
 import pytest
 
 from .doc_blocks import DOCUMENTS, ROOT, DocBlock, all_blocks
@@ -50,6 +51,17 @@ def _postgresql_url(found: re.Match[str], server: str, ns: str) -> str:
     )
 
 
+def _mysql_database(ns: str) -> str:
+    """The database of a block's MySQL examples (made by :func:`server_addresses`)."""
+    return "sr_doc_" + re.sub(r"[^a-z0-9_]", "_", ns.lower())[-40:]
+
+
+def _mysql_url(found: re.Match[str], server: str, ns: str) -> str:
+    """A ``mysql://`` URL of the examples on the test server, as root, in a database of
+    the block's own."""
+    return f"mysql://root@{server}/{_mysql_database(ns)}{found.group('query') or ''}"
+
+
 Replacement = str | Callable[["re.Match[str]", str, str], str]
 
 #: (pattern of the examples' text, the fixture of the server it names, its replacement):
@@ -66,6 +78,11 @@ REWRITES: list[tuple[str, str, Replacement]] = [
         r"postgresql://(?P<user>[^@/\s\"']*@)?db1:5432(?P<db>/\w+)?(?P<query>\?[^\s\"']*)?",
         "postgresql_server",
         _postgresql_url,
+    ),
+    (
+        r"mysql://(?P<user>[^@/\s\"']*@)?db1:3306(?P<db>/\w+)?(?P<query>\?[^\s\"']*)?",
+        "mysql_server",
+        _mysql_url,
     ),
     # a port of this machine the test may not have: any free one
     (r"start_http_server\(9100\)", "", "start_http_server(0)"),
@@ -105,7 +122,15 @@ def server_addresses(fixtures: set[str], ns: str, request: pytest.FixtureRequest
         address[fixture] = str(found).removeprefix("http://")
     if "zookeeper_server" in fixtures:
         request.getfixturevalue("zookeeper_admin").ensure_path(ns)
+    if "mysql_server" in fixtures:
+        _make_database(address["mysql_server"], _mysql_database(ns))
     return address
+
+
+def _make_database(host_port: str, database: str) -> None:
+    host, port = host_port.rsplit(":", 1)
+    with pymysql.connect(host=host, port=int(port), user="root") as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{database}`")
 
 
 def _chain(block: DocBlock) -> list[DocBlock]:

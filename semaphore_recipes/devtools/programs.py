@@ -1,7 +1,7 @@
 """Every external program the project starts, and where each comes from: the one list.
 
-The server launchers (``zookeeper_server``, ``etcd_server``, ``redis_server`` and
-``postgresql_server`` beside
+The server launchers (``zookeeper_server``, ``etcd_server``, ``redis_server``,
+``postgresql_server`` and ``mysql_server`` beside
 this module, used by ``semaphore-recipes dev-server``, the demo and the pytest plugin) and
 the test suite find programs only through
 :func:`find_program`, which refuses a name that is not listed here, and
@@ -213,6 +213,28 @@ PROGRAMS: dict[str, ExternalProgram] = {
             Provider.APT,
             "tells when a PostgreSQL server of the tests accepts connections",
             preferred=_postgresql_bin("pg_isready"),
+        ),
+        ExternalProgram(
+            "mariadb-install-db",
+            "mariadb-server",  # depends on mariadb-server-core, which has both programs
+            Provider.APT,
+            "makes the data directory of the MariaDB servers of the tests "
+            "(devtools/mysql_server.py)",
+            fallbacks=("/usr/bin/mariadb-install-db",),
+        ),
+        ExternalProgram(
+            "mariadbd",
+            "mariadb-server",
+            Provider.APT,
+            "the MariaDB servers of the tests (devtools/mysql_server.py)",
+            fallbacks=("/usr/sbin/mariadbd",),  # sbin: not on a user's PATH
+        ),
+        ExternalProgram(
+            "mariadb-binlog",
+            "mariadb-server",  # depends on mariadb-client, which has the program
+            Provider.APT,
+            "decodes the binary log of the fault campaign's MariaDB server (chaos/cluster.py)",
+            fallbacks=("/usr/bin/mariadb-binlog",),
         ),
         ExternalProgram(
             "openssl",

@@ -22,40 +22,18 @@ pooling breaks LISTEN); a failover to an asynchronous standby can lose recent gr
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
-import itertools
 import logging
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any
 
-from ..backend import (
-    RESTORED,
-    SUSPENDED,
-    Backend,
-    Capabilities,
-    Deadline,
-    Enqueued,
-    FencedTransaction,
-    Program,
-    QueueDriver,
-    ServiceURL,
-    SessionState,
-    Waiter,
-    default_owner,
-    run_program,
-    session_lost,
-    validate_name,
-)
-from ..errors import AcquireTimeout, BackendUnavailable, PermissionDenied, SemaphoreError
-from . import multi
+from ..backend import Capabilities, Deadline, Program, ServiceURL, default_owner
+from ..errors import BackendUnavailable, PermissionDenied
+from ..sql.requests import StepArg
+from ..sql.store import SQLBackend
 from .params import DEFAULT_PORT, PostgreSQLParams
-from .queue import PostgreSQLQueue
-from .runner import AsyncRunner, Pause, SchemaMissing, SyncRunner, call
+from .runner import AsyncRunner, SchemaMissing, SyncRunner, call
 from .schema import SCHEMA_VERSION, schema_sql
 from .session import SessionKeeper, new_session_id
 from .transaction import PostgreSQLFencedTransaction
@@ -65,40 +43,32 @@ log = logging.getLogger("semaphore_recipes.postgresql")
 
 __all__ = ["PostgreSQLBackend"]
 
-T = TypeVar("T")
 #: connections a backend's runner opens at most (waiters hold none while they wait)
 POOL_SIZE = 4
 
 
-class PostgreSQLBackend(Backend):
+class PostgreSQLBackend(SQLBackend):
     """Semaphores in one PostgreSQL database (its primary), over one session row."""
 
     scheme = "postgresql"
     capabilities = Capabilities(
         async_face=True, slots=True, acquire_all=True, server_admission=True
     )
-    queue_type = PostgreSQLQueue
     default_port = DEFAULT_PORT
+    keeper: SessionKeeper
 
     def __init__(self, params: PostgreSQLParams, *, owner: str | None = None) -> None:
-        super().__init__(owner=owner or default_owner(), request_timeout=params.request_timeout)
+        super().__init__(
+            owner=owner or default_owner(),
+            request_timeout=params.request_timeout,
+            session=new_session_id(),
+        )
         self.params = params
         self.conninfo = params.conninfo()
-        self.session = new_session_id()
         self.sync = SyncRunner(self.conninfo, params.connect_timeout, POOL_SIZE)
-        self.aio: AsyncRunner | None = None
         #: the keeper's runner: waiters' timed looks, removals retried
         self.background = SyncRunner(self.conninfo, params.connect_timeout, 1)
         self.keeper = SessionKeeper(self)
-        self._queues: dict[str, weakref.WeakSet[PostgreSQLQueue]] = {}
-        self._state_lock = threading.Lock()
-        self._state = SessionState.CONNECTED
-        self._closed = False
-        self._reported_lost: str | None = None  # the session whose end was told
-        self._retries = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="semaphore-recipes-postgresql-bg"
-        )
-        self._ids = itertools.count()
 
     # ---- made from a URL -------------------------------------------------------------------
     @classmethod
@@ -112,7 +82,7 @@ class PostgreSQLBackend(Backend):
             backend.sync.run(backend._opening())
             backend._start()
         except BaseException:
-            backend._shut()
+            backend.shut()
             raise
         return backend
 
@@ -128,7 +98,7 @@ class PostgreSQLBackend(Backend):
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, backend._await_listening)
         except BaseException:
-            backend._shut()
+            backend.shut()
             raise
         return backend
 
@@ -211,9 +181,6 @@ class PostgreSQLBackend(Backend):
                     request_timeout=self.request_timeout, waiting=deadline is not None,
                     retry=retry, user=self.params.user)  # fmt: skip
 
-    text_array = staticmethod(text_array)
-    bytea_array = staticmethod(bytea_array)
-
     def session_args(self, session: str) -> tuple[str, str, str, str]:
         """The parameters of ``open_session`` for ``session``."""
         ms = str(int(self.params.session_timeout * 1000))
@@ -224,164 +191,46 @@ class PostgreSQLBackend(Backend):
         ms = int(self.params.session_timeout * 1000)
         return {"options": f"-c idle_in_transaction_session_timeout={ms}"}
 
-    def new_entry_id(self) -> str:
-        """An entry id of the current session, never given twice by this backend."""
-        return f"{self.session}.{next(self._ids)}"
+    def step(
+        self,
+        name: str,
+        args: Sequence[StepArg],
+        where: str,
+        *,
+        deadline: Deadline | None = None,
+        retry: bool = True,
+    ) -> Program[str | None]:
+        """``SELECT <schema>.<name>($1, ...)``: lists become arrays, flags ``t``/``f``."""
+        placeholders = ", ".join(f"${i}" for i in range(1, len(args) + 1))
+        return self.statement(
+            f"SELECT {{s}}.{name}({placeholders})",
+            [_param(arg) for arg in args],
+            where,
+            deadline=deadline,
+            retry=retry,
+        )
 
-    # ---- running programs: the runner --------------------------------------------------------
-    def run(self, program: Program[T]) -> T:
-        refusal = self.refusal()
-        if refusal is not None:
-            return run_program(program, _answering(refusal))
-        return self.sync.run(program)
+    def fenced_transaction(
+        self, entries: Sequence[tuple[str, str]], token: int
+    ) -> PostgreSQLFencedTransaction:
+        return PostgreSQLFencedTransaction(self, entries, token)
 
-    async def run_async(self, program: Program[T]) -> T:
-        refusal = self.refusal()
-        if refusal is not None:
-            return run_program(program, _answering(refusal))
-        assert self.aio is not None, "the asyncio face's calls need from_url_async"
-        return await self.aio.run(program)
+    def stop_keeper(self) -> None:
+        self.keeper.stop()
 
-    def in_background(self, program: Callable[[], Program[Any]]) -> None:
-        """Run ``program()`` on the background runner, tried again until it works or
-        the session is over (a removal: the session's end removes the entry anyway)."""
-        session = self.session
-
-        def attempt() -> None:
-            while not self._closed and self.session == session:
-                try:
-                    self.background.run(program())
-                    return
-                except SemaphoreError as exc:
-                    log.info("postgresql background write failed (%s); trying again", exc)
-                    time.sleep(0.5)
-
-        with contextlib.suppress(RuntimeError):  # closed: the session's end removes the rest
-            self._retries.submit(attempt)
-
-    def removal(
-        self, what: str, first: Program[Any], again: Callable[[], Program[Any]]
-    ) -> Program[bool]:
-        """Run the removal ``first`` (``what``) within the request timeout: True once
-        applied. Not confirmed in time, or interrupted: ``again()`` in the background
-        (a removal repeats harmlessly), and an interrupt goes on."""
-        try:
-            yield from first
-        except BackendUnavailable as exc:
-            if not self._closed:
-                log.warning("%s failed (%s); retrying", what, exc)
-                self.in_background(again)
-            return False
-        except Exception:
-            raise
-        except BaseException:
-            self.in_background(again)
-            raise
-        return True
-
-    def await_new_session(self, old: str, deadline: Deadline) -> Program[None]:
-        """Wait (within ``deadline``) until the keeper replaced the session ``old``."""
-        self.keeper.wake()
-        while self.session == old:
-            self.check_open()
-            if deadline.expired():
-                raise AcquireTimeout(f"{self.describe()}: no new session in time")
-            yield Pause(deadline.cap(0.05))
-
-    def queues(self, name: str | None = None) -> list[PostgreSQLQueue]:
-        """The open queues (of semaphore ``name``)."""
-        with self._state_lock:
-            if name is not None:
-                return list(self._queues.get(name, ()))
-            return [q for found in self._queues.values() for q in found]
-
-    # ---- the session, as the keeper finds it -----------------------------------------------
-    def session_suspended(self) -> None:
-        with self._state_lock:
-            if self._state is not SessionState.CONNECTED:
-                return
-            self._state = SessionState.SUSPENDED
-        self.publish(SUSPENDED)
-
-    def session_restored(self) -> None:
-        with self._state_lock:
-            if self._state is not SessionState.SUSPENDED:
-                return
-            self._state = SessionState.CONNECTED
-        self.publish(RESTORED)
-
-    def session_ended(self, old: str, new: str | None, why: str) -> None:
-        """The session ``old`` is over (``new`` replaces it, once made): permits are
-        LOST, waiters with entries of ``old`` enter the queue again."""
-        with self._state_lock:
-            tell = self._reported_lost != old
-            self._reported_lost = old
-            if new is not None:
-                self.session = new
-                self._state = SessionState.CONNECTED
-            else:
-                self._state = SessionState.EXPIRED
-        if tell:
-            log.warning("postgresql session %s ended: %s", old, why)
-            self.publish(session_lost(f"the postgresql session ended: {why}"))
-            self.requeue_waiters(
-                lambda entry_id: entry_id is not None and entry_id.startswith(old + ".")
-            )
-        if new is not None:
-            log.info("%s: new session %s", self.describe(), new)
-
-    def check_holders(self, execute: Callable[[bytes, tuple[str, ...]], str | None]) -> None:
-        """After a renewal: report watched holder entries that are gone."""
+    def holder_exists(
+        self, execute: Callable[[bytes, tuple[str, ...]], str | None]
+    ) -> Callable[[str, str, int], bool]:
+        """After a renewal (on the keeper's connection): is a watched holder entry there?"""
         sql = self.sql(
             "SELECT count(*) FROM {s}.entries WHERE semaphore = $1 AND id = $2 "
             "AND token = $3 AND {s}.live(session)"
         )
-        for queue in self.queues():
-
-            def exists(key: str, token: int, name: str = queue.name) -> bool:
-                return execute(sql, (name, key, str(token))) == "1"
-
-            queue.check_holders(exists)
+        return lambda name, key, token: execute(sql, (name, key, str(token))) == "1"
 
     # ---- Backend ---------------------------------------------------------------------------
-    def open_queue(
-        self, name: str, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> Program[QueueDriver]:
-        queue = PostgreSQLQueue(self, name)
-        with self._state_lock:
-            self._queues.setdefault(name, weakref.WeakSet()).add(queue)
-        return queue.open(capacity, adopt_capacity=adopt_capacity, create=create)
-
-    def enqueue_all(
-        self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
-    ) -> Program[dict[str, Enqueued]]:
-        return multi.enqueue_all(self, queues, deadline)
-
-    def delete_all(self, queues: Sequence[tuple[QueueDriver, Waiter]]) -> Program[None]:
-        return multi.delete_all(self, queues)
-
-    def transaction_all(
-        self, entries: Sequence[tuple[QueueDriver, str]], token: int
-    ) -> FencedTransaction:
-        return PostgreSQLFencedTransaction(self, [(q.name, k) for q, k in entries], token)
-
     def describe(self) -> str:
         return self.params.describe()
-
-    @property
-    def session_state(self) -> SessionState:
-        with self._state_lock:
-            return SessionState.CLOSED if self._closed else self._state
-
-    def refusal(self) -> BackendUnavailable | None:
-        if self._closed:
-            return BackendUnavailable(f"the backend of {self.describe()} is closed")
-        return None
-
-    def check_open(self) -> None:
-        refusal = self.refusal()
-        if refusal is not None:
-            raise refusal
 
     def reading(self, key: str) -> Program[bytes | None]:
         value = yield from self.statement(
@@ -389,65 +238,23 @@ class PostgreSQLBackend(Backend):
         )
         return None if value is None else bytes.fromhex(value)
 
-    def data_key(self, semaphore: str, name: str = "data") -> str:
-        return f"{validate_name(semaphore)}/{validate_name(name)}"
-
-    def deleting_semaphore(self, name: str) -> Program[None]:
-        yield from self.statement("SELECT {s}.delete_semaphore($1)", (name,), self.describe())
-
-    def _ending(self) -> Program[None]:
-        yield from self.statement("SELECT {s}.end_session($1)", (self.session,), self.describe())
-
-    def _closing(self) -> bool:
-        with self._state_lock:
-            if self._closed:
-                return False
-            self._closed = True
-        return True
-
-    def close(self) -> None:
-        """End the session (its entries go; waiters of others are admitted at once)
-        and stop the keeper; idempotent. Within the request timeout: when the server
-        does not answer, the session expires after the session timeout."""
-        if not self._closing():
-            return
-        self.keeper.stop()  # (first: it must not find the session ended and replace it)
-        try:
-            self.sync.run(self._ending())
-        except SemaphoreError as exc:
-            log.warning("%s: closing: %s", self.describe(), exc)
-        self._shut()
-        self.fail("the postgresql backend was closed")
-
-    async def close_async(self) -> None:
-        if not self._closing():
-            return
-        assert self.aio is not None
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.keeper.stop)
-        try:
-            await self.aio.run(self._ending())
-        except SemaphoreError as exc:
-            log.warning("%s: closing: %s", self.describe(), exc)
-        self._shut()
-        self.fail("the postgresql backend was closed")
-
-    def _shut(self) -> None:
-        self._closed = True
-        self.keeper.stop()
-        self._retries.shutdown(wait=False, cancel_futures=True)
-        for runner in (self.sync, self.background, self.aio):
-            if runner is not None:
-                runner.close()
-
 
 @lru_cache(maxsize=256)
 def _with_schema(template: str, schema: str) -> str:
     return template.replace("{s}", schema)
 
 
-def _answering(refusal: BackendUnavailable) -> Callable[[object], object]:
-    def answer(request: object) -> object:
-        raise refusal
-
-    return answer
+def _param(arg: StepArg) -> Param:
+    """A step's argument as libpq takes it (text; arrays in their text form)."""
+    if arg is None or isinstance(arg, (str, bytes)):
+        return arg
+    if isinstance(arg, bool):
+        return "t" if arg else "f"
+    if isinstance(arg, int):
+        return str(arg)
+    items: list[object] = list(arg)
+    if all(isinstance(item, str) for item in items):
+        return text_array([str(item) for item in items])
+    if all(isinstance(item, bytes) for item in items):
+        return bytea_array([item for item in items if isinstance(item, bytes)])
+    return "{" + ",".join(str(item) for item in items) + "}"

@@ -19,7 +19,7 @@ import asyncio
 import select
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -34,6 +34,7 @@ from ..errors import (
     PermissionDenied,
     SemaphoreError,
 )
+from ..sql.requests import Pause, Soon
 from .wire import (
     ConnectRefused,
     NoReply,
@@ -68,24 +69,6 @@ class Statement:
     sql: bytes
     params: tuple[Param, ...] | None
     timeout: float
-
-
-@dataclass(frozen=True)
-class Pause:
-    """Wait ``seconds`` (before sending a statement again)."""
-
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Soon:
-    """Start ``program()`` once the step that yields this is over, not waiting for it
-    (``failed()`` when it ends with a SemaphoreError). The asyncio runner starts it on
-    the loop's next turn, once the awaiting task has ended its step; the blocking
-    runner runs it at once."""
-
-    program: Callable[[], Program[object]]
-    failed: Callable[[], None]
 
 
 class SchemaMissing(SemaphoreError):

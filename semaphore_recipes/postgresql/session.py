@@ -116,6 +116,10 @@ class SessionKeeper:
             heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_ids), program))
         self._poke()  # (its timer may come before the next renewal: not a renewal itself)
 
+    def watch(self, session: str) -> None:
+        """(PostgreSQL cannot tell a client's end apart from a reconnect: the timed
+        looks find a crashed holder, docs/design.md section 11.)"""
+
     # ---- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
         try:
@@ -215,7 +219,7 @@ class SessionKeeper:
                 self._suspended = False
                 log.info("postgresql session %s renewed again: permits restored", session)
                 backend.session_restored()
-            backend.check_holders(lambda sql, params: self._execute(conn, sql, params))
+            backend.check_holders(backend.holder_exists(lambda sql, p: self._execute(conn, sql, p)))
             return
         self._replace(conn, session, "the session expired on the server")
 

@@ -31,6 +31,7 @@ import psycopg
 
 from ..backend import FencedTransaction, Program
 from ..errors import BackendUnavailable, PermitLost, WriteConflict
+from .wire import bytea_array, text_array
 
 if TYPE_CHECKING:
     from .backend import PostgreSQLBackend
@@ -50,10 +51,9 @@ class PostgreSQLFencedTransaction(FencedTransaction):
         self.token = token
 
     def _fence_params(self) -> tuple[str, str, str]:
-        backend = self.backend
         return (
-            backend.text_array([name for name, _ in self.entries]),
-            backend.text_array([key for _, key in self.entries]),
+            text_array([name for name, _ in self.entries]),
+            text_array([key for _, key in self.entries]),
             str(self.token),
         )
 
@@ -74,9 +74,9 @@ class PostgreSQLFencedTransaction(FencedTransaction):
             "SELECT {s}.fenced_write($1, $2, $3, $4, $5, $6)",
             (
                 *self._fence_params(),
-                backend.text_array([w.kind.value for w in self.writes]),
-                backend.text_array([w.key for w in self.writes]),
-                backend.bytea_array([w.value for w in self.writes]),
+                text_array([w.kind.value for w in self.writes]),
+                text_array([w.key for w in self.writes]),
+                bytea_array([w.value for w in self.writes]),
             ),
             f"a fenced write on {backend.describe()}",
             retry=False,

@@ -206,10 +206,12 @@ class NetworkHarness(Harness):
         proxies = [FaultProxy(server).start() for server in self._servers]
         after_scheme = self.url.split("://", 1)[1]
         path_and_query = after_scheme[after_scheme.index("/") :]
-        addresses = ",".join(p.address for p in proxies)
+        # the user (``mysql://root@host/db``) stays: only the servers are replaced
+        user, at, _ = after_scheme[: after_scheme.index("/")].rpartition("@")
+        netloc = user + at + ",".join(p.address for p in proxies)
         try:
             backend = self._make(
-                url=f"{self.kind}://{addresses}{path_and_query}",
+                url=f"{self.kind}://{netloc}{path_and_query}",
                 session_timeout=session_timeout,
                 face=self.face,
                 **options,

@@ -788,6 +788,113 @@ def postgresql_harness(
     harness.close()
 
 
+# ---- mysql ------------------------------------------------------------------------
+
+ENV_MYSQL = "SEMAPHORE_RECIPES_TEST_MYSQL"
+
+
+class ExternalMySQL:
+    """A MariaDB/MySQL server the tests did not start (``SEMAPHORE_RECIPES_TEST_MYSQL``:
+    ``host:port``; its ``root`` user must log in without a password)."""
+
+    def __init__(self, host_port: str) -> None:
+        self.host_port = host_port
+
+    def log_tail(self, lines: int = 200) -> str:
+        return f"(external mysql {self.host_port}: no log here)"
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="session")
+def _mysql_server_session() -> Iterator[Any]:
+    from ..devtools.mysql_server import MariaDBNotFound, MariaDBServer
+
+    external = os.environ.get(ENV_MYSQL)
+    if external:
+        yield ExternalMySQL(external.removeprefix("mysql://"))
+        return
+    try:
+        server = MariaDBServer().start_or_close()
+    except MariaDBNotFound as exc:
+        pytest.fail(f"no MariaDB for the tests: {exc}, or set {ENV_MYSQL}=host:port", False)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def mysql_server(request: pytest.FixtureRequest, _mysql_server_session: Any) -> Any:
+    """The session's MariaDB server (one for every test: each has its own database)."""
+    _attach_logs(request, _mysql_server_session, "mysql")
+    return _mysql_server_session
+
+
+@pytest.fixture
+def mysql_database(sr_namespace: str) -> str:
+    """The database of this test: ``sr_<test>_<random>`` (an unquoted identifier of at
+    most 64 characters, MySQL's limit)."""
+    name = "".join(c if c.isalnum() else "_" for c in sr_namespace.lower().split("/")[-1])
+    return f"sr_{name[-60:]}".replace("__", "_")
+
+
+@pytest.fixture
+def mysql_url(mysql_server: Any, mysql_database: str) -> str:
+    return f"mysql://root@{mysql_server.host_port}/{mysql_database}?session_timeout=4"
+
+
+@pytest.fixture
+def mysql_admin(mysql_server: Any, mysql_database: str) -> Iterator[Any]:
+    """A PyMySQL connection (autocommit) to the server as ``root``; the test's database
+    is created before the test and dropped at teardown."""
+    import pymysql
+
+    host, port = mysql_server.host_port.rsplit(":", 1)
+    conn = pymysql.connect(host=host, port=int(port), user="root", autocommit=True)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{mysql_database}`")
+        yield conn
+        with conn.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{mysql_database}`")
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def mysql_backend(
+    mysql_url: str, mysql_admin: Any, mysql_database: str
+) -> Iterator[Callable[..., Any]]:
+    """Like ``zookeeper_backend``, for MySQL (entries of live sessions are leftovers)."""
+    from .mysql_harness import live_mysql_entries
+
+    yield from _backend_factory(mysql_url, lambda: live_mysql_entries(mysql_admin, mysql_database))
+
+
+@pytest.fixture
+def mysql_harness(
+    mysql_url: str,
+    mysql_backend: Callable[..., Any],
+    mysql_server: Any,
+    mysql_admin: Any,
+    mysql_database: str,
+) -> Iterator[Any]:
+    """A ``MySQLHarness`` of the session's server, into ``mysql_database``."""
+    from .mysql_harness import MySQLHarness
+
+    harness = MySQLHarness(
+        mysql_url,
+        mysql_backend,
+        server=mysql_server,
+        database=mysql_database,
+        admin=mysql_admin,
+    )
+    yield harness
+    harness.close()
+
+
 # ---- memory ---------------------------------------------------------------------
 
 

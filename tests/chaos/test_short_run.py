@@ -1,7 +1,7 @@
 """Short chaos runs (fixed seeds): the nemesis's faults against client processes, then
 the store's history must show no violation. The suite has one run per mode and store
-family within its time budget (ZooKeeper plain, etcd storm, Redis, PostgreSQL); the other
-pairs are the soak's (`bash scripts/chaos`)."""
+family within its time budget (ZooKeeper plain, etcd storm, Redis, PostgreSQL, MariaDB);
+the other pairs are the soak's (`bash scripts/chaos`)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,18 @@ def test_short_postgresql_chaos_run_finds_no_violation() -> None:
     own (logical decoding), with the server's grants, which the checker checks too."""
     seconds = min(SECONDS, 10.0)
     report = run_once(RunConfig(backend="postgresql", seconds=seconds, seed="61", clients=3))
+    summary = report.summary()
+    assert report.result.fenced_writes > 0 and report.acquisitions > 0, summary
+    assert report.faults, summary
+    assert summary["violations"] == {}, "\n".join(summary["details"])
+
+
+@pytest.mark.slow
+def test_short_mysql_chaos_run_finds_no_violation() -> None:
+    """One MariaDB server, 10 s (under 30 s in all): the history is its binary log, with
+    the server's grants, which the checker checks too."""
+    seconds = min(SECONDS, 10.0)
+    report = run_once(RunConfig(backend="mysql", seconds=seconds, seed="71", clients=3))
     summary = report.summary()
     assert report.result.fenced_writes > 0 and report.acquisitions > 0, summary
     assert report.faults, summary

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from semaphore_recipes.testing.harness import Harness
+from semaphore_recipes.testing.mysql_harness import MySQLHarness
+from semaphore_recipes.testing.postgresql_harness import PostgreSQLHarness
 
 CLI = [sys.executable, "-m", "semaphore_recipes.cli"]
 
@@ -168,6 +170,10 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+#: the stores whose harness lists their semaphores and entries from their tables
+SQL_STORES = ("postgresql", "mysql")
+
+
 @dataclass
 class Store:
     """The service of the test plus ways to look at and break what is stored."""
@@ -188,19 +194,17 @@ class Store:
         """Whether the semaphore exists in the store (read with the admin client)."""
         if self.kind == "redis":
             return bool(self.admin.exists(f"{self.namespace.strip('/')}:s:{name}:cfg"))
-        if self.kind == "postgresql":
-            from semaphore_recipes.testing.postgresql_harness import PostgreSQLHarness
-
-            assert isinstance(self.service, PostgreSQLHarness)
+        if self.kind in SQL_STORES:
+            assert isinstance(self.service, (PostgreSQLHarness, MySQLHarness))
             return name in self.service.semaphores()
         if self.kind == "zookeeper":
             return self.admin.exists(f"{self.namespace}/semaphore_recipes/{name}") is not None
         return bool(self.admin.range(f"{self.namespace}/{name}/config".encode()).kvs)
 
     def entries(self, name: str) -> list[Any]:
-        """ZooKeeper: entry node paths; etcd: the entries' key-values; Redis and
-        PostgreSQL: the harness's names of the live entries."""
-        if self.kind in ("redis", "postgresql"):
+        """ZooKeeper: entry node paths; etcd: the entries' key-values; Redis and the SQL
+        stores: the harness's names of the live entries."""
+        if self.kind in ("redis", *SQL_STORES):
             return self.service.entries(name)
         if self.kind == "zookeeper":
             path = f"{self.namespace}/semaphore_recipes/{name}"
@@ -214,11 +218,11 @@ class Store:
 
     def revoke(self, name: str) -> None:
         """Take the only permit of ``name`` away from outside: ZooKeeper deletes the
-        entry node, etcd revokes the holder's lease, Redis and PostgreSQL remove the
+        entry node, etcd revokes the holder's lease, Redis and the SQL stores remove the
         entry as an operator's tool would (its client is told)."""
         entries = self.entries(name)
         assert len(entries) == 1, entries
-        if self.kind in ("redis", "postgresql"):
+        if self.kind in ("redis", *SQL_STORES):
             self.service.delete_entry(entries[0])
         elif self.kind == "zookeeper":
             self.admin.delete(entries[0])

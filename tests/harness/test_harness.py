@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from semaphore_recipes.client import Client
 from semaphore_recipes.testing.etcd_harness import EtcdHarness
-from semaphore_recipes.testing.harness import Harness, Verb, VerbNotSupported
+from semaphore_recipes.testing.harness import Harness, NetworkHarness, Verb, VerbNotSupported
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
 
 from ..conftest import needs, wait_until
@@ -94,3 +95,40 @@ def test_the_backend_factory_keeps_the_url_parameters_when_it_sets_the_session_t
     backend = zookeeper_backend(f"{zookeeper_url}&request_timeout=7", session_timeout=6)
     assert backend.request_timeout == 7
     assert backend.session_timeout == pytest.approx(6, abs=1)
+
+
+class Unopened:
+    """Stands for a backend the test never opens: the harness only closes it."""
+
+    def close(self) -> None:
+        return None
+
+
+class UserURLHarness(NetworkHarness):
+    """A store whose URL names its user before the servers (``mysql://root@host/db``)."""
+
+    kind = "userurl"
+
+    def entries(self, name: str | None = None) -> list[str]:
+        return []
+
+    def delete_entry(self, entry: str) -> None:
+        raise LookupError(entry)
+
+
+def test_a_proxied_backend_keeps_the_user_of_the_url() -> None:
+    opened: list[str] = []
+
+    def make(*, url: str, **_: Any) -> Client:
+        opened.append(url)
+        return cast(Client, Unopened())
+
+    harness = UserURLHarness(
+        "userurl://root@127.0.0.1:1/db?session_timeout=4", make, ["127.0.0.1:1"]
+    )
+    try:
+        harness.connect(proxied=True)
+    finally:
+        harness.close()
+    assert re.fullmatch(r"userurl://root@127\.0\.0\.1:\d+/db\?session_timeout=4", opened[0])
+    assert not opened[0].startswith("userurl://root@127.0.0.1:1/")

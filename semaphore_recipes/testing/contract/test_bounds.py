@@ -48,18 +48,21 @@ def call_with_a_bound(call: Callable[[], Any], limit: float) -> tuple[float, Any
 @pytest.fixture
 def proxy(service: Harness) -> Iterator[FaultProxy]:
     needs(service, Verb.CUT)
-    upstream = service.url.split("//", 1)[1].split("/", 1)[0]
+    upstream = service.url.split("//", 1)[1].split("/", 1)[0].rpartition("@")[2]
     with FaultProxy(upstream) as p:
         yield p
 
 
 def _proxied_backend(service: Harness, proxy: FaultProxy, **params: object) -> Any:
-    path, _, harness_query = service.url.split("//", 1)[1].split("/", 1)[1].partition("?")
+    netloc, path = service.url.split("//", 1)[1].split("/", 1)
+    path, _, harness_query = path.partition("?")
+    user = netloc.rpartition("@")[0]  # (mysql://root@host/db: the user is kept)
     # (the harness's own parameters kept: a schema, a user; those given replace them)
     merged = dict(parse_qsl(harness_query)) | {k: str(v) for k, v in params.items()}
     query = "&".join(f"{k}={v}" for k, v in merged.items())
     path = "/" + path
-    return service.connect(url=f"{service.kind}://{proxy.address}{path}?{query}")
+    at = f"{user}@" if user else ""
+    return service.connect(url=f"{service.kind}://{at}{proxy.address}{path}?{query}")
 
 
 @pytest.mark.parametrize("fault", ["blackhole", "cut"])

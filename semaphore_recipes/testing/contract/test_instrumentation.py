@@ -49,8 +49,13 @@ def test_metrics_count_grants_timeouts_waits_and_a_lost_permit(service: Harness)
     got: list[object] = []
     waiter = threading.Thread(target=lambda: got.append(sem.acquire(1, timeout=30)))
     waiter.start()
+    # (waiting as the client counts it, and queued in the store: the enqueue may still be
+    # on its way when the client counts the request)
     wait_until(
-        lambda: value(scrape(registry), "semaphore_recipes_requests_waiting", semaphore="m") == 1
+        lambda: (
+            value(scrape(registry), "semaphore_recipes_requests_waiting", semaphore="m") == 1
+            and value(scrape(registry), "semaphore_recipes_queue_length", semaphore="m") == 1
+        )
     )
     s = scrape(registry)
     assert value(s, "semaphore_recipes_permits_held", semaphore="m") == 2

@@ -1,27 +1,28 @@
-"""One semaphore's queue in PostgreSQL: each protocol step one statement the server decides.
+"""One semaphore's queue in a SQL database: each protocol step one call the server decides.
 
-Admission is decided in the database (:mod:`.schema`), with the semaphore's row locked:
-an enqueue that fits is admitted in its own round trip, and a release, an abandoned
-entry or a capacity increase admits exactly the waiters that now fit and notifies each
-one's client on its channel. The store declares it (``server_admission``): the core
-protocol never arms, relists nor writes a held mark here; what this driver tells it is
-the server's decision:
+Admission is decided in the database (each dialect's schema), with the semaphore's row
+locked: an enqueue that fits is admitted in its own round trip, and a release, an
+abandoned entry or a capacity increase admits exactly the waiters that now fit and
+tells each one's client (PostgreSQL: a notification; MySQL: a notice and a wake-up).
+The store declares it (``server_admission``): the core protocol never arms, relists
+nor writes a held mark here; what this driver tells it is the server's decision:
 
 * the enqueue answers whether it was admitted (``Enqueued.admitted``; also when the
   notification overtook the reply);
 * a later notification posts ``StoreAdmitted`` for the entry;
 * a waiter that hears nothing looks again (``check``) when the first other live
-  session of the schema would expire: a crashed holder is noticed within the session
-  timeout and a little.
+  session would expire: a crashed holder is noticed within the session timeout and
+  a little.
 
 On connection loss a waiting entry looks once when the keeper listens again; when the
 session expired, its entries are dead and the waiters enter the queue again with the
-new session (``PostgreSQLBackend.session_ended``).
+new session (``SQLBackend.session_ended``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from ..backend import (
     Enqueued,
     Entry,
     EntryStatus,
+    FencedTransaction,
     Program,
     QueueDriver,
     SessionLost,
@@ -41,14 +43,20 @@ from ..backend import (
     validate_capacity,
 )
 from ..errors import CapacityMismatch, SemaphoreNotFound
-from .runner import Soon
-from .transaction import PostgreSQLFencedTransaction
+from .requests import Soon, StepArg
 
 if TYPE_CHECKING:
-    from .backend import PostgreSQLBackend
+    from .store import SQLBackend
+
+log = logging.getLogger("semaphore_recipes.sql")
 
 #: a look after the session a waiter depends on would have expired comes this much later
 CHECK_MARGIN = 0.05
+
+
+def flag(value: object) -> bool:
+    """A flag of a reply: JSON true or false, or (MySQL) the numbers 1 and 0, as text or not."""
+    return value in (True, 1, "1", "t", "true")
 
 
 @dataclass
@@ -70,48 +78,44 @@ class EntryView:
     capacity: int
     version: int
     check_in: float | None  # seconds; None: nothing to time
+    watch: str | None = None  # (MySQL) the session of a holder whose end it may learn of
 
     @classmethod
     def parse(cls, reply: list[Any]) -> EntryView:
-        _, token, held, capacity, version, check_in = reply
+        _, token, held, capacity, version, check_in, *rest = reply
         return cls(
             token=int(token),
-            held=bool(held),
+            held=flag(held),
             capacity=int(capacity),
             version=int(version),
             check_in=int(check_in) / 1000 if int(check_in) >= 0 else None,
+            watch=str(rest[0]) if rest and rest[0] else None,
         )
 
 
-class PostgreSQLQueue(QueueDriver):
-    backend: PostgreSQLBackend
+class SQLQueue(QueueDriver):
+    backend: SQLBackend
 
-    def __init__(self, backend: PostgreSQLBackend, name: str) -> None:
+    def __init__(self, backend: SQLBackend, name: str) -> None:
         super().__init__(name, backend)
         self.where = f"semaphore {name!r} on {backend.describe()}"
         self._routes: dict[str, _Route] = {}
         self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
 
-    def _statement(
-        self, sql: str, *params: str, deadline: Deadline | None = None, retry: bool = True
-    ) -> Program[Any]:
-        """One statement (``{s}`` is the schema), its reply parsed as JSON (None: NULL)."""
-        reply = yield from self.backend.statement(
-            sql, params, self.where, deadline=deadline, retry=retry
-        )
+    def _step(self, name: str, *args: StepArg, deadline: Deadline | None = None) -> Program[Any]:
+        """Step ``name``, its reply parsed as JSON (None: NULL)."""
+        reply = yield from self.backend.step(name, args, self.where, deadline=deadline)
         return None if reply is None else json.loads(reply)
 
     # ---- opening and capacity ----------------------------------------------------------
     def open(
         self, capacity: int | None, *, adopt_capacity: bool, create: bool
-    ) -> Program[PostgreSQLQueue]:
-        requested = str(capacity) if create and capacity else None
-        reply = yield from self.backend.statement(
-            "SELECT {s}.open_semaphore($1, $2)", (self.name, requested), self.where
-        )
+    ) -> Program[SQLQueue]:
+        requested = capacity if create and capacity else None
+        reply = yield from self._step("open_semaphore", self.name, requested)
         if reply is None:
             raise SemaphoreNotFound(self.name, self.backend.describe())
-        stored, version = json.loads(reply)
+        stored, version = int(reply[0]), int(reply[1])
         self.apply_capacity(stored, version)
         if capacity is not None and stored != capacity and not adopt_capacity:
             raise CapacityMismatch(self.name, capacity, stored)
@@ -122,9 +126,7 @@ class PostgreSQLQueue(QueueDriver):
         return self._setting_capacity(capacity)
 
     def _setting_capacity(self, capacity: int) -> Program[None]:
-        version = yield from self._statement(
-            "SELECT {s}.set_capacity($1, $2)", self.name, str(capacity)
-        )
+        version = yield from self._step("set_capacity", self.name, capacity)
         if version is None:
             raise SemaphoreNotFound(self.name, self.backend.describe())
         self.apply_capacity(capacity, int(version))
@@ -137,9 +139,8 @@ class PostgreSQLQueue(QueueDriver):
             session = self.backend.session
             entry_id = self.backend.new_entry_id()
             self.creating(waiter, entry_id)
-            reply = yield from self._statement(
-                "SELECT {s}.enqueue($1, $2, $3, $4, $5)",
-                self.name, entry_id, session, waiter.owner, str(waiter.weight),
+            reply = yield from self._step(
+                "enqueue", self.name, entry_id, session, waiter.owner, waiter.weight,
                 deadline=deadline,
             )  # fmt: skip
             if reply[0] == "lost":  # our session expired: the keeper makes a new one
@@ -172,7 +173,7 @@ class PostgreSQLQueue(QueueDriver):
             if route is not None:
                 route.admitted = admitted
         if not admitted:
-            self.time_check(entry_id, view.check_in)
+            self.time_check(entry_id, view)
         self.apply_capacity(view.capacity, view.version)
         capacity, version = self.capacity_answer()
         return Enqueued(
@@ -185,9 +186,13 @@ class PostgreSQLQueue(QueueDriver):
             admitted=admitted,
         )
 
-    def time_check(self, entry_id: str, check_in: float | None) -> None:
-        if check_in is not None:
-            self.backend.keeper.schedule(check_in + CHECK_MARGIN, lambda: self.check(entry_id))
+    def time_check(self, entry_id: str, view: EntryView) -> None:
+        """A waiting entry's next look, and the holder whose end it may hear of sooner."""
+        if view.check_in is not None:
+            delay = view.check_in + CHECK_MARGIN
+            self.backend.keeper.schedule(delay, lambda: self.check(entry_id))
+        if view.watch is not None:
+            self.backend.keeper.watch(view.watch)
 
     # ---- what the server tells us (the keeper's thread) -----------------------------------
     def admitted(self, entry_id: str, capacity: int, version: int) -> None:
@@ -196,8 +201,12 @@ class PostgreSQLQueue(QueueDriver):
         with self._lock:
             route = self._routes.get(entry_id)
             if route is None or route.admitted:
+                log.debug("%s: admitted %s: %s", self.where, entry_id,
+                          "no route" if route is None else "already")  # fmt: skip
                 return
             route.admitted = True
+        log.debug("%s: admitted %s: posted for generation %d", self.where, entry_id,
+                  route.generation)  # fmt: skip
         route.waiter.post(route.generation, StoreAdmitted(entry_id))
 
     def deleted(self, entry_id: str) -> None:
@@ -214,14 +223,14 @@ class PostgreSQLQueue(QueueDriver):
             route = self._routes.get(entry_id)
             if route is None or route.admitted:
                 return
-        reply = yield from self._statement("SELECT {s}.check($1, $2)", self.name, entry_id)
+        reply = yield from self._step("check", self.name, entry_id)
         if reply[0] != "ok":
             return  # gone: its waiter hears of it from its session
         view = EntryView.parse(reply)
         if view.held:
             self.admitted(entry_id, view.capacity, view.version)
         else:
-            self.time_check(entry_id, view.check_in)
+            self.time_check(entry_id, view)
 
     def waiting_entries(self) -> list[str]:
         """Our entries still waiting for their admission (looked at after a reconnect)."""
@@ -263,19 +272,11 @@ class PostgreSQLQueue(QueueDriver):
         """Delete our entry ``key`` (its slot records go with it) and, with ``sweep``,
         admit what fits."""
         self.leaving(key)
-        yield from self.backend.statement(
-            "SELECT {s}.remove($1, $2, $3, $4)",
-            (
-                self.backend.text_array([self.name]),
-                self.backend.text_array([key]),
-                self.backend.session,
-                "t" if sweep else "f",
-            ),
-            self.where,
-        )
+        args = ([self.name], [key], self.backend.session, sweep)
+        yield from self.backend.step("remove", args, self.where)
 
     def _sweep(self) -> Program[None]:
-        yield from self.backend.statement("SELECT {s}.check($1, '')", (self.name,), self.where)
+        yield from self.backend.step("check", (self.name, ""), self.where)
 
     def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
         # (slot records are deleted with their entry: a foreign key's cascade)
@@ -300,7 +301,7 @@ class PostgreSQLQueue(QueueDriver):
     def list_slots(
         self, waiter: Waiter, deadline: Deadline
     ) -> Program[frozenset[int] | SessionLost]:
-        reply = yield from self._statement("SELECT {s}.list_slots($1)", self.name)
+        reply = yield from self._step("list_slots", self.name)
         return frozenset(int(i) for i in reply)
 
     def take_slot(
@@ -308,9 +309,7 @@ class PostgreSQLQueue(QueueDriver):
     ) -> Program[int | frozenset[int] | SessionLost]:
         key = waiter.key
         assert key is not None
-        reply = yield from self._statement(
-            "SELECT {s}.take_slot($1, $2, $3)", self.name, key, str(index)
-        )
+        reply = yield from self._step("take_slot", self.name, key, index)
         if reply[0] == "ok":
             return int(reply[1])
         if reply[0] == "taken":
@@ -319,17 +318,18 @@ class PostgreSQLQueue(QueueDriver):
 
     # ---- reading and fencing -------------------------------------------------------------
     def status(self) -> Program[Status]:
-        reply = yield from self._statement("SELECT {s}.status($1)", self.name)
+        reply = yield from self._step("status", self.name)
         if reply is None:  # deleted: not the capacity we knew
             raise SemaphoreNotFound(self.name, self.backend.describe())
         capacity, version, rows = reply
         self.apply_capacity(int(capacity), int(version))
         entries = [
-            EntryStatus(key, owner, int(weight), int(token), bool(held), float(since),
-                        tuple(int(i) for i in slots))
+            EntryStatus(key, owner, int(weight), int(token), flag(held), float(since),
+                        tuple(sorted(int(i) for i in slots)))
             for key, owner, weight, token, held, since, slots in rows
         ]  # fmt: skip
+        entries.sort(key=lambda entry: entry.token)  # (MySQL's aggregate keeps no order)
         return split_queue(self.name, int(capacity), entries)
 
-    def transaction(self, key: str, token: int) -> PostgreSQLFencedTransaction:
-        return PostgreSQLFencedTransaction(self.backend, [(self.name, key)], token)
+    def transaction(self, key: str, token: int) -> FencedTransaction:
+        return self.backend.fenced_transaction([(self.name, key)], token)

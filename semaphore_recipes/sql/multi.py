@@ -1,4 +1,4 @@
-"""Several semaphores at once on PostgreSQL: one statement creates a request's entries,
+"""Several semaphores at once in a SQL database: one call creates a request's entries,
 one removes them.
 
 ``enqueue_all`` locks the semaphores' rows in name order (so two such requests never
@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING
 
 from ..backend import Deadline, Enqueued, Program, QueueDriver, Waiter, queues_of
 from ..errors import SemaphoreNotFound
-from .queue import EntryView, PostgreSQLQueue
+from .queue import EntryView, SQLQueue
 
 if TYPE_CHECKING:
-    from .backend import PostgreSQLBackend
+    from .store import SQLBackend
 
 Pairs = Sequence[tuple[QueueDriver, Waiter]]
 
 
 def enqueue_all(
-    backend: PostgreSQLBackend, pairs: Pairs, deadline: Deadline
+    backend: SQLBackend, pairs: Pairs, deadline: Deadline
 ) -> Program[dict[str, Enqueued]]:
     """The EnqueueAll step (a program, run by either face)."""
     backend.check_open()  # (before an entry id is chosen: nothing to abandon)
-    queues = queues_of(PostgreSQLQueue, pairs)
+    queues = queues_of(SQLQueue, pairs)
     where = f"semaphores {sorted(q.name for q, _ in queues)} on {backend.describe()}"
     for queue, waiter in queues:
         queue.drop_route(waiter.entry_id)
@@ -38,14 +38,14 @@ def enqueue_all(
         entry_id = backend.new_entry_id()
         for queue, waiter in queues:
             queue.creating(waiter, entry_id)
-        raw = yield from backend.statement(
-            "SELECT {s}.enqueue_all($1, $2, $3, $4, $5)",
+        raw = yield from backend.step(
+            "enqueue_all",
             (
                 entry_id,
                 session,
                 queues[0][1].owner,
-                backend.text_array([q.name for q, _ in queues]),
-                "{" + ",".join(str(w.weight) for _, w in queues) + "}",
+                [q.name for q, _ in queues],
+                [w.weight for _, w in queues],
             ),
             where,
             deadline=deadline,
@@ -70,26 +70,20 @@ def enqueue_all(
         }
 
 
-def removing_all(
-    backend: PostgreSQLBackend, entries: Sequence[tuple[PostgreSQLQueue, str]]
-) -> Program[None]:
+def removing_all(backend: SQLBackend, entries: Sequence[tuple[SQLQueue, str]]) -> Program[None]:
     for queue, key in entries:
         queue.leaving(key)
-    yield from backend.statement(
-        "SELECT {s}.remove($1, $2, $3, true)",
-        (
-            backend.text_array([q.name for q, _ in entries]),
-            backend.text_array([k for _, k in entries]),
-            backend.session,
-        ),
+    yield from backend.step(
+        "remove",
+        ([q.name for q, _ in entries], [k for _, k in entries], backend.session, True),
         f"semaphores {sorted(q.name for q, _ in entries)} on {backend.describe()}",
     )
 
 
-def delete_all(backend: PostgreSQLBackend, pairs: Pairs) -> Program[None]:
+def delete_all(backend: SQLBackend, pairs: Pairs) -> Program[None]:
     """One statement, waited for at most the request timeout; then in the background."""
     entries = []
-    for queue, waiter in queues_of(PostgreSQLQueue, pairs):
+    for queue, waiter in queues_of(SQLQueue, pairs):
         key = waiter.key or waiter.entry_id
         if key is not None:
             entries.append((queue, key))

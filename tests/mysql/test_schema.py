@@ -1,0 +1,74 @@
+"""The schema: made on first use when the user may, printed for those who may not."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import semaphore_recipes as sr
+from semaphore_recipes.mysql.schema import SCHEMA_VERSION, schema_statements
+
+
+def execute(admin: Any, *statements: str) -> Any:
+    with admin.cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement)
+        return cursor.fetchall()
+
+
+@pytest.fixture
+def worker_user(mysql_admin: Any, mysql_database: str) -> Iterator[str]:
+    """A user that may run the library's procedures in the test's database, once they
+    exist, and nothing more (no CREATE)."""
+    user = f"sr_worker_{uuid.uuid4().hex[:8]}"
+    execute(mysql_admin, f"CREATE USER '{user}'@'%'", f"CREATE USER '{user}'@'localhost'")
+    yield user
+    execute(mysql_admin, f"DROP USER '{user}'@'%'", f"DROP USER '{user}'@'localhost'")
+
+
+def test_first_use_makes_the_schema_and_records_its_version(
+    mysql_backend: Any, mysql_admin: Any, mysql_database: str
+) -> None:
+    backend = mysql_backend()
+    backend.semaphore("made", capacity=1).acquire().release()
+    rows = execute(mysql_admin, f"SELECT MAX(version) FROM `{mysql_database}`.sr_schema_version")
+    assert rows == ((SCHEMA_VERSION,),)
+    mysql_backend().close()  # a second client finds it made
+
+
+def test_a_user_without_ddl_rights_is_told_what_to_run(
+    mysql_server: Any, mysql_admin: Any, mysql_database: str, worker_user: str
+) -> None:
+    url = f"mysql://{worker_user}@{mysql_server.host_port}/{mysql_database}"
+    db = f"`{mysql_database}`"
+    execute(mysql_admin, f"GRANT SELECT ON {db}.* TO '{worker_user}'@'%'",
+            f"GRANT SELECT ON {db}.* TO '{worker_user}'@'localhost'")  # fmt: skip
+    with pytest.raises(sr.PermissionDenied) as caught:
+        sr.connect(url)
+    assert "semaphore-recipes sql-schema --dialect mysql" in str(caught.value)
+    # the owner makes the schema and grants the user the right to run its procedures
+    execute(mysql_admin, f"USE {db}", *schema_statements())
+    for host in ("%", "localhost"):
+        execute(mysql_admin, f"GRANT EXECUTE ON {db}.* TO '{worker_user}'@'{host}'")
+    with sr.connect(url) as backend:
+        permit = backend.semaphore("least-privilege", capacity=1).acquire(timeout=5)
+        assert permit.token > 0
+        permit.release()
+
+
+def test_a_schema_newer_than_this_release_is_refused(
+    mysql_url: str, mysql_admin: Any, mysql_database: str
+) -> None:
+    execute(mysql_admin, f"USE `{mysql_database}`", *schema_statements())
+    execute(mysql_admin, f"INSERT INTO sr_schema_version VALUES ({SCHEMA_VERSION + 1})")
+    with pytest.raises(sr.BackendUnavailable, match="upgrade semaphore-recipes"):
+        sr.connect(mysql_url)
+
+
+def test_the_schema_applies_twice(mysql_admin: Any, mysql_database: str) -> None:
+    execute(mysql_admin, f"USE `{mysql_database}`", *schema_statements())
+    execute(mysql_admin, *schema_statements())  # idempotent: a migration re-run
+    assert execute(mysql_admin, "SELECT COUNT(*) FROM sr_schema_version") == ((1,),)
