@@ -57,6 +57,7 @@ from ..errors import BackendUnavailable, SemaphoreError, StoreHistoryReset
 from . import multi
 from .calls import TRANSIENT, Arg, AsyncRunner, Pause, SyncRunner, call, command
 from .history import StoreHistory
+from .layout import KeyLayout
 from .lease import LeaseKeeper, new_lease_id
 from .notifier import Notifier
 from .params import DEFAULT_PORT, RedisParams
@@ -89,7 +90,13 @@ class RedisBackend(Backend):
         self._closed = False
         self._reported_lost: str | None = None  # the lease whose end was told
         self._removals_dropped = False  # closed: removals not retried (logged once)
-        self.history = StoreHistory(params.prefix)  # the counter's highest value seen
+        #: the key prefix of each semaphore's scripts (:mod:`.layout`)
+        self.layout = KeyLayout(params.prefix, clustered=False)
+        self.history = StoreHistory(one_server=self.layout.is_global())
+        # the key prefixes where the lease ``_leased_for`` exists (one on a single
+        # primary; on Redis Cluster one per hash tag in use, made as tags come in use)
+        self._leased: set[str] = set()
+        self._leased_for = self.lease
         self._failure: str | None = None  # the store's history restarted: why
         self._background = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="semaphore-recipes-redis-bg"
@@ -110,7 +117,9 @@ class RedisBackend(Backend):
         backend = cls(params, owner=owner)
         try:
             backend.keeper.create(
-                backend.lease, Deadline(backend.params.connect_timeout, time.monotonic)
+                backend.lease,
+                backend.first_prefixes(),
+                Deadline(backend.params.connect_timeout, time.monotonic),
             )
         except BaseException as exc:
             backend._shut()
@@ -127,21 +136,11 @@ class RedisBackend(Backend):
         await _reachability.refuse_early_async("Redis", [(params.host, params.port)])
         backend = cls(params, owner=owner)
         backend.aio = AsyncRunner(backend.params)
-        args = (
-            backend.params.prefix, "", backend.lease,
-            int(backend.params.session_timeout * 1000), backend.owner,
-        )  # fmt: skip
         bound = Deadline(backend.params.connect_timeout, time.monotonic)
         try:
-            await backend.aio.run(
-                call(
-                    ScriptName.NEW_LEASE,
-                    args,
-                    where=backend.describe(),
-                    bound=bound,
-                    params=backend.params,
-                )
-            )
+            for prefix in backend.first_prefixes():
+                await backend.aio.run(backend.new_lease(prefix, backend.lease, bound))
+            backend.note_leased(backend.lease, backend.first_prefixes())
         except BaseException as exc:
             backend._shut()
             await backend.aio.close()
@@ -292,8 +291,48 @@ class RedisBackend(Backend):
             self._queues.setdefault(name, weakref.WeakSet()).add(queue)
         return queue
 
-    def inbox_key(self) -> str:
-        return f"{self.params.prefix}:inbox:{self.lease}"
+    def inbox_key(self, prefix: str) -> str:
+        """The inbox of our lease under key prefix ``prefix``."""
+        return f"{prefix}:inbox:{self.lease}"
+
+    # ---- the lease under each key prefix in use (:mod:`.layout`) -----------------------
+    def first_prefixes(self) -> list[str]:
+        """Where a new backend makes its lease: the one prefix of a single primary; none
+        on Redis Cluster (each hash tag's lease comes with its first semaphore)."""
+        return [self.layout.prefix] if self.layout.is_global() else []
+
+    def lease_prefixes(self) -> list[str]:
+        """The key prefixes where the current lease exists."""
+        with self._state_lock:
+            return sorted(self._leased)
+
+    def note_leased(self, lease: str, prefixes: Sequence[str]) -> None:
+        """The lease ``lease`` exists under ``prefixes`` (not noted if replaced since)."""
+        with self._state_lock:
+            if lease != self.lease:
+                return
+            if lease != self._leased_for:
+                self._leased, self._leased_for = set(), lease
+            self._leased.update(prefixes)
+
+    def new_lease(self, prefix: str, lease: str, bound: Deadline) -> Program[bool]:
+        """Make lease ``lease`` under ``prefix``: True made, False it existed."""
+        args = (prefix, "", lease, int(self.params.session_timeout * 1000), self.owner)
+        made = yield from call(ScriptName.NEW_LEASE, args, where=self.describe(),
+                               bound=bound, params=self.params)  # fmt: skip
+        return bool(made)
+
+    def leasing(self, prefix: str, deadline: Deadline | None = None) -> Program[None]:
+        """Make sure the current lease exists under ``prefix`` (a semaphore's first use
+        of a hash tag on Redis Cluster; nothing to send otherwise). A lease id found
+        taken is ours: a reply lost on the way, the id being random."""
+        lease = self.lease
+        with self._state_lock:
+            if lease == self._leased_for and prefix in self._leased:
+                return
+        bound = deadline or Deadline(self.request_timeout, time.monotonic)
+        yield from self.new_lease(prefix, lease, bound)
+        self.note_leased(lease, [prefix])
 
     # ---- the session, as the keeper finds it -----------------------------------------------
     def session_suspended(self) -> None:
@@ -310,14 +349,18 @@ class RedisBackend(Backend):
             self._state = SessionState.CONNECTED
         self.publish(RESTORED)
 
-    def session_ended(self, old: str, new: str | None, why: str) -> None:
-        """The lease ``old`` is over (``new`` replaces it, once made): permits are LOST,
-        waiters with entries of ``old`` enter the queue again."""
+    def session_ended(
+        self, old: str, new: str | None, why: str, prefixes: Sequence[str] = ()
+    ) -> None:
+        """The lease ``old`` is over (``new`` replaces it, once made, under
+        ``prefixes``): permits are LOST, waiters with entries of ``old`` enter the
+        queue again."""
         with self._state_lock:
             tell = self._reported_lost != old
             self._reported_lost = old
             if new is not None:
                 self.lease = new
+                self._leased, self._leased_for = set(prefixes), new
                 self._state = SessionState.CONNECTED
             else:
                 self._state = SessionState.EXPIRED
@@ -405,11 +448,13 @@ class RedisBackend(Backend):
         return value
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
-        return f"{self.params.prefix}:s:{validate_name(semaphore)}:d:{validate_name(name)}"
+        prefix = self.layout.of(validate_name(semaphore))
+        return f"{prefix}:s:{semaphore}:d:{validate_name(name)}"
 
     def deleting_semaphore(self, name: str) -> Program[None]:
         # its data keys (SCAN's pages, each deleted as it comes), then the script
-        pattern = f"{self.params.prefix}:s:{name}:d:*"
+        prefix = self.layout.of(name)
+        pattern = f"{prefix}:s:{name}:d:*"
         where = self.describe()
         cursor = 0
         while True:
@@ -420,18 +465,18 @@ class RedisBackend(Backend):
             if not cursor:
                 break
         bound = Deadline(self.request_timeout, time.monotonic)
-        yield from call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
+        yield from call(ScriptName.DELETE_SEMAPHORE, (prefix, name),
                         where=where, bound=bound, params=self.params)  # fmt: skip
 
     def _end_lease(self) -> Program[None]:
         """Delete the lease (our entries are dead at once), then let each open queue
         admit the entries that now fit."""
         bound = Deadline(self.request_timeout, time.monotonic)
-        prefix = self.params.prefix
-        yield from call(ScriptName.END_LEASE, (prefix, "", self.lease),
-                        where=self.describe(), bound=bound, params=self.params)  # fmt: skip
+        for prefix in self.lease_prefixes():
+            yield from call(ScriptName.END_LEASE, (prefix, "", self.lease),
+                            where=self.describe(), bound=bound, params=self.params)  # fmt: skip
         for name in {q.name for q in self.queues()}:
-            yield from call(ScriptName.REMOVE, (prefix, name, "", self.lease),
+            yield from call(ScriptName.REMOVE, (self.layout.of(name), name, "", self.lease),
                             where=self.describe(), bound=bound, params=self.params)  # fmt: skip
 
     def _closing(self) -> bool:

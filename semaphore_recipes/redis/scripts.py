@@ -30,8 +30,10 @@ removes dead entries, counts the holders, and admits each waiter whose prefix su
 the capacity, marking it held and notifying its client; it stops at the first waiter
 that does not fit. Its work is the holders plus the newly admitted plus one, never the
 whole queue. Scripts build their keys from ``ARGV`` (the prefix and the name; the
-scripts of ``acquire_all``, ``*_ALL``, take several names and ``use`` each in turn):
-one primary, not Redis Cluster (docs/operations.md).
+scripts of ``acquire_all``, ``*_ALL``, take several names and ``use`` each in turn).
+On Redis Cluster the prefix the client gives carries the semaphore's hash tag
+(``P:{T}``, :mod:`.layout`): every key a script builds, the lease, inbox and counter
+too, is then in the slot the call is routed to.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ local function use(s)
 end
 use(S)
 local function lease_key(l) return P .. ':lease:' .. l end
+-- On Redis Cluster the prefix carries the hash tag (layout.py): one BLPOP cannot span
+-- slots, so a push to an inbox also rings a doorbell on the inbox's own name (inbox.py)
+local CLUSTERED = string.find(P, '{', 1, true) ~= nil
+local function ring(box) if CLUSTERED then redis.call('spublish', box, '') end end
 local function now()
   local t = redis.call('time')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -77,6 +83,7 @@ local function notify(id, e, cap, ver)
   redis.call('rpush', box, cjson.encode({x = 'admitted', n = S, k = id, c = cap, v = ver}))
   local ttl = redis.call('pttl', lease_key(e.l))
   if ttl > 0 then redis.call('pexpire', box, ttl) end
+  ring(box)
 end
 -- Admit the longest prefix that fits (dead entries on the way are removed), notifying
 -- each newly admitted entry's client but `quiet` (the caller, who learns from the reply).
@@ -173,7 +180,9 @@ local function remove_entry(id, lease)
   if not e then return 0 end
   drop(id)
   if e.l ~= lease then
-    redis.call('rpush', P .. ':inbox:' .. e.l, cjson.encode({x = 'deleted', n = S, k = id}))
+    local box = P .. ':inbox:' .. e.l
+    redis.call('rpush', box, cjson.encode({x = 'deleted', n = S, k = id}))
+    ring(box)
   end
   return 1
 end
@@ -378,6 +387,7 @@ for _, lease in ipairs(redis.call('smembers', OK)) do
     local box = P .. ':inbox:' .. lease
     redis.call('rpush', box, told)
     redis.call('pexpire', box, ttl)
+    ring(box)
   else
     redis.call('srem', OK, lease)
   end
