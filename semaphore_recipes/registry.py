@@ -73,6 +73,12 @@ BUILTIN = (
     BackendSpec("redis", "semaphore_recipes.redis.backend:RedisBackend", extra="redis"),
     BackendSpec("rediss", "semaphore_recipes.redis.backend:TlsRedisBackend", extra="redis"),
     BackendSpec(
+        "redis+cluster", "semaphore_recipes.redis.backend:RedisClusterBackend", extra="redis"
+    ),
+    BackendSpec(
+        "rediss+cluster", "semaphore_recipes.redis.backend:TlsRedisClusterBackend", extra="redis"
+    ),
+    BackendSpec(
         "postgresql", "semaphore_recipes.postgresql.backend:PostgreSQLBackend", extra="postgresql"
     ),
     BackendSpec("mysql", "semaphore_recipes.mysql.backend:MySQLBackend", extra="mysql"),

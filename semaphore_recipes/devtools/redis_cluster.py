@@ -8,7 +8,8 @@ joined with plain commands (``CLUSTER MEET``, ``ADDSLOTSRANGE``, ``REPLICATE``),
 node says ``cluster_state:ok`` and knows every other node. :meth:`kill_primary_of`
 SIGKILLs the primary of a key's slot and :meth:`wait_for_failover` waits until a
 replica took its slots (after ``node_timeout_ms``, then an election). Only the
-standard library is imported here.
+standard library is imported here (and the library's slot arithmetic,
+:func:`semaphore_recipes.redis.layout.key_slot`, itself standard library only).
 """
 
 from __future__ import annotations
@@ -16,29 +17,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+from ..redis.layout import SLOTS, key_slot
 from .redis_server import RedisServer
 
 __all__ = ["RedisCluster", "key_slot"]
-
-SLOTS = 16384
-
-
-def key_slot(key: str) -> int:
-    """The hash slot of ``key`` (CRC16 of its hash tag, or of the whole key), as
-    Redis computes it."""
-    data = key.encode()
-    start = data.find(b"{")
-    if start >= 0:
-        end = data.find(b"}", start + 1)
-        if end > start + 1:
-            data = data[start + 1 : end]
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc % SLOTS
 
 
 class RedisCluster:

@@ -56,7 +56,7 @@ from ..backend import (
 from ..errors import BackendUnavailable, SemaphoreError, StoreHistoryReset
 from . import multi
 from .calls import TRANSIENT, Arg, AsyncRunner, Pause, SyncRunner, call, command
-from .history import StoreHistory
+from .history import StoreHistory, counter_key
 from .layout import KeyLayout
 from .lease import LeaseKeeper, new_lease_id
 from .notifier import Notifier
@@ -66,7 +66,12 @@ from .scripts import ScriptName
 
 log = logging.getLogger("semaphore_recipes.redis")
 
-__all__ = ["RedisBackend", "TlsRedisBackend"]
+__all__ = [
+    "RedisBackend",
+    "RedisClusterBackend",
+    "TlsRedisBackend",
+    "TlsRedisClusterBackend",
+]
 
 T = TypeVar("T")
 
@@ -82,7 +87,9 @@ class RedisBackend(Backend):
         super().__init__(owner=owner or default_owner(), request_timeout=params.request_timeout)
         self.params = params
         self.lease = new_lease_id()
-        self.sync = SyncRunner(params)
+        # (first: a cluster client maps the slots when made, and may fail here)
+        calls, keeping, notifying = _runners(params)
+        self.sync = calls
         self.aio: AsyncRunner | None = None
         self._queues: dict[str, weakref.WeakSet[RedisQueue]] = {}
         self._state_lock = threading.Lock()
@@ -91,7 +98,7 @@ class RedisBackend(Backend):
         self._reported_lost: str | None = None  # the lease whose end was told
         self._removals_dropped = False  # closed: removals not retried (logged once)
         #: the key prefix of each semaphore's scripts (:mod:`.layout`)
-        self.layout = KeyLayout(params.prefix, clustered=False)
+        self.layout = KeyLayout(params.prefix, clustered=params.cluster)
         self.history = StoreHistory(one_server=self.layout.is_global())
         # the key prefixes where the lease ``_leased_for`` exists (one on a single
         # primary; on Redis Cluster one per hash tag in use, made as tags come in use)
@@ -101,8 +108,8 @@ class RedisBackend(Backend):
         self._background = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="semaphore-recipes-redis-bg"
         )
-        self.keeper = LeaseKeeper(self, SyncRunner(params))
-        self.notifier = Notifier(self, SyncRunner(params))
+        self.keeper = LeaseKeeper(self, keeping)
+        self.notifier = Notifier(self, notifying)
         self._ids = itertools.count()
 
     # ---- made from a URL -------------------------------------------------------------------
@@ -113,8 +120,12 @@ class RedisBackend(Backend):
         says is out of range), BackendUnavailable when the server does not answer within
         ``connect_timeout``, AuthenticationFailed when it refuses."""
         params = RedisParams.from_url(url)
-        _reachability.refuse_early("Redis", [(params.host, params.port)])  # refused: now
-        backend = cls(params, owner=owner)
+        _reachability.refuse_early("Redis", params.servers())  # refused: now
+        try:
+            backend = cls(params, owner=owner)
+        except TRANSIENT as exc:
+            said = _reachability.diagnose(*_diagnosis_of(params))
+            raise BackendUnavailable(f"{_where(params)}: {exc}: {said}") from exc
         try:
             backend.keeper.create(
                 backend.lease,
@@ -133,8 +144,12 @@ class RedisBackend(Backend):
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> RedisBackend:
         params = RedisParams.from_url(url)
-        await _reachability.refuse_early_async("Redis", [(params.host, params.port)])
-        backend = cls(params, owner=owner)
+        await _reachability.refuse_early_async("Redis", params.servers())
+        try:  # (a thread: a cluster client maps the slots when made)
+            backend = await asyncio.to_thread(cls, params, owner=owner)
+        except TRANSIENT as exc:
+            said = await _reachability.diagnose_async(*_diagnosis_of(params))
+            raise BackendUnavailable(f"{_where(params)}: {exc}: {said}") from exc
         backend.aio = AsyncRunner(backend.params)
         bound = Deadline(backend.params.connect_timeout, time.monotonic)
         try:
@@ -420,8 +435,7 @@ class RedisBackend(Backend):
         return multi.transaction_all(entries, token)
 
     def describe(self) -> str:
-        tls = " (TLS)" if self.params.tls else ""
-        return f"redis at {self.params.address}/{self.params.db}{tls} (prefix {self.params.prefix})"
+        return _where(self.params)
 
     @property
     def session_state(self) -> SessionState:
@@ -456,12 +470,13 @@ class RedisBackend(Backend):
         prefix = self.layout.of(name)
         pattern = f"{prefix}:s:{name}:d:*"
         where = self.describe()
+        node_of = counter_key(prefix)  # (on a cluster: the node serving the semaphore)
         cursor = 0
         while True:
             scan = ("SCAN", cursor, "MATCH", pattern, "COUNT", 500)
-            cursor, keys = yield from command(scan, where, self.params)
+            cursor, keys = yield from command(scan, where, self.params, node_of)
             if keys:
-                yield from command(("DEL", *keys), where, self.params)
+                yield from command(("DEL", *keys), where, self.params, node_of)
             if not cursor:
                 break
         bound = Deadline(self.request_timeout, time.monotonic)
@@ -545,10 +560,45 @@ def _unreachable(exc: BaseException) -> bool:
 
 def _diagnosis_of(params: RedisParams) -> tuple[str, str, list[tuple[str, int]], bool]:
     """The arguments of :func:`.._reachability.diagnose` for these parameters."""
-    return "Redis", _reachability.REDIS, [(params.host, params.port)], params.tls
+    return "Redis", _reachability.REDIS, params.servers(), params.tls
+
+
+def _where(params: RedisParams) -> str:
+    """The store, in words (no credentials)."""
+    tls = " (TLS)" if params.tls else ""
+    if params.cluster:
+        nodes = ",".join(f"{host}:{port}" for host, port in params.nodes)
+        return f"redis cluster at {nodes}{tls} (prefix {params.prefix})"
+    return f"redis at {params.address}/{params.db}{tls} (prefix {params.prefix})"
+
+
+def _runners(params: RedisParams) -> tuple[SyncRunner, SyncRunner, SyncRunner]:
+    """The runners of the calls, the lease keeper and the notifier, each with its own
+    connections (none left open when one cannot be made)."""
+    made: list[SyncRunner] = []
+    try:
+        for _ in range(3):
+            made.append(SyncRunner(params))
+    except BaseException:
+        for runner in made:
+            runner.close()
+        raise
+    return made[0], made[1], made[2]
 
 
 class TlsRedisBackend(RedisBackend):
     """``rediss://``: the same backend, over TLS (``ca``, ``cert``, ``key``)."""
 
     scheme = "rediss"
+
+
+class RedisClusterBackend(RedisBackend):
+    """``redis+cluster://``: the same backend on Redis Cluster (:mod:`.layout`)."""
+
+    scheme = "redis+cluster"
+
+
+class TlsRedisClusterBackend(RedisBackend):
+    """``rediss+cluster://``: Redis Cluster over TLS."""
+
+    scheme = "rediss+cluster"

@@ -74,9 +74,11 @@ class Eval:
 @dataclass(frozen=True)
 class Command:
     """Send one plain command (``GET``, ``SCAN``, ``DEL``: ``args``, its name first);
-    the answer is its reply as the client parses it."""
+    the answer is its reply as the client parses it. ``key``: on Redis Cluster, the
+    command goes to the node serving that key's slot (a ``SCAN`` names no key)."""
 
     args: tuple[Arg, ...]
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -172,11 +174,14 @@ def call(
             raise translate(exc, where, params) from exc
 
 
-def command(args: tuple[Arg, ...], where: str, params: RedisParams) -> Program[Any]:
-    """Send one plain command (:class:`Command`), not sent again (a read, a delete of
-    data keys): the library's error for the client's (:func:`translate`)."""
+def command(
+    args: tuple[Arg, ...], where: str, params: RedisParams, key: str | None = None
+) -> Program[Any]:
+    """Send one plain command (:class:`Command`, to ``key``'s node on a cluster), not
+    sent again (a read, a delete of data keys): the library's error for the client's
+    (:func:`translate`)."""
     try:
-        return (yield Command(args))
+        return (yield Command(args, key))
     except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
         raise translate(exc, where, params) from exc
 
@@ -186,29 +191,52 @@ def no_retries() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
+def routing(eval_: Eval) -> tuple[str, ...]:
+    """The keys an EVALSHA of ``eval_`` declares: on Redis Cluster the counter of its
+    prefix (the first argument), which routes the call to that prefix's slot
+    (:mod:`.layout`); the scripts read only ``ARGV``."""
+    return (f"{eval_.args[0]!s}:seq",)
+
+
 class SyncRunner:
-    """Runs programs on a blocking ``redis.Redis``."""
+    """Runs programs on a blocking ``redis.Redis`` (``redis.RedisCluster``)."""
 
     def __init__(self, params: RedisParams) -> None:
-        self.client = redis.Redis(**params.client_options(), retry=no_retries())  # type: ignore[arg-type]
+        self.cluster = params.cluster
+        self.client: Any
+        if params.cluster:
+            try:  # (it maps the slots now: an unreachable cluster is a connection error)
+                self.client = redis.RedisCluster(**params.cluster_options(), retry=no_retries())
+            except redis.exceptions.RedisClusterException as exc:
+                raise redis.exceptions.ConnectionError(str(exc)) from exc
+        else:
+            self.client = redis.Redis(**params.client_options(), retry=no_retries())  # type: ignore[arg-type]
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._socket_timeout = params.request_timeout
+
+    def _node_client(self, keys: tuple[str, ...]) -> Any:
+        """The ``redis.Redis`` of the server that serves ``keys``."""
+        if not self.cluster:
+            return self.client
+        return self.client.get_node_from_key(keys[0]).redis_connection
 
     def run(self, program: Program[T]) -> T:
         return run_program(program, self._answer)
 
     def _answer(self, pending: object) -> object:
         if isinstance(pending, Eval):
+            keys = routing(pending) if self.cluster else ()
             if not pending.replicas:
                 script = self._scripts[pending.name]
                 try:  # (EVALSHA itself: the Script object's checks cost each call more)
                     if pending.timeout is not None and pending.timeout < self._socket_timeout:
-                        return self._evalsha_within(script.sha, pending.args, pending.timeout)
-                    return self.client.evalsha(script.sha, 0, *pending.args)
+                        return self._evalsha_within(script.sha, keys, pending.args, pending.timeout)
+                    return self.client.evalsha(script.sha, len(keys), *keys, *pending.args)
                 except redis.exceptions.NoScriptError:  # a restarted server: load, run
-                    return script(args=pending.args)
-            with self.client.pipeline(transaction=False) as pipe:  # one connection
-                self._scripts[pending.name](args=list(pending.args), client=pipe)
+                    return script(keys=keys, args=pending.args)
+            node = self._node_client(keys)
+            with node.pipeline(transaction=False) as pipe:  # one connection
+                self._scripts[pending.name](keys=keys, args=list(pending.args), client=pipe)
                 pipe.wait(pending.replicas, pending.wait_ms)
                 reply, acknowledged = pipe.execute()
             return reply, acknowledged
@@ -216,8 +244,9 @@ class SyncRunner:
             time.sleep(pending.seconds)
             return None
         if isinstance(pending, Command):
-            client: Any = self.client  # (redis-py's execute_command is untyped)
-            return client.execute_command(*pending.args)
+            if pending.key is not None and self.cluster:
+                return self._node_client((pending.key,)).execute_command(*pending.args)
+            return self.client.execute_command(*pending.args)
         assert isinstance(pending, Soon)
         try:
             self.run(pending.program())
@@ -225,15 +254,17 @@ class SyncRunner:
             pending.failed()
         return None
 
-    def _evalsha_within(self, sha: str, args: tuple[Arg, ...], timeout: float) -> Any:
+    def _evalsha_within(
+        self, sha: str, keys: tuple[str, ...], args: tuple[Arg, ...], timeout: float
+    ) -> Any:
         """EVALSHA whose reply is awaited at most ``timeout`` seconds (the socket's own
         timeout is the request timeout); a connection that missed it is closed, since a
         late reply would be read as the next command's."""
-        pool = self.client.connection_pool
+        client = self._node_client(keys)
+        pool = client.connection_pool
         conn: Any = pool.get_connection()  # (redis-py's connection methods are untyped)
-        client: Any = self.client
         try:
-            conn.send_command("EVALSHA", sha, 0, *args)
+            conn.send_command("EVALSHA", sha, len(keys), *keys, *args)
             if not conn.can_read(timeout=timeout):
                 conn.disconnect()
                 raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
@@ -249,12 +280,20 @@ class SyncRunner:
 
 
 class AsyncRunner:
-    """Runs programs on a ``redis.asyncio.Redis``, awaited (the asyncio face)."""
+    """Runs programs on a ``redis.asyncio.Redis`` (``RedisCluster``), awaited (the
+    asyncio face)."""
 
     def __init__(self, params: RedisParams) -> None:
-        self.client = redis.asyncio.Redis(
-            **params.client_options(),  # type: ignore[arg-type]
-            retry=AsyncRetry(NoBackoff(), 0),
+        self.cluster = params.cluster
+        self.client: Any = (
+            redis.asyncio.RedisCluster(
+                **params.cluster_options(asyncio=True), retry=AsyncRetry(NoBackoff(), 0)
+            )
+            if params.cluster
+            else redis.asyncio.Redis(
+                **params.client_options(),  # type: ignore[arg-type]
+                retry=AsyncRetry(NoBackoff(), 0),
+            )
         )
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
@@ -265,8 +304,11 @@ class AsyncRunner:
 
     async def _answer(self, pending: object) -> object:
         if isinstance(pending, Eval):
+            keys = routing(pending) if self.cluster else ()
+            if pending.replicas and self.cluster:
+                return await self._with_wait_on_node(pending, keys)
             if not pending.replicas:
-                reply = self._scripts[pending.name](args=list(pending.args))
+                reply = self._scripts[pending.name](keys=keys, args=list(pending.args))
                 if pending.timeout is None:
                     return await reply
                 try:  # (a cancelled command closes its connection: no late reply is read)
@@ -284,11 +326,46 @@ class AsyncRunner:
             await asyncio.sleep(pending.seconds)
             return None
         if isinstance(pending, Command):
-            client: Any = self.client  # (redis-py's execute_command is untyped)
-            return await client.execute_command(*pending.args)
+            if pending.key is not None and self.cluster:
+                await self.client.initialize()  # (the slots mapped: once)
+                node = self.client.get_node_from_key(pending.key)
+                # (the node's own reply: the cluster's answers a SCAN per node)
+                return await node.execute_command(*pending.args)
+            return await self.client.execute_command(*pending.args)
         assert isinstance(pending, Soon)
         asyncio.get_running_loop().call_soon(self._start, pending)
         return None
+
+    async def _with_wait_on_node(self, pending: Eval, keys: tuple[str, ...]) -> object:
+        """The script then ``WAIT`` on one connection of the node serving ``keys`` (a
+        cluster pipeline refuses EVALSHA; WAIT counts the writes of its connection)."""
+        await self.client.initialize()
+        node = self.client.get_node_from_key(keys[0])
+        script = self._scripts[pending.name]
+        conn = node.acquire_connection()
+        try:
+            for attempt in range(2):
+                commands = [
+                    ("EVALSHA", script.sha, len(keys), *keys, *pending.args),
+                    ("WAIT", pending.replicas, pending.wait_ms),
+                ]
+                await conn.send_packed_command(conn.pack_commands(commands))
+                try:
+                    reply = await conn.read_response()
+                except redis.exceptions.NoScriptError:
+                    await conn.read_response()  # (the WAIT's reply: the connection goes on)
+                    if attempt:
+                        raise
+                    await self.client.script_load(script.script)  # (a promoted replica)
+                    continue
+                acknowledged = await conn.read_response()
+                return reply, acknowledged
+            raise AssertionError("unreachable")
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            node.release(conn)
 
     def _start(self, soon: Soon) -> None:
         """(On the loop, once the task that asked for ``soon`` has ended its step.)"""

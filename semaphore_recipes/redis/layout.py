@@ -19,7 +19,10 @@ from dataclasses import dataclass
 
 from ..errors import NotSupported
 
-__all__ = ["KeyLayout", "hash_tag"]
+__all__ = ["SLOTS", "KeyLayout", "hash_tag", "key_slot"]
+
+#: Redis Cluster's hash slots
+SLOTS = 16384
 
 
 def hash_tag(name: str) -> str:
@@ -28,6 +31,24 @@ def hash_tag(name: str) -> str:
     if name.startswith("{"):
         return name[1 : name.index("}")]
     return name
+
+
+def key_slot(key: str) -> int:
+    """The hash slot of ``key`` (CRC16 of its hash tag, or of the whole key), as
+    Redis Cluster computes it."""
+    data = key.encode()
+    start = data.find(b"{")
+    if start >= 0:
+        end = data.find(b"}", start + 1)
+        if end > start + 1:
+            data = data[start + 1 : end]
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc % SLOTS
 
 
 @dataclass(frozen=True)
@@ -59,6 +80,21 @@ class KeyLayout:
                 "acquire_all",
             )
         return prefixes.pop()
+
+    def check_keys(self, name: str, keys: Iterable[str]) -> None:
+        """On Redis Cluster a fenced write reaches only keys of its semaphore's slot:
+        ValueError naming the first other one, before any I/O."""
+        if not self.clustered:
+            return
+        slot = key_slot(self.of(name))
+        for key in keys:
+            if key_slot(key) != slot:
+                raise ValueError(
+                    f"on Redis Cluster a fenced write of semaphore {name!r} reaches only "
+                    f"keys of its hash slot, and {key!r} is in another: use "
+                    f"backend.data_key({name!r}, ...), or put {{{hash_tag(name)}}} in "
+                    "the key"
+                )
 
     def is_global(self) -> bool:
         """One prefix for every semaphore (one lease, one inbox, one counter)."""

@@ -1,7 +1,9 @@
 """What a ``redis://`` or ``rediss://`` URL says, checked before any I/O.
 
 ``redis://[user:password@]host[:port][/db]?prefix=P&session_timeout=S`` and
-``rediss://`` (TLS, with ``ca``, ``cert``, ``key`` as for etcd). The parameters are
+``rediss://`` (TLS, with ``ca``, ``cert``, ``key`` as for etcd);
+``redis+cluster://[user:password@]host:port[,host:port...]?prefix=P`` (and
+``rediss+cluster://``) for Redis Cluster, the nodes the client starts from. The parameters are
 listed in docs/operations.md.
 """
 
@@ -9,7 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote
+
+import redis.asyncio.cluster
+import redis.cluster
 
 from .._core.shown import quoted
 from ..backend import ServiceURL
@@ -57,10 +63,17 @@ class RedisParams:
     request_timeout: float
     #: replicas that must acknowledge a grant before acquire returns (``WAIT``); 0: none
     wait_replicas: int
+    #: Redis Cluster (``redis+cluster://``): ``nodes`` are where the client starts
+    cluster: bool = False
+    nodes: tuple[tuple[str, int], ...] = ()
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def servers(self) -> list[tuple[str, int]]:
+        """Where the client starts: the server, or the cluster's nodes the URL names."""
+        return list(self.nodes) if self.cluster else [(self.host, self.port)]
 
     @classmethod
     def from_url(cls, url: ServiceURL) -> RedisParams:
@@ -71,9 +84,12 @@ class RedisParams:
                 f"redis URL parameter(s) {', '.join(unknown)} not understood; "
                 f"known: {', '.join(sorted(URL_PARAMETERS))}"
             )
-        tls = url.scheme == "rediss"
+        tls = url.scheme.startswith("rediss")
+        cluster = url.scheme.endswith("+cluster")
         if not tls and any(p in url.params for p in ("ca", "cert", "key")):
-            raise ValueError("ca, cert and key are TLS parameters: use a rediss:// URL")
+            raise ValueError(
+                "ca, cert and key are TLS parameters: use a rediss:// (rediss+cluster://) URL"
+            )
         if ("cert" in url.params) != ("key" in url.params):
             raise ValueError("a client certificate needs both cert and key")
         if "@" in url.path:  # (not echoed: the rest of the password is before it)
@@ -88,10 +104,15 @@ class RedisParams:
             user, sep, secret = userinfo.partition(":")
             username = unquote(user) or None
             password = unquote(secret) if sep else None
-        if "," in hostport:
+        if "," in hostport and not cluster:
             raise ValueError("a redis URL names one server (the primary)")
-        host, port = _host_port(hostport)
+        nodes = tuple(_host_port(item) for item in hostport.split(",")) if cluster else ()
+        host, port = nodes[0] if cluster else _host_port(hostport)
         db = 0
+        if url.path and cluster:
+            raise ValueError(
+                f"a Redis Cluster has one database: no path after the nodes ({quoted(url.path)})"
+            )
         if url.path:
             try:
                 db = int(url.path.strip("/"))
@@ -130,6 +151,8 @@ class RedisParams:
             connect_timeout=url.connect_timeout(),
             request_timeout=url.request_timeout(),
             wait_replicas=wait_replicas,
+            cluster=cluster,
+            nodes=nodes,
         )
 
     def client_options(self) -> dict[str, object]:
@@ -149,6 +172,22 @@ class RedisParams:
             options.update(
                 ssl=True, ssl_ca_certs=self.ca, ssl_certfile=self.cert, ssl_keyfile=self.key
             )
+        return options
+
+    def cluster_options(self, *, asyncio: bool = False) -> dict[str, Any]:
+        """Keyword arguments of ``redis.RedisCluster`` (``redis.asyncio.RedisCluster``):
+        the startup nodes, the same credentials, timeouts and TLS as
+        :meth:`client_options`, and the cluster's errors left to the programs too (a
+        call that meets a failover fails, and :func:`.calls.call` sends it again; the
+        client maps the slots again on its next call)."""
+        options = self.client_options()
+        for single in ("host", "port", "db"):
+            options.pop(single)
+        node_type = redis.asyncio.cluster.ClusterNode if asyncio else redis.cluster.ClusterNode
+        options.update(
+            startup_nodes=[node_type(host, port) for host, port in self.nodes],
+            require_full_coverage=False,  # (a slot not served fails alone, not every call)
+        )
         return options
 
 

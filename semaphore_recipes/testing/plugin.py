@@ -679,6 +679,82 @@ def redis_harness(
     harness.close()
 
 
+# ---- redis cluster -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def _redis_cluster_session() -> Iterator[Any]:
+    from ..devtools.redis_cluster import RedisCluster
+    from ..devtools.redis_server import RedisNotFound
+
+    try:
+        cluster = RedisCluster(primaries=3, replicas_per_primary=1).start_or_close()
+    except RedisNotFound as exc:
+        pytest.fail(f"no redis-server for the cluster tests: {exc}", False)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def redis_cluster(_redis_cluster_session: Any) -> Any:
+    """The session's Redis Cluster (3 primaries, a replica each; each test has its own
+    prefix). A test that kills a node starts it again (it rejoins as a replica)."""
+    return _redis_cluster_session
+
+
+@pytest.fixture
+def redis_cluster_url(redis_cluster: Any, redis_prefix: str) -> str:
+    nodes = ",".join(redis_cluster.startup_nodes[: redis_cluster.primaries])
+    return f"redis+cluster://{nodes}?prefix={redis_prefix}&session_timeout=4"
+
+
+@pytest.fixture
+def redis_cluster_admin(redis_cluster: Any) -> Iterator[Any]:
+    """A plain ``redis.RedisCluster`` client of the cluster."""
+    import redis.cluster
+
+    host, port = redis_cluster.startup_nodes[0].rsplit(":", 1)
+    client = redis.cluster.RedisCluster(host=host, port=int(port))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_cluster_backend(
+    redis_cluster_url: str, redis_cluster_admin: Any, redis_prefix: str
+) -> Iterator[Callable[..., Any]]:
+    """Like ``redis_backend``, on the cluster."""
+    from .redis_harness import live_redis_entries
+
+    yield from _backend_factory(
+        redis_cluster_url, lambda: live_redis_entries(redis_cluster_admin, redis_prefix)
+    )
+
+
+@pytest.fixture
+def redis_cluster_harness(
+    redis_cluster_url: str,
+    redis_cluster_backend: Callable[..., Any],
+    redis_cluster: Any,
+    redis_cluster_admin: Any,
+    redis_prefix: str,
+) -> Iterator[Any]:
+    """A ``RedisClusterHarness`` of the session's cluster, into ``redis_prefix``."""
+    from .redis_harness import RedisClusterHarness
+
+    harness = RedisClusterHarness(
+        redis_cluster_url,
+        redis_cluster_backend,
+        cluster=redis_cluster,
+        prefix=redis_prefix,
+        admin=redis_cluster_admin,
+    )
+    yield harness
+    harness.close()
+
+
 # ---- postgresql ---------------------------------------------------------------------
 
 ENV_POSTGRESQL = "SEMAPHORE_RECIPES_TEST_POSTGRESQL"

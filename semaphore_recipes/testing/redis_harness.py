@@ -13,27 +13,48 @@ from .harness import NetworkHarness, Verb
 if TYPE_CHECKING:
     import redis
 
+    from ..devtools.redis_cluster import RedisCluster
     from ..devtools.redis_server import RedisServer
     from ..redis.backend import RedisBackend
 
-__all__ = ["RedisHarness", "live_redis_entries"]
+__all__ = ["RedisClusterHarness", "RedisHarness", "lease_keys", "live_redis_entries"]
 
 
-def live_redis_entries(admin: redis.Redis, prefix: str, name: str | None = None) -> list[str]:
+def live_redis_entries(
+    admin: redis.Redis | redis.RedisCluster,
+    prefix: str,
+    name: str | None = None,
+) -> list[str]:
     """``<prefix>/<semaphore>/<entry id>`` of every entry under ``prefix`` (of semaphore
     ``name``) whose lease is alive: what the scripts count. An entry of an expired lease
-    is dead for every script, and removed by the next one that meets it."""
+    is dead for every script, and removed by the next one that meets it. ``admin`` may
+    be a Redis Cluster client (keys under ``prefix:{tag}``, read on every node)."""
     import json
+    import re
 
     found = []
-    pattern = f"{prefix}:s:{name if name is not None else '*'}:e"
-    for key in admin.scan_iter(match=pattern, count=1000):
-        semaphore = _text(key)[len(prefix) + 3 : -2]
-        for entry_id, raw in admin.hgetall(key).items():
-            lease = json.loads(raw)["l"]
-            if admin.exists(f"{prefix}:lease:{lease}"):
-                found.append(f"{prefix}/{semaphore}/{_text(entry_id)}")
+    semaphores = name if name is not None else "*"
+    shape = re.compile(rf"^({re.escape(prefix)}(?::\{{[^}}]*\}})?):s:(.+):e$")
+    for pattern in (f"{prefix}:s:{semaphores}:e", f"{prefix}:{{*}}:s:{semaphores}:e"):
+        for key in admin.scan_iter(match=pattern, count=1000):
+            matched = shape.match(_text(key))
+            if matched is None:
+                continue
+            key_prefix, semaphore = matched.groups()
+            for entry_id, raw in admin.hgetall(key).items():
+                lease = json.loads(raw)["l"]
+                if admin.exists(f"{key_prefix}:lease:{lease}"):
+                    found.append(f"{prefix}/{semaphore}/{_text(entry_id)}")
     return sorted(found)
+
+
+def lease_keys(admin: redis.Redis | redis.RedisCluster, prefix: str, lease: str = "*") -> list[str]:
+    """The lease keys under ``prefix`` (of ``lease``): one per client, or on a cluster
+    one per client and hash tag in use."""
+    keys = []
+    for pattern in (f"{prefix}:lease:{lease}", f"{prefix}:{{*}}:lease:{lease}"):
+        keys += [_text(k) for k in admin.scan_iter(match=pattern, count=1000)]
+    return keys
 
 
 class RedisHarness(NetworkHarness):
@@ -58,7 +79,7 @@ class RedisHarness(NetworkHarness):
         *,
         server: RedisServer,
         prefix: str,
-        admin: redis.Redis,
+        admin: redis.Redis | redis.RedisCluster,
     ) -> None:
         super().__init__(url, make, [server.host_port])
         self.server = server
@@ -89,17 +110,19 @@ class RedisHarness(NetworkHarness):
         from .._url import parse_url
         from ..backend import Deadline
         from ..redis.calls import SyncRunner, call
+        from ..redis.layout import KeyLayout
         from ..redis.params import RedisParams
         from ..redis.scripts import ScriptName
 
         _, name, entry_id = entry.rsplit("/", 2)
-        runner = SyncRunner(RedisParams.from_url(parse_url(self.url)))
+        params = RedisParams.from_url(parse_url(self.url))
+        runner = SyncRunner(params)
         try:
             bound = Deadline(5.0, time.monotonic)
             runner.run(
                 call(
                     ScriptName.REMOVE,
-                    (self.prefix, name, entry_id, ""),
+                    (KeyLayout(self.prefix, params.cluster).of(name), name, entry_id, ""),
                     where="harness",
                     bound=bound,
                 )
@@ -108,14 +131,40 @@ class RedisHarness(NetworkHarness):
             runner.close()
 
     def expire_session(self, backend: Client | Backend) -> None:
-        self.admin.delete(f"{self.prefix}:lease:{_redis(backend).lease}")
+        for key in lease_keys(self.admin, self.prefix, _redis(backend).lease):
+            self.admin.delete(key)
 
     def sessions(self) -> set[int]:
-        keys = self.admin.scan_iter(match=f"{self.prefix}:lease:*", count=1000)
-        return {int(_text(k).rsplit(":", 1)[1], 16) for k in keys}
+        return {int(k.rsplit(":", 1)[1], 16) for k in lease_keys(self.admin, self.prefix)}
 
     def session_of(self, backend: Client | Backend) -> int:
         return int(_redis(backend).lease, 16)
+
+
+class RedisClusterHarness(RedisHarness):
+    """A Redis Cluster behind ``url`` (``redis+cluster://``), into a key prefix of the
+    test's own. Its clients learn the nodes' addresses from the cluster itself, so no
+    proxy stands in between: no network faults here (the failover tests kill a
+    primary with :class:`~semaphore_recipes.devtools.redis_cluster.RedisCluster`)."""
+
+    kind = "redis+cluster"
+    missing: Mapping[Verb, str] = {
+        Verb.CUT: "cluster clients reach the nodes the cluster names, past any proxy",
+        Verb.LOSE_NEXT_REPLY: "cluster clients reach the nodes the cluster names, past any proxy",
+        Verb.KILL_LEADER: "a primary per slot range: tests/redis_cluster kills one",
+    }
+
+    def __init__(
+        self,
+        url: str,
+        make: Callable[..., Client],
+        *,
+        cluster: RedisCluster,
+        prefix: str,
+        admin: redis.RedisCluster,
+    ) -> None:
+        super().__init__(url, make, server=cluster.nodes[0], prefix=prefix, admin=admin)
+        self.cluster = cluster
 
 
 def _redis(backend: Client | Backend) -> RedisBackend:

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from semaphore_recipes.devtools.redis_cluster import RedisCluster, key_slot
+from semaphore_recipes.devtools.redis_cluster import RedisCluster
 from semaphore_recipes.devtools.redis_server import CLUSTER_HIGHEST_PORT
+from semaphore_recipes.redis.layout import key_slot
 
 
 def _ask(port: int, command: str) -> str:
