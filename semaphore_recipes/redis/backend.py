@@ -421,6 +421,9 @@ class RedisBackend(Backend):
         return self._new_queue(name).open(capacity, adopt_capacity=adopt_capacity, create=create)
 
     # ---- several semaphores at once: one script creates, one removes (multi.py) ----------
+    def check_together(self, names: Sequence[str]) -> None:
+        self.layout.of_all(names)  # (Redis Cluster: one hash tag)
+
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
     ) -> Program[dict[str, Enqueued]]:

@@ -90,6 +90,17 @@ class StoreHistory:
             )
         return None
 
+    def behind(self, prefix: str, counter: int, seen: int, where: str) -> str:
+        """The reason of a history found behind by a renewal (its counter ``counter``
+        lower than the ``seen`` one noted before it was sent)."""
+        return (
+            f"the Redis store's history went back ({where}): its counter "
+            f"{counter_key(prefix)} is {counter}, lower than the {seen} seen (a replica "
+            "that lacked the latest writes took over); grants and fencing tokens of "
+            "before may be handed out again: reset a fence that kept them "
+            "(docs/operations.md); open a new backend"
+        )
+
 
 def counter_key(prefix: str) -> str:
     """The counter of the semaphores under key prefix ``prefix`` (:mod:`.scripts`)."""

@@ -77,20 +77,25 @@ class _Listener:
         self._broken = broken
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._pubsub.ssubscribe(*sorted(channels))
+        self._subscribe(channels)
         self._thread = threading.Thread(
             target=self._run, name="semaphore-recipes-redis-doorbell", daemon=True
         )
         self._thread.start()
 
+    def _subscribe(self, channels: set[str]) -> None:
+        for channel in sorted(channels):  # (one SSUBSCRIBE names channels of one slot)
+            self._pubsub.ssubscribe(channel)
+
     def subscribe(self, channels: set[str]) -> None:
         with self._lock:
-            self._pubsub.ssubscribe(*sorted(channels))
+            self._subscribe(channels)
             self.channels |= channels
 
     def unsubscribe(self, channels: set[str]) -> None:
         with self._lock:
-            self._pubsub.sunsubscribe(*sorted(channels))
+            for channel in sorted(channels):
+                self._pubsub.sunsubscribe(channel)
             self.channels -= channels
 
     def _run(self) -> None:

@@ -13,7 +13,9 @@ ends the whole lease, as on one primary.
 
 A lease found gone on a data set whose counter went back (:mod:`.history`: restarted
 without persistence, flushed, an outdated replica promoted) ends the backend instead:
-permits LOST and waiters failing with StoreHistoryReset's reason.
+permits LOST and waiters failing with StoreHistoryReset's reason. So does a renewal
+whose counter is lower than one seen before it was sent: a replica promoted with the
+lease but without the latest grants (tokens would be handed out again).
 
 What users see: the renewal failing (connection lost) makes held permits SUSPENDED;
 a renewal that works again makes them HELD; a lease found gone, or a whole session
@@ -113,9 +115,15 @@ class LeaseKeeper:
                     retry=False,
                     params=self.backend.params,
                 )
+                seen = self.backend.history.counter(prefix)  # (before the renewal is sent)
                 reply = self.runner.run(renewal)
                 if not reply:
                     self._replace(lease, f"the lease expired on the server ({prefix})")
+                    return
+                if int(reply[1]) < seen:  # (a failover lost writes the lease outlived)
+                    self.backend.history_restarted(
+                        self.backend.history.behind(prefix, int(reply[1]), seen, where)
+                    )
                     return
                 renewed.append((prefix, int(reply[1])))
         except BackendUnavailable as exc:
