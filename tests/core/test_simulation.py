@@ -29,6 +29,7 @@ def run_one(
     slot_records_die_later: bool = False,
     stale_slot_listing: bool = False,
     server_admission: bool = False,
+    admission_slots: bool = False,
     store_mutation: str = "",
 ) -> Simulation:
     rng = random.Random(seed)
@@ -46,6 +47,7 @@ def run_one(
         slot_records_die_later=slot_records_die_later,
         stale_slot_listing=stale_slot_listing,
         server_admission=server_admission,
+        admission_slots=admission_slots,
         store_mutation=store_mutation,
     )
     sim.run()
