@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from semaphore_recipes._core import queue as core_queue
 from semaphore_recipes._core.queue import Admitted, Entry, Wait
+from semaphore_recipes._core.slots import Slot
 
 from .simulation import LostWakeup, Simulation
 
@@ -206,8 +207,11 @@ def test_simulation_catches_ignoring_entries_already_behind_us(
         capacity_version: int,
         lower_complete: bool = True,
         admitted: bool = False,
+        slots: tuple[Slot, ...] | None = None,
     ) -> None:
-        real_init(self, me, lower, capacity, False, capacity_version, lower_complete, admitted)
+        real_init(
+            self, me, lower, capacity, False, capacity_version, lower_complete, admitted, slots
+        )
 
     monkeypatch.setattr(protocol.Enqueued, "__init__", never_later)
     assert find_lost_wakeup() is not None
@@ -356,9 +360,18 @@ def test_simulation_catches_an_empty_answer_taken_for_an_admission(
         capacity_version: int,
         lower_complete: bool = True,
         admitted: bool = False,
+        slots: tuple[Slot, ...] | None = None,
     ) -> None:
         real_init(
-            self, me, lower, capacity, later_entries, capacity_version, lower_complete, not lower
+            self,
+            me,
+            lower,
+            capacity,
+            later_entries,
+            capacity_version,
+            lower_complete,
+            not lower,
+            slots,
         )
 
     monkeypatch.setattr(protocol.Enqueued, "__init__", empty_is_admitted)
