@@ -3,7 +3,12 @@ no round trip after the admission (the contract suite's slot tests run on Redis 
 
 from __future__ import annotations
 
+import random
+import signal
+import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
 from semaphore_recipes.backend import Slot, StoreAdmitted, Waiter
@@ -95,3 +100,66 @@ def test_an_admission_message_that_overtook_the_enqueue_reply_brings_the_slots(
         queue.unregister(plain)
     finally:
         queue.unregister(waiter)
+
+
+def test_slots_stay_distinct_under_churn_when_a_paused_holders_lease_expires(
+    redis_harness: RedisHarness,
+) -> None:
+    """A holder of slots 0 and 1 in another process is paused (SIGSTOP) past its
+    lease while threads of two backends cycle weights 1-2 with slots on capacity 3. No
+    script runs at the expiry: a waiter's timed look finds the lease gone, and the
+    sweep drops the dead holder before it gives anyone an index, so its slots are given
+    again, never before the lease could have expired, and the live holders' slots stay
+    distinct throughout."""
+    url = redis_harness.url_with(session_timeout=1)
+    script = (
+        "import sys, time, semaphore_recipes as sr\n"
+        "sem = sr.connect(sys.argv[1]).semaphore('paused', capacity=3)\n"
+        "p = sem.acquire(permits=2, slot=True)\n"
+        "print('HELD', *[s.index for s in p.slots], flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().split() == ["HELD", "0", "1"]
+        sems = [redis_harness.connect().semaphore("paused", capacity=3) for _ in range(2)]
+        proc.send_signal(signal.SIGSTOP)
+        paused = time.monotonic()
+        held: set[int] = set()
+        first_grant: dict[int, float] = {}  # index -> when it was first granted here
+        errors: list[str] = []
+        lock = threading.Lock()
+        stop = paused + 3.0
+
+        def cycle(which: int, seed: int) -> None:
+            rng = random.Random(seed)
+            while time.monotonic() < stop and not errors:
+                permit = sems[which].acquire(permits=rng.randint(1, 2), timeout=20, slot=True)
+                mine = set(_indices(permit))
+                with lock:
+                    if max(mine) >= 3 or len(mine) != permit.permits or mine & held:
+                        errors.append(f"granted {sorted(mine)} while {sorted(held)} held here")
+                    held.update(mine)
+                    for index in mine:
+                        first_grant.setdefault(index, time.monotonic())
+                time.sleep(rng.uniform(0, 0.01))
+                with lock:
+                    held.difference_update(mine)
+                permit.release()
+
+        threads = [threading.Thread(target=cycle, args=(i % 2, i), daemon=True) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not errors, errors
+        # the paused holder's slots: given again, once its lease (renewed every third of
+        # the 1 s session timeout) could have run out, and not before
+        assert {0, 1} <= first_grant.keys(), first_grant
+        assert min(first_grant[0], first_grant[1]) - paused > 0.6
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait(10)
+    wait_until(lambda: redis_harness.entries() == [])
