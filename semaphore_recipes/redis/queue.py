@@ -221,13 +221,18 @@ class RedisQueue(QueueDriver):
     def enqueued(self, waiter: Waiter, entry_id: str, view: EntryView) -> Enqueued:
         """The Enqueue step's answer for our entry ``entry_id`` created as ``view`` says:
         admitted by the script, or by a message that overtook its reply (then it lists
-        nothing before us); a waiter gets its look timed."""
+        nothing before us), with the job slots it asked for (else BackendUnavailable:
+        :meth:`missing_slots`); a waiter gets its look timed."""
         with self._lock:
             route = self._routes.get(entry_id)
             admitted = view.held or (route is not None and route.admitted)
             slots = view.slots if view.held or route is None else route.slots
             if route is not None:
                 route.admitted = admitted
+        if admitted:
+            missing = self.missing_slots(waiter, slots)
+            if missing is not None:  # (the face's cleanup removes the entry)
+                raise missing
         if not admitted and view.check_in is not None:
             self.backend.notifier.schedule(self, entry_id, view.check_in + CHECK_MARGIN)
         self.apply_capacity(view.capacity, view.version)
@@ -255,6 +260,19 @@ class RedisQueue(QueueDriver):
             f"{replicas} replica(s) wait_replicas asks for; not granted"
         )
 
+    def missing_slots(self, waiter: Waiter, slots: tuple[Slot, ...]) -> BackendUnavailable | None:
+        """The error of an admission without the job slots ``waiter`` asked for (one
+        per permit): a script that does not give them admitted it, i.e. a client of an
+        older version shares the prefix. Not granted rather than granted without
+        slots (nor with slots that script did not count)."""
+        if not waiter.wants_slots or len(slots) == waiter.weight:
+            return None
+        return BackendUnavailable(
+            f"semaphore {self.name!r}: admitted with {len(slots)} of the {waiter.weight} "
+            "job slot(s) asked for (a client of an older version shares this prefix?); "
+            "not granted"
+        )
+
     def admitted(
         self,
         entry_id: str,
@@ -265,9 +283,9 @@ class RedisQueue(QueueDriver):
     ) -> None:
         """The server admitted our entry ``entry_id`` under ``capacity`` (its script
         marked it held, and gave it ``slots`` if it asked for them): StoreAdmitted for
-        it. With ``wait_replicas``, ``acknowledged``
-        replicas have the grant: too few, and the acquire ends with BackendUnavailable
-        (its cleanup removes the entry)."""
+        it. With ``wait_replicas``, ``acknowledged`` replicas have the grant: too few,
+        and the acquire ends with BackendUnavailable (its cleanup removes the entry), as
+        it does when the slots it asked for did not come (:meth:`missing_slots`)."""
         self.apply_capacity(capacity, version)
         with self._lock:
             route = self._routes.get(entry_id)
@@ -278,6 +296,10 @@ class RedisQueue(QueueDriver):
         if acknowledged is not None and acknowledged < self.backend.params.wait_replicas:
             reason = str(self.unreplicated(acknowledged))
             route.waiter.post_backend_failed(reason)
+            return
+        missing = self.missing_slots(route.waiter, slots)
+        if missing is not None:
+            route.waiter.post_backend_failed(str(missing))
             return
         decided = slots if route.waiter.wants_slots else None
         route.waiter.post(route.generation, StoreAdmitted(entry_id, decided))

@@ -11,7 +11,11 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
+from semaphore_recipes._core.protocol import BackendFailed
 from semaphore_recipes.backend import Slot, StoreAdmitted, Waiter
+from semaphore_recipes.errors import BackendUnavailable
 from semaphore_recipes.redis.queue import EntryView, RedisQueue
 from semaphore_recipes.testing.polling import wait_until
 from semaphore_recipes.testing.redis_harness import RedisHarness
@@ -163,3 +167,29 @@ def test_slots_stay_distinct_under_churn_when_a_paused_holders_lease_expires(
         proc.kill()
         proc.wait(10)
     wait_until(lambda: redis_harness.entries() == [])
+
+
+def test_an_admission_without_the_slots_asked_for_is_no_grant(
+    redis_harness: RedisHarness,
+) -> None:
+    """A script that gives no slots (a client of an older version sharing the prefix)
+    admitted an entry that asked for them: BackendUnavailable, not a permit without
+    its slots, whether the reply or the message says it."""
+    sem = redis_harness.connect().semaphore("no-slots-given", capacity=2)
+    queue = sem._store
+    assert isinstance(queue, RedisQueue)
+    waiter = Waiter(2, "owner")
+    waiter.wants_slots = True
+    queue.register(waiter)
+    try:
+        queue.creating(waiter, "e.1")
+        waiter.created("e.1", 40)
+        held = EntryView(40, True, 2, 1, False, True, None, (Slot(0, 41),), ())
+        with pytest.raises(BackendUnavailable, match="1 of the 2 job slot"):
+            queue.enqueued(waiter, "e.1", held)
+        queue.creating(waiter, "e.2")
+        queue.admitted("e.2", 2, 1, ())
+        event = waiter.next_event(0)
+        assert isinstance(event, BackendFailed) and "0 of the 2 job slot" in event.reason
+    finally:
+        queue.unregister(waiter)
