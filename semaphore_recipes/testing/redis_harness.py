@@ -22,7 +22,9 @@ __all__ = ["RedisHarness", "live_redis_entries"]
 def live_redis_entries(admin: redis.Redis, prefix: str, name: str | None = None) -> list[str]:
     """``<prefix>/<semaphore>/<entry id>`` of every entry under ``prefix`` (of semaphore
     ``name``) whose lease is alive: what the scripts count. An entry of an expired lease
-    is dead for every script, and removed by the next one that meets it."""
+    is dead for every script, and removed by the next one that meets it. A live entry's
+    job slots are listed too, as ``<prefix>/<semaphore>/slots/<index>`` (they live in
+    the entry, and the other harnesses list their slot records with the entries)."""
     import json
 
     found = []
@@ -30,9 +32,11 @@ def live_redis_entries(admin: redis.Redis, prefix: str, name: str | None = None)
     for key in admin.scan_iter(match=pattern, count=1000):
         semaphore = _text(key)[len(prefix) + 3 : -2]
         for entry_id, raw in admin.hgetall(key).items():
-            lease = json.loads(raw)["l"]
-            if admin.exists(f"{prefix}:lease:{lease}"):
+            entry = json.loads(raw)
+            if admin.exists(f"{prefix}:lease:{entry['l']}"):
                 found.append(f"{prefix}/{semaphore}/{_text(entry_id)}")
+                slots = entry.get("x", [])
+                found += [f"{prefix}/{semaphore}/slots/{index}" for index in slots[::2]]
     return sorted(found)
 
 
