@@ -91,6 +91,7 @@ def acquisition(
     report(instrumentation.acquire_started, name, waiter.weight)
     # a store whose writes decide admission marked the entry held itself
     server_admission = store.backend.capabilities.server_admission
+    waiter.wants_slots = slots
     store.register(waiter)
     try:
         protocol = acquire_protocol(

@@ -58,7 +58,7 @@ class NotSupported(SemaphoreError, NotImplementedError):
 
 
 class SlotsNotSupported(NotSupported):
-    """``acquire(slot=True)`` on a backend that keeps no job slots (Redis for now);
+    """``acquire(slot=True)`` on a backend that keeps no job slots (a third-party one);
     raised before any I/O."""
 
     def __init__(self, scheme: str) -> None:

@@ -163,8 +163,9 @@ class Semaphore:
 
         ``slot=True`` also gives the permit ``permits`` distinct *job slots*
         (``permit.slots``: indices in ``0..capacity-1``, each with a token), taken after
-        admission: one listing and one create per slot (docs/user-guide.md, "Job
-        slots"). SlotsNotSupported (before any I/O) on a backend without them.
+        admission: one listing and one create per slot, or nothing more where the
+        store's admitting write gives them (Redis) (docs/user-guide.md, "Job slots").
+        SlotsNotSupported (before any I/O) on a backend without them.
         """
         validate_permits(permits, self._store.capacity)
         validate_timeout(timeout)

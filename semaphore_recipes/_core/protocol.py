@@ -54,6 +54,10 @@ class Enqueued:
     #: our entry. (An empty ``lower`` does not say it: an entry heavier than a capacity
     #: lowered meanwhile waits at the head.) Ignored where the client decides.
     admitted: bool = False
+    #: ``admitted`` by a write that also gave our entry its job slots (a store that
+    #: decides them at admission, for an acquire with ``slot=True``): the protocol
+    #: takes no slot step. None: the store did not decide them.
+    slots: tuple[Slot, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,9 +158,11 @@ class CapacityChanged:
 @dataclass(frozen=True)
 class StoreAdmitted:
     """Event: the store admitted our entry ``key``: its writes decide admission
-    (``server_admission``; the protocol then never arms nor relists)."""
+    (``server_admission``; the protocol then never arms nor relists). ``slots``: the
+    job slots the admitting write gave it (see ``Enqueued.slots``); None: not decided."""
 
     key: str
+    slots: tuple[Slot, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -294,7 +300,9 @@ def store_admission(
     """:func:`acquire_protocol` for a store whose writes decide admission: admitted when
     the enqueue answers so (``Enqueued.admitted``) or when StoreAdmitted for our entry
     comes; no Arm, no Relist. MarkHeld is yielded at admission (the face makes the
-    permit there) and marks nothing: the store's write did."""
+    permit there) and marks nothing: the store's write did. With ``slots``, an
+    admission that carries them (a store deciding slots in the admitting write) is
+    taken as is; one that does not is followed by :func:`take_slots`."""
     first = True
     while True:
         answer = yield Enqueue(first=first)
@@ -302,6 +310,7 @@ def store_admission(
         assert isinstance(answer, Enqueued)
         me = answer.me
         admitted = answer.admitted
+        decided = answer.slots
         while not admitted:
             if not blocking:
                 raise WouldBlock(f"semaphore {name!r}: {weight} permit(s) not available now")
@@ -313,10 +322,15 @@ def store_admission(
             if isinstance(event, BackendFailed):
                 raise BackendUnavailable(f"semaphore {name!r}: {event.reason}")
             admitted = isinstance(event, StoreAdmitted) and event.key == me.key
+            if admitted:
+                assert isinstance(event, StoreAdmitted)
+                decided = event.slots
         if not admitted:
             continue
         taken: tuple[Slot, ...] = ()
-        if slots:
+        if slots and decided is not None:
+            taken = decided  # given by the admitting write: no round trip more
+        elif slots:
             got = yield from take_slots(me, weight)
             if got is None:
                 continue  # our entry is gone, its records with it: enqueue again

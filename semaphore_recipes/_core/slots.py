@@ -4,7 +4,10 @@
 *slot record* in the store created if absent, bound to the session like the entry and
 deleted in the same request as the entry. Which indices to try, and what to do when
 another holder wins one, is decided here (:func:`take_slots`); a backend only lists
-the records and creates one (docs/design.md section 2, "Job slots").
+the records and creates one (docs/design.md section 2, "Job slots"). A store whose
+write decides admission may instead give the slots in that write, by the same rule
+(lowest free first), and the admission carries them (Redis's scripts:
+``Capabilities.admission_slots``): then no step of this module runs.
 
 Why an admitted request always finds its ``k`` free indices: the live entries holding
 slots are all admitted, so together with ours they weigh at most the capacity they were
@@ -26,7 +29,8 @@ __all__ = ["ListSlots", "Slot", "TakeSlot", "lowest_free", "take_slots"]
 class Slot:
     """One slot a permit holds: ``index`` in ``0..capacity-1`` (distinct from every
     other holder's), and ``token``, the creation version of its record in the store
-    (ZooKeeper czxid, etcd create_revision, the memory store's revision): it grows
+    (ZooKeeper czxid, etcd create_revision, the memory store's revision, a value of
+    Redis's store counter): it grows
     across the whole store, so a system that keys its writes by slot can fence them
     per slot, as ``permit.token`` fences them per permit."""
 

@@ -46,6 +46,11 @@ class Capabilities:
     slots: bool = False
     acquire_all: bool = False
     server_admission: bool = False
+    admission_slots: bool = False
+
+    def __post_init__(self) -> None:
+        if self.admission_slots and not (self.slots and self.server_admission):
+            raise TypeError("admission_slots needs slots and server_admission")
 
     def has(self, capability: Capability) -> bool:
         return {
@@ -67,7 +72,8 @@ HOOKS: dict[Capability, tuple[str, ...]] = {
     Capability.ASYNC_FACE: ("run_async", "from_url_async", "close_async"),
     Capability.ACQUIRE_ALL: ("enqueue_all", "delete_all", "transaction_all"),
 }
-#: the hooks the queue class (``Backend.queue_type``) of a store with slots defines
+#: the hooks the queue class (``Backend.queue_type``) of a store with slots defines,
+#: unless its admission gives them (``admission_slots``)
 SLOT_HOOKS = ("list_slots", "take_slot")
 #: ... and of a store that does not decide admission on the server
 CLIENT_ADMISSION_HOOKS = ("arm", "relist", "write_mark")

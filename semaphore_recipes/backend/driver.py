@@ -347,7 +347,7 @@ class QueueDriver(ABC):
         self, waiter: Waiter, deadline: Deadline
     ) -> Program[frozenset[int] | SessionLost]:
         """The ListSlots step: the indices of the semaphore's slot records."""
-        raise SlotsNotSupported(self.backend.scheme)
+        raise _no_slot_steps(self)
 
     def take_slot(
         self, waiter: Waiter, index: int, deadline: Deadline
@@ -358,7 +358,7 @@ class QueueDriver(ABC):
         holds the index; SessionLost when our entry is gone. A retry after a lost reply
         adopts a record that names our entry. (The base notes the record as maybe
         made before, and as made or not from the answer: leaving deletes it.)"""
-        raise SlotsNotSupported(self.backend.scheme)
+        raise _no_slot_steps(self)
 
 
 Q = TypeVar("Q", bound=QueueDriver)
@@ -380,6 +380,18 @@ def _server_decides(driver: QueueDriver) -> DriverContractError:
         f"{type(driver).__name__}: admission is decided by the store's writes "
         "(server_admission): the protocol never asks it to arm, relist or mark"
     )
+
+
+def _no_slot_steps(driver: QueueDriver) -> Exception:
+    """A slot step asked of a driver without the hook: a store without slots (the faces
+    refuse ``slot=True`` before any I/O), or one whose admission gives them
+    (``admission_slots``) but answered an admission without them."""
+    if driver.backend.capabilities.admission_slots:
+        return DriverContractError(
+            f"{type(driver).__name__}: slots are decided at admission (admission_slots), "
+            "but an admission of an acquire with slot=True came without them"
+        )
+    return SlotsNotSupported(driver.backend.scheme)
 
 
 def _ignore(why: str) -> None:

@@ -160,9 +160,10 @@ class Backend(SessionHub, Runner):
     #: CLI read it before any I/O. Declaring a capability obliges the class to define
     #: its hooks (checked when the class is made): ``async_face``, ``run_async`` and the
     #: two ``*_async`` methods below; ``acquire_all``, the three hooks further down;
-    #: ``slots``, its ``queue_type`` defines ``list_slots``/``take_slot``, deletes an
-    #: entry's slot records in the same request as the entry and shows them in
-    #: ``status()`` (``EntryStatus.slots``).
+    #: ``slots``, its ``queue_type`` defines ``list_slots``/``take_slot`` (not with
+    #: ``admission_slots``: its admission answers carry them), deletes an entry's slot
+    #: records in the same request as the entry and shows them in ``status()``
+    #: (``EntryStatus.slots``).
     capabilities: ClassVar[Capabilities] = Capabilities()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -176,7 +177,8 @@ class Backend(SessionHub, Runner):
         ]
         missing = [hook for hook in needed if getattr(cls, hook) is getattr(Backend, hook)]
         queue = cls.queue_type
-        queue_hooks: tuple[str, ...] = SLOT_HOOKS if declared.slots else ()
+        slot_steps = declared.slots and not declared.admission_slots
+        queue_hooks: tuple[str, ...] = SLOT_HOOKS if slot_steps else ()
         if not declared.server_admission:
             queue_hooks += CLIENT_ADMISSION_HOOKS
         if queue_hooks and queue is None:

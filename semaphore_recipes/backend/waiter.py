@@ -65,6 +65,9 @@ class Waiter:
         self.entry_id: str | None = None  #: the id of the entry being created (unique)
         self.key: str | None = None  #: the entry's key once the store confirmed it
         self.token: int | None = None  #: the entry's fencing token (store revision)
+        #: the acquire asked for job slots (``slot=True``): a store that decides them at
+        #: admission (``Capabilities.admission_slots``) gives them in the admitting write
+        self.wants_slots = False
         self._inbox: queue.SimpleQueue[tuple[int, Event]] = queue.SimpleQueue()
         self._views: ViewKeeper | None = None  # the driver it is registered with
 

@@ -80,7 +80,9 @@ class RedisBackend(Backend):
     """Semaphores in one Redis server (its primary), over one lease."""
 
     scheme = "redis"
-    capabilities = Capabilities(async_face=True, acquire_all=True, server_admission=True)
+    capabilities = Capabilities(
+        async_face=True, slots=True, acquire_all=True, server_admission=True, admission_slots=True
+    )
     default_port = DEFAULT_PORT
 
     def __init__(self, params: RedisParams, *, owner: str | None = None) -> None:

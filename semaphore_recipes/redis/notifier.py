@@ -24,7 +24,7 @@ from ..backend import Deadline
 from ..errors import SemaphoreError
 from .calls import TRANSIENT, SyncRunner, call
 from .inbox import InboxDoorbells, InboxList, InboxReader
-from .queue import RedisQueue, decode_message
+from .queue import RedisQueue, decode_message, parse_slots
 from .scripts import ScriptName
 
 if TYPE_CHECKING:
@@ -132,7 +132,8 @@ class Notifier:
         # (every semaphore object of that name: the one whose entry it is acts on it)
         for queue in self.backend.queues(name):
             if message.get("x") == "admitted":
-                queue.admitted(entry_id, int(message["c"]), int(message["v"]), acknowledged)
+                slots = parse_slots(message.get("z") or ())
+                queue.admitted(entry_id, int(message["c"]), int(message["v"]), slots, acknowledged)
             elif message.get("x") == "deleted":
                 queue.deleted(entry_id)
             elif message.get("x") == "capacity":

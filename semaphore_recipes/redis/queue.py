@@ -11,6 +11,9 @@ mark here, and what this driver tells it is the server's decision:
   also when the admission message overtook the reply);
 * a later admission message posts ``StoreAdmitted`` for the entry (with
   ``wait_replicas``, BackendFailed instead when too few replicas have the grant);
+* job slots (``acquire(slot=True)``) are given by the script that admits the entry,
+  and come with the admission (``Enqueued.slots``, ``StoreAdmitted.slots``): no round
+  trip after it (``Capabilities(admission_slots=True)``);
 * a waiter that hears nothing looks again (the ``CHECK`` script, whose sweep admits and
   tells as any other) when the lease it depends on would expire: a crashed holder is
   noticed within the session timeout and a little.
@@ -34,6 +37,7 @@ from ..backend import (
     EntryStatus,
     Program,
     QueueDriver,
+    Slot,
     Status,
     StoreAdmitted,
     Waiter,
@@ -62,6 +66,7 @@ class _Route:
     waiter: Waiter
     generation: int
     admitted: bool = False
+    slots: tuple[Slot, ...] = ()  # given with the admission (job slots)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class EntryView:
     later: bool
     complete: bool
     check_in: float | None  # seconds, None: nothing to time
+    slots: tuple[Slot, ...]  # a held entry's job slots (when it asked for them)
     lower: tuple[Entry, ...]
 
     @classmethod
@@ -82,7 +88,7 @@ class EntryView:
         lower = tuple(
             Entry(key=_text(reply[i]), order=int(reply[i + 1]), weight=int(reply[i + 2]),
                   held=bool(int(reply[i + 3])))
-            for i in range(7, len(reply), 4)
+            for i in range(8, len(reply), 4)
         )  # fmt: skip
         check_in = int(reply[6])
         return cls(
@@ -93,8 +99,14 @@ class EntryView:
             later=bool(int(reply[4])),
             complete=bool(int(reply[5])),
             check_in=check_in / 1000 if check_in >= 0 else None,
+            slots=parse_slots(reply[7]),
             lower=lower,
         )
+
+
+def parse_slots(flat: Sequence[Any]) -> tuple[Slot, ...]:
+    """Job slots as the scripts write them: ``[index1, token1, ...]``."""
+    return tuple(Slot(int(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2))
 
 
 def _text(value: object) -> str:
@@ -181,6 +193,7 @@ class RedisQueue(QueueDriver):
                 waiter.owner,
                 nearest_needed(capacity),
                 capacity,
+                "1" if waiter.wants_slots else "",
                 deadline=deadline,
                 replicas=replicas,
             )
@@ -211,12 +224,18 @@ class RedisQueue(QueueDriver):
     def enqueued(self, waiter: Waiter, entry_id: str, view: EntryView) -> Enqueued:
         """The Enqueue step's answer for our entry ``entry_id`` created as ``view`` says:
         admitted by the script, or by a message that overtook its reply (then it lists
-        nothing before us); a waiter gets its look timed."""
+        nothing before us), with the job slots it asked for (else BackendUnavailable:
+        :meth:`missing_slots`); a waiter gets its look timed."""
         with self._lock:
             route = self._routes.get(entry_id)
             admitted = view.held or (route is not None and route.admitted)
+            slots = view.slots if view.held or route is None else route.slots
             if route is not None:
                 route.admitted = admitted
+        if admitted:
+            missing = self.missing_slots(waiter, slots)
+            if missing is not None:  # (the face's cleanup removes the entry)
+                raise missing
         if not admitted and view.check_in is not None:
             self.backend.notifier.schedule(self, entry_id, view.check_in + CHECK_MARGIN)
         self.apply_capacity(view.capacity, view.version)
@@ -232,6 +251,7 @@ class RedisQueue(QueueDriver):
             capacity_version=version,
             lower_complete=view.complete or admitted,
             admitted=admitted,
+            slots=slots if admitted and waiter.wants_slots else None,
         )
 
     # ---- what the server tells us (the notifier's thread) ----------------------------------
@@ -243,24 +263,49 @@ class RedisQueue(QueueDriver):
             f"{replicas} replica(s) wait_replicas asks for; not granted"
         )
 
+    def missing_slots(self, waiter: Waiter, slots: tuple[Slot, ...]) -> BackendUnavailable | None:
+        """The error of an admission without the job slots ``waiter`` asked for (one
+        per permit): a script that does not give them admitted it, i.e. a client of an
+        older version shares the prefix. Not granted rather than granted without
+        slots (nor with slots that script did not count)."""
+        if not waiter.wants_slots or len(slots) == waiter.weight:
+            return None
+        return BackendUnavailable(
+            f"semaphore {self.name!r}: admitted with {len(slots)} of the {waiter.weight} "
+            "job slot(s) asked for (a client of an older version shares this prefix?); "
+            "not granted"
+        )
+
     def admitted(
-        self, entry_id: str, capacity: int, version: int, acknowledged: int | None = None
+        self,
+        entry_id: str,
+        capacity: int,
+        version: int,
+        slots: tuple[Slot, ...],
+        acknowledged: int | None = None,
     ) -> None:
         """The server admitted our entry ``entry_id`` under ``capacity`` (its script
-        marked it held): StoreAdmitted for it. With ``wait_replicas``, ``acknowledged``
-        replicas have the grant: too few, and the acquire ends with BackendUnavailable
-        (its cleanup removes the entry)."""
+        marked it held, and gave it ``slots`` if it asked for them): StoreAdmitted for
+        it. With ``wait_replicas``, ``acknowledged`` replicas have the grant: too few,
+        and the acquire ends with BackendUnavailable (its cleanup removes the entry), as
+        it does when the slots it asked for did not come (:meth:`missing_slots`)."""
         self.apply_capacity(capacity, version)
         with self._lock:
             route = self._routes.get(entry_id)
             if route is None or route.admitted:
                 return
             route.admitted = True
+            route.slots = slots
         if acknowledged is not None and acknowledged < self.backend.params.wait_replicas:
             reason = str(self.unreplicated(acknowledged))
             route.waiter.post_backend_failed(reason)
             return
-        route.waiter.post(route.generation, StoreAdmitted(entry_id))
+        missing = self.missing_slots(route.waiter, slots)
+        if missing is not None:
+            route.waiter.post_backend_failed(str(missing))
+            return
+        decided = slots if route.waiter.wants_slots else None
+        route.waiter.post(route.generation, StoreAdmitted(entry_id, decided))
 
     def deleted(self, entry_id: str) -> None:
         """Someone else removed our entry ``entry_id``."""
@@ -328,7 +373,7 @@ class RedisQueue(QueueDriver):
         yield from self._run_script(ScriptName.REMOVE, "", self.backend.lease)
 
     def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
-        # (no job slots on Redis: ``slot_records`` is always empty)
+        # (job slots live in the entry: ``slot_records`` is always empty here)
         yield from self.backend.removal(
             f"semaphore {self.name!r}: removing {key}",
             self._removal(key),
@@ -367,8 +412,9 @@ class RedisQueue(QueueDriver):
                 int(reply[i + 3]),
                 bool(int(reply[i + 4])),
                 float(reply[i + 5]),
+                tuple(sorted(slot.index for slot in parse_slots(reply[i + 6]))),
             )
-            for i in range(2, len(reply), 6)
+            for i in range(2, len(reply), 7)
         ]
         return split_queue(self.name, int(reply[0]), rows)
 

@@ -11,7 +11,8 @@ Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md s
 ``P:inbox:<lease>``
     the client's notification list: the scripts push one message per newly admitted
     entry of that client (``{"x": "admitted", "n": S, "k": entry id, "c": capacity,
-    "v": version}``), one per entry removed by someone else (``"x": "deleted"``), and
+    "v": version}``, and ``"z"``: the entry's job slots when it asked for them), one per
+    entry removed by someone else (``"x": "deleted"``), and
     one per capacity change of a semaphore it opened (``"x": "capacity"``).
 ``P:s:S:cfg``
     hash: ``capacity`` and its ``version``.
@@ -19,7 +20,9 @@ Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md s
     sorted set: entry id -> order (FIFO by the counter, never by client clocks).
 ``P:s:S:e``
     hash: entry id -> JSON ``{"w": weight, "l": lease, "o": owner, "h": held, "s": since,
-    "t": order}``.
+    "t": order}``, and for an ``acquire(slot=True)``: ``"z": true``, then, from the
+    write that admits it, ``"x": [index1, token1, ...]``, its job slots (``give_slots``):
+    the records live in the entry, so they go in the request that deletes it.
 ``P:s:S:open``
     set: the leases of the clients that opened the semaphore (told of capacity changes).
 ``P:s:S:d:<name>``
@@ -28,12 +31,16 @@ Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md s
 Every script that changes the queue ends with ``sweep``: walking from the head, it
 removes dead entries, counts the holders, and admits each waiter whose prefix sum fits
 the capacity, marking it held and notifying its client; it stops at the first waiter
-that does not fit. Its work is the holders plus the newly admitted plus one, never the
-whole queue. Scripts build their keys from ``ARGV`` (the prefix and the name; the
-scripts of ``acquire_all``, ``*_ALL``, take several names and ``use`` each in turn).
-On Redis Cluster the prefix the client gives carries the semaphore's hash tag
-(``P:{T}``, :mod:`.layout`): every key a script builds, the lease, inbox and counter
-too, is then in the slot the call is routed to.
+that does not fit. An admitted entry that asked for job slots is given them there:
+the held entries are a prefix of the queue (only ``sweep`` and an enqueue into an
+empty queue admit, and ``sweep`` admits a prefix), so by the time the walk reaches a
+waiter it has passed every live holder and knows the indices they hold. Its work is
+the holders plus the newly admitted plus one, never the whole queue. Scripts build
+their keys from ``ARGV`` (the prefix and the name; the scripts of ``acquire_all``,
+``*_ALL``, take several names and ``use`` each in turn). On Redis Cluster the prefix
+the client gives carries the semaphore's hash tag (``P:{T}``, :mod:`.layout`): every
+key a script builds, the lease, inbox and counter too, is then in the slot the call
+is routed to.
 """
 
 from __future__ import annotations
@@ -80,10 +87,31 @@ local function config()
 end
 local function notify(id, e, cap, ver)
   local box = P .. ':inbox:' .. e.l
-  redis.call('rpush', box, cjson.encode({x = 'admitted', n = S, k = id, c = cap, v = ver}))
+  local told = {x = 'admitted', n = S, k = id, c = cap, v = ver, z = e.x}
+  redis.call('rpush', box, cjson.encode(told))
   local ttl = redis.call('pttl', lease_key(e.l))
   if ttl > 0 then redis.call('pexpire', box, ttl) end
   ring(box)
+end
+-- Job slots: `used` gets the indices the holder `e` holds.
+local function note_slots(used, e)
+  if e.x then
+    for i = 1, #e.x, 2 do used[e.x[i]] = true end
+  end
+end
+-- The entry `e`, being admitted, gets its weight's lowest indices not in `used` (every
+-- live holder's), if it asked for slots (`z`), each with a token from the counter.
+-- (They are below the capacity: the holders and `e` weigh at most that.)
+local function give_slots(e, used)
+  if not e.z then return end
+  local x, index = {}, 0
+  for _ = 1, e.w do
+    while used[index] do index = index + 1 end
+    used[index] = true
+    x[#x + 1] = index
+    x[#x + 1] = redis.call('incr', P .. ':seq')
+  end
+  e.x = x
 end
 -- Admit the longest prefix that fits (dead entries on the way are removed), notifying
 -- each newly admitted entry's client but `quiet` (the caller, who learns from the reply).
@@ -92,7 +120,7 @@ local function sweep(quiet)
   if #ids == 0 then return end -- (an empty queue: the capacity is not read)
   local cap, ver = config()
   if not cap then return end
-  local total, start = 0, 0
+  local total, start, used = 0, 0, {}
   while true do
     local kept = 0
     for _, id in ipairs(ids) do
@@ -101,10 +129,12 @@ local function sweep(quiet)
         drop(id)
       elseif e.h then
         total = total + e.w
+        note_slots(used, e)
         kept = kept + 1
       elseif total + e.w <= cap then
         e.h = true
         e.s = now()
+        give_slots(e, used)
         redis.call('hset', EK, id, cjson.encode(e))
         total = total + e.w
         kept = kept + 1
@@ -132,14 +162,15 @@ local function check_in(pred, holders)
   return best
 end
 -- The reply every queue step answers with:
--- {order, held, capacity, version, later, complete, check_in, id1, order1, w1, h1, ...}
+-- {order, held, capacity, version, later, complete, check_in, slots, id1, order1, w1, h1, ...}
+-- (slots: a held entry's job slots, {index1, token1, ...}; {} without).
 -- A held entry lists nothing (the server counted what was ahead of it); a waiter lists
 -- its live lower entries in queue order, the nearest `limit` of them (all when < 0).
 local function view(id, e, limit)
   local cap, ver = config()
   local later = 0
   if redis.call('zcount', QK, '(' .. e.t, '+inf') > 0 then later = 1 end
-  if e.h then return {e.t, 1, cap, ver, later, 1, -1} end
+  if e.h then return {e.t, 1, cap, ver, later, 1, -1, e.x or {}} end
   local ids
   if limit < 0 then
     ids = redis.call('zrevrangebyscore', QK, '(' .. e.t, '-inf')
@@ -152,7 +183,7 @@ local function view(id, e, limit)
     complete = 0
     n = limit
   end
-  local out = {e.t, 0, cap, ver, later, complete, -1}
+  local out = {e.t, 0, cap, ver, later, complete, -1, {}}
   local pred = nil
   local holders = {}
   for i = n, 1, -1 do
@@ -243,9 +274,10 @@ end
 redis.call('sadd', P .. ':s:' .. S .. ':open', ARGV[4])
 return {cap, ver}
 """,
-    # ARGV: P, S, id, lease, weight, owner, limit, capacity to re-create with.
-    # The id is the client's: a retried enqueue whose first reply was lost finds its
-    # entry instead of creating a second one. -> view, or {'lost'} (the lease is gone)
+    # ARGV: P, S, id, lease, weight, owner, limit, capacity to re-create with, '1' for
+    # job slots (else ''). The id is the client's: a retried enqueue whose first reply
+    # was lost finds its entry instead of creating a second one.
+    # -> view, or {'lost'} (the lease is gone)
     ScriptName.ENQUEUE: r"""
 local id, lease = ARGV[3], ARGV[4]
 if redis.call('exists', lease_key(lease)) == 0 then return {'lost'} end
@@ -263,10 +295,11 @@ if not e then
   -- has nothing after it (orders come from the one counter).
   -- (ZRANGE, not ZCARD: the documented ACL user's commands stay the same)
   local first = w <= cap and #redis.call('zrange', QK, 0, 0) == 0
-  e = {w = w, l = lease, o = ARGV[6], h = first, s = now(), t = order}
+  e = {w = w, l = lease, o = ARGV[6], h = first, s = now(), t = order, z = ARGV[9] == '1' or nil}
+  if first then give_slots(e, {}) end
   redis.call('zadd', QK, order, id)
   redis.call('hset', EK, id, cjson.encode(e))
-  if first then return {order, 1, cap, ver, 0, 1, -1} end
+  if first then return {order, 1, cap, ver, 0, 1, -1, e.x or {}} end
 end
 sweep(id)
 return view(id, entry(id), tonumber(ARGV[7]))
@@ -394,8 +427,9 @@ for _, lease in ipairs(redis.call('smembers', OK)) do
 end
 return ver
 """,
-    # ARGV: P, S. -> {} when missing, else {capacity, version, id1, owner1, w1, t1, h1, s1, ...}
-    # (live entries in queue order; reads only)
+    # ARGV: P, S. -> {} when missing, else
+    # {capacity, version, id1, owner1, w1, t1, h1, s1, slots1, ...} (live entries in queue
+    # order, slots as {index, token, ...}; reads only)
     ScriptName.STATUS: r"""
 local cap, ver = config()
 if not cap then return {} end
@@ -411,6 +445,7 @@ for _, id in ipairs(redis.call('zrange', QK, 0, -1)) do
     out[#out + 1] = e.t
     out[#out + 1] = h
     out[#out + 1] = tostring(e.s)
+    out[#out + 1] = e.x or {}
   end
 end
 return out

@@ -27,8 +27,11 @@ def live_redis_entries(
 ) -> list[str]:
     """``<prefix>/<semaphore>/<entry id>`` of every entry under ``prefix`` (of semaphore
     ``name``) whose lease is alive: what the scripts count. An entry of an expired lease
-    is dead for every script, and removed by the next one that meets it. ``admin`` may
-    be a Redis Cluster client (keys under ``prefix:{tag}``, read on every node)."""
+    is dead for every script, and removed by the next one that meets it. A live entry's
+    job slots are listed too, as ``<prefix>/<semaphore>/slots/<index>`` (they live in
+    the entry, and the other harnesses list their slot records with the entries).
+    ``admin`` may be a Redis Cluster client (keys under ``prefix:{tag}``, read on every
+    node)."""
     import json
     import re
 
@@ -42,9 +45,11 @@ def live_redis_entries(
                 continue
             key_prefix, semaphore = matched.groups()
             for entry_id, raw in admin.hgetall(key).items():
-                lease = json.loads(raw)["l"]
-                if admin.exists(f"{key_prefix}:lease:{lease}"):
+                entry = json.loads(raw)
+                if admin.exists(f"{key_prefix}:lease:{entry['l']}"):
                     found.append(f"{prefix}/{semaphore}/{_text(entry_id)}")
+                    slots = entry.get("x", [])
+                    found += [f"{prefix}/{semaphore}/slots/{index}" for index in slots[::2]]
     return sorted(found)
 
 

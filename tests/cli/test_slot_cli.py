@@ -12,7 +12,7 @@ import semaphore_recipes as sr
 from .conftest import Store, assert_one_line_error, cli
 from .test_hold import Hold, hold, token_env  # noqa: F401
 
-BOTH = pytest.mark.parametrize("service", ["zookeeper", "etcd"], indirect=True)
+BOTH = pytest.mark.parametrize("service", ["zookeeper", "etcd", "redis"], indirect=True)
 
 
 @BOTH
@@ -74,12 +74,3 @@ def test_slot_with_also_is_a_usage_error(store: Store) -> None:
     assert_one_line_error(result)
     assert "--also" in result.stderr
     assert not store.stored("a")  # before any I/O
-
-
-@pytest.mark.parametrize("service", ["redis"], indirect=True)
-def test_slot_on_redis_is_a_usage_error(store: Store) -> None:
-    result = cli("run", "r", "-c", "1", "--slot", "--url", store.url, "--", "true")
-    assert result.returncode == 64
-    assert_one_line_error(result)
-    assert "cannot keep job slots" in result.stderr
-    assert store.entries("r") == []

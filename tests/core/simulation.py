@@ -24,6 +24,10 @@ head, the waiters that now fit by the prefix rule, marks them held and tells eac
 client StoreAdmitted, but the creator, whose create's answer says it (taken with the
 create, atomically). The protocol then must never arm nor relist, and a client must take
 itself for admitted only once the store admitted it; the other checks are the same.
+With ``admission_slots`` (Redis's scripts too) that admission also gives a slot-taking
+entry its slots, the lowest indices no live holder's record has, and they come with the
+admission (``StoreAdmitted.slots``, ``Enqueued.slots``): no slot step may follow, and the
+slot checks are the same.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ from semaphore_recipes._core.protocol import (
     acquire_protocol,
 )
 from semaphore_recipes._core.queue import Entry, EntryState
-from semaphore_recipes._core.slots import ListSlots, Slot, TakeSlot
+from semaphore_recipes._core.slots import ListSlots, Slot, TakeSlot, lowest_free
 from semaphore_recipes.errors import AcquireTimeout
 
 
@@ -90,6 +94,8 @@ class StoredEntry:
     weight: int
     held: bool = False
     lower: tuple[str, ...] | None = None  # what the held mark records
+    wants_slots: bool = False  # a single acquire with slots (admission_slots: given at admission)
+    slots: tuple[Slot, ...] | None = None  # given by the admission (admission_slots)
 
 
 @dataclass
@@ -119,6 +125,8 @@ class Client:
     slots: tuple[Slot, ...] = ()  # the slots held (granted with slots)
     #: server admission: per queue, did the create admit our entry (its answer says so)
     create_admitted: dict[str, bool] = field(default_factory=dict)
+    #: admission_slots: the slots the create's admission gave (its answer carries them)
+    create_slots: dict[str, tuple[Slot, ...] | None] = field(default_factory=dict)
 
     @property
     def multi(self) -> bool:
@@ -153,6 +161,7 @@ class Simulation:
         slot_records_die_later: bool = False,
         stale_slot_listing: bool = False,
         server_admission: bool = False,
+        admission_slots: bool = False,
         store_mutation: str = "",
     ) -> None:
         """``queues`` > 1: several semaphores ``q0``, ``q1``... of ``capacity`` each,
@@ -163,11 +172,15 @@ class Simulation:
         records outlive their entry for a while (deleted by a request of their own);
         ``stale_slot_listing`` the one whose lost race for an index answers with the
         first listing and that index, not a fresh listing. ``server_admission``: the
-        store decides admission (see the module's docstring); ``store_mutation`` breaks
-        that store: ``"untold"`` admits without telling, ``"forget_holders"`` admits
-        as if the holders weighed nothing."""
+        store decides admission (see the module's docstring), and with
+        ``admission_slots`` gives the slots in the admitting write; ``store_mutation``
+        breaks that store: ``"untold"`` admits without telling, ``"forget_holders"``
+        admits as if the holders weighed nothing, ``"slots_ignore_holders"`` gives
+        slots from 0 whatever the holders hold."""
+        assert not admission_slots or (server_admission and slots)
         self.rng = rng
         self.server_admission = server_admission
+        self.admission_slots = admission_slots
         self.store_mutation = store_mutation
         self.store: dict[str, StoredEntry] = {}
         self.watches: dict[str, set[int]] = {}
@@ -275,15 +288,31 @@ class Simulation:
                 break
             e.held = True
             total += e.weight
+            if self.admission_slots and e.wants_slots:
+                e.slots = self._give_slots(queue, e)
             if e.key in quiet or self.store_mutation == "untold":
                 continue
             for c in self.clients:
                 if c.state == "waiting" and c.keys.get(queue) == e.key:
-                    event = StoreAdmitted(e.key)
+                    event = StoreAdmitted(e.key, e.slots)
                     c.events.append(QueueEvent(queue, event) if c.multi else event)
                     told += 1
         self.max_woken = max(self.max_woken, told)
         self.admissions_told += told
+
+    def _give_slots(self, queue: str, e: StoredEntry) -> tuple[Slot, ...]:
+        """admission_slots: the admitted ``e`` gets its weight's lowest indices that no
+        record has (every record is a live holder's), a record and a token each, in
+        the admitting write."""
+        records = self.slot_records[queue]
+        taken = () if self.store_mutation == "slots_ignore_holders" else records
+        given = []
+        for index in lowest_free(taken, e.weight):
+            token = self.next_order  # from the store's counter
+            self.next_order += 1
+            records[index] = (e.key, token)
+            given.append(Slot(index, token))
+        return tuple(given)
 
     def _known_view(self, key: str) -> tuple[Entry, ...] | None:
         """The view ``key`` was admitted with, when the waiter told of its deletion
@@ -341,13 +370,15 @@ class Simulation:
             # a new generation: what was posted for an earlier entry is dropped; what is
             # posted from now on (a capacity the process applies while we enqueue, which
             # may be older than the one the listing brings) is kept
-            c.created, c.keys, c.create_admitted = False, {}, {}
+            c.created, c.keys, c.create_admitted, c.create_slots = False, {}, {}, {}
             c.admitted.clear()
             c.mark_pending.clear()
             c.unmarked.clear()
             c.events = deque(e for e in c.events if isinstance(e, SessionLost))
         elif isinstance(step, (Arm, Relist)) and self.server_admission:
             raise AssertionError(f"client {c.cid}: {step} where the store decides admission")
+        elif isinstance(step, (ListSlots, TakeSlot)) and self.admission_slots:
+            raise AssertionError(f"client {c.cid}: {step} where the admission gives the slots")
         elif isinstance(step, Arm):
             c.to_arm, c.arm_results = list(step.keys), {}
         elif isinstance(step, MarkHeld) and self.server_admission:
@@ -515,10 +546,12 @@ class Simulation:
             key = f"{queue}/k{order}"
             c.keys[queue] = key
             c.capacity_bound[queue] = self.capacities[queue]
-            self.store[key] = StoredEntry(queue, key, order, c.weights[queue])
+            wants = self.admission_slots and not c.multi
+            self.store[key] = StoredEntry(queue, key, order, c.weights[queue], wants_slots=wants)
         for queue in missing:  # the answer is the create's, taken with it
             self._sweep(queue, quiet=frozenset(c.keys.values()))
             c.create_admitted[queue] = self.store[c.keys[queue]].held
+            c.create_slots[queue] = self.store[c.keys[queue]].slots
         c.created = len(c.keys) == len(c.weights)
 
     def _listing(self, c: Client, queue: str) -> Enqueued:
@@ -540,6 +573,7 @@ class Simulation:
             capacity_version=self.capacity_versions[queue],
             lower_complete=complete,
             admitted=admitted,
+            slots=c.create_slots[queue] if admitted else None,
         )
 
     def _slot_answer_lost(self, c: Client) -> bool:

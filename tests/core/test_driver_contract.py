@@ -92,3 +92,50 @@ def test_a_class_declaring_client_admission_without_its_hooks_is_refused() -> No
         capabilities = Capabilities(async_face=True, slots=True, server_admission=True)
 
     assert _ServerDecides.capabilities.server_admission
+
+
+def test_a_store_deciding_slots_at_admission_needs_no_slot_hooks() -> None:
+    """``admission_slots``: the admission answers carry the slots, so the queue class
+    defines no ``list_slots``/``take_slot``; without it they are required, and the
+    flag means nothing without slots decided on the server."""
+
+    class _NoSlotSteps(MemoryQueue):
+        list_slots = QueueDriver.list_slots  # type: ignore[assignment]
+        take_slot = QueueDriver.take_slot
+
+    class _AtAdmission(MemoryBackend):
+        queue_type = _NoSlotSteps
+        capabilities = Capabilities(
+            async_face=True, slots=True, server_admission=True, admission_slots=True
+        )
+
+    assert _AtAdmission.capabilities.admission_slots
+    with pytest.raises(TypeError, match=r"_NoSlotSteps\.list_slots"):
+
+        class _Taken(MemoryBackend):
+            queue_type = _NoSlotSteps
+            capabilities = Capabilities(async_face=True, slots=True, server_admission=True)
+
+    with pytest.raises(TypeError, match="admission_slots needs"):
+        Capabilities(slots=True, admission_slots=True)
+
+
+def test_a_slot_step_asked_of_a_store_deciding_slots_at_admission_is_its_bug() -> None:
+    """A store declaring ``admission_slots`` whose admission of a ``slot=True`` acquire
+    came without them: the protocol's fallback slot step reaches the base's hooks, which
+    name the driver's bug (not SlotsNotSupported)."""
+
+    class _Forgets(MemoryBackend):
+        capabilities = Capabilities(
+            async_face=True, slots=True, server_admission=True, admission_slots=True
+        )
+
+    with _client(_Forgets) as client:
+        sem = client.semaphore("forgets-slots", capacity=1)
+        driver = sem._store
+        assert driver is not None
+        deadline = Deadline(None, time.monotonic)
+        with pytest.raises(DriverContractError, match="admission_slots"):
+            QueueDriver.list_slots(driver, Waiter(1, "o"), deadline)
+        with pytest.raises(DriverContractError, match="admission_slots"):
+            QueueDriver.take_slot(driver, Waiter(1, "o"), 0, deadline)

@@ -19,6 +19,7 @@ from semaphore_recipes._core.protocol import (
     acquire_protocol,
 )
 from semaphore_recipes._core.queue import Entry, EntryState
+from semaphore_recipes._core.slots import ListSlots, Slot
 from semaphore_recipes.errors import AcquireTimeout, BackendUnavailable
 
 ME = Entry(key="me", order=5, weight=1)
@@ -103,3 +104,29 @@ def test_where_the_store_decides_its_answer_admits_and_a_session_loss_enqueues_a
     assert protocol.send(SessionLost()) == Enqueue(first=False)
     admitted = Enqueued(ME, (), capacity=2, later_entries=True, capacity_version=1, admitted=True)
     assert isinstance(protocol.send(admitted), MarkHeld)
+
+
+def test_slots_given_with_the_admission_take_no_slot_step() -> None:
+    """A store that decides slots in the admitting write (``Enqueued.slots``,
+    ``StoreAdmitted.slots``): MarkHeld carries them, no ListSlots/TakeSlot comes; an
+    admission without them (None) takes them after it, as on the other stores."""
+    given = (Slot(0, 7), Slot(1, 8))
+    me = Entry(key="me", order=5, weight=2)
+    protocol = acquire_protocol("s", 2, Deadline(None, Clock()), slots=True, server_admission=True)
+    next(protocol)
+    answer = Enqueued(
+        me, (), 2, later_entries=False, capacity_version=1, admitted=True, slots=given
+    )
+    assert protocol.send(answer) == MarkHeld(me, now=False, lower=None, slots=given)
+
+    protocol = acquire_protocol("s", 2, Deadline(None, Clock()), slots=True, server_admission=True)
+    next(protocol)
+    waiting = Enqueued(me, (HOLDER,), capacity=2, later_entries=False, capacity_version=1)
+    assert isinstance(protocol.send(waiting), AwaitEvent)
+    step = protocol.send(StoreAdmitted("me", slots=given))
+    assert step == MarkHeld(me, now=False, lower=None, slots=given)
+
+    protocol = acquire_protocol("s", 2, Deadline(None, Clock()), slots=True, server_admission=True)
+    next(protocol)
+    assert isinstance(protocol.send(waiting), AwaitEvent)
+    assert protocol.send(StoreAdmitted("me")) == ListSlots()  # not decided: taken after

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from semaphore_recipes._core import queue as core_queue
 from semaphore_recipes._core.queue import Admitted, Entry, Wait
+from semaphore_recipes._core.slots import Slot
 
 from .simulation import LostWakeup, Simulation
 
@@ -29,6 +30,7 @@ def run_one(
     slot_records_die_later: bool = False,
     stale_slot_listing: bool = False,
     server_admission: bool = False,
+    admission_slots: bool = False,
     store_mutation: str = "",
 ) -> Simulation:
     rng = random.Random(seed)
@@ -46,6 +48,7 @@ def run_one(
         slot_records_die_later=slot_records_die_later,
         stale_slot_listing=stale_slot_listing,
         server_admission=server_admission,
+        admission_slots=admission_slots,
         store_mutation=store_mutation,
     )
     sim.run()
@@ -204,8 +207,11 @@ def test_simulation_catches_ignoring_entries_already_behind_us(
         capacity_version: int,
         lower_complete: bool = True,
         admitted: bool = False,
+        slots: tuple[Slot, ...] | None = None,
     ) -> None:
-        real_init(self, me, lower, capacity, False, capacity_version, lower_complete, admitted)
+        real_init(
+            self, me, lower, capacity, False, capacity_version, lower_complete, admitted, slots
+        )
 
     monkeypatch.setattr(protocol.Enqueued, "__init__", never_later)
     assert find_lost_wakeup() is not None
@@ -354,9 +360,18 @@ def test_simulation_catches_an_empty_answer_taken_for_an_admission(
         capacity_version: int,
         lower_complete: bool = True,
         admitted: bool = False,
+        slots: tuple[Slot, ...] | None = None,
     ) -> None:
         real_init(
-            self, me, lower, capacity, later_entries, capacity_version, lower_complete, not lower
+            self,
+            me,
+            lower,
+            capacity,
+            later_entries,
+            capacity_version,
+            lower_complete,
+            not lower,
+            slots,
         )
 
     monkeypatch.setattr(protocol.Enqueued, "__init__", empty_is_admitted)

@@ -77,6 +77,35 @@ def test_simulation_catches_two_holders_of_one_slot(monkeypatch: pytest.MonkeyPa
     raise AssertionError("no run gave one slot to two holders")
 
 
+def _decided_by_the_store(seed: int, store_mutation: str = "") -> Simulation:
+    return run_sim(
+        seed,
+        slots=True,
+        server_admission=True,
+        admission_slots=True,
+        store_mutation=store_mutation,
+    )
+
+
+def test_slots_given_by_the_admitting_write_are_distinct_within_range() -> None:
+    """A store that decides admission and gives the slots in the same write (Redis's
+    scripts): no slot step follows the admission (the model fails a run where one
+    does), and every slot check holds."""
+    granted = 0
+    for seed in range(RUNS):
+        granted += _decided_by_the_store(seed).slots_granted
+    assert granted > RUNS  # the runs really give slots
+
+
+def test_simulation_catches_slots_given_without_looking_at_the_holders() -> None:
+    for seed in range(RUNS):
+        try:
+            _decided_by_the_store(seed, store_mutation="slots_ignore_holders")
+        except SlotViolation:
+            return
+    raise AssertionError("no run gave a held slot to another")
+
+
 def test_lowest_free() -> None:
     assert lowest_free(set(), 2) == [0, 1]
     assert lowest_free({0, 2}, 2) == [1, 3]

@@ -42,9 +42,11 @@ class Scripts:
     def kill(self, lease: str) -> None:
         self.admin.delete(f"{self.prefix}:lease:{lease}")
 
-    def enqueue(self, entry_id: str, lease: str, weight: int = 1, capacity: int = 2) -> list[Any]:
+    def enqueue(
+        self, entry_id: str, lease: str, weight: int = 1, capacity: int = 2, slots: bool = False
+    ) -> list[Any]:
         reply: list[Any] = self.run(
-            ScriptName.ENQUEUE, entry_id, lease, weight, "owner", 64, capacity
+            ScriptName.ENQUEUE, entry_id, lease, weight, "owner", 64, capacity, "1" if slots else ""
         )
         return reply
 
@@ -87,7 +89,7 @@ def test_an_enqueue_that_fits_is_admitted_in_its_own_reply_without_a_message(
     reply = scripts.enqueue("a.1", "a", weight=2, capacity=2)
     assert reply[1] == 1  # held
     assert reply[2:4] == [2, 1]  # capacity 2, as of version 1 (the counter's first value)
-    assert len(reply) == 7  # a held entry lists nothing
+    assert reply[7:] == [[]]  # a held entry lists nothing (and asked for no slots)
     assert scripts.inbox("a") == []  # the caller learns from the reply, not a message
 
 
@@ -108,13 +110,13 @@ def test_an_enqueue_into_an_empty_queue_decides_without_a_sweep_or_a_view(
     before = _calls(redis_admin, reads)
     reply = scripts.enqueue("a.1", "a", weight=2, capacity=2)
     after = _calls(redis_admin, reads)
-    assert reply[1] == 1 and len(reply) == 7  # admitted, in its own reply
+    assert reply[1] == 1 and len(reply) == 8  # admitted, in its own reply
     assert {c: after[c] - before[c] for c in reads} == {
         "zrange": 1, "zcount": 0, "hget": 1, "hmget": 1,
     }  # fmt: skip
     assert scripts.held("a.1")
     waiting = scripts.enqueue("a.2", "a", weight=1, capacity=2)
-    assert waiting[1] == 0 and waiting[7] == b"a.1"  # behind the holder, listed
+    assert waiting[1] == 0 and waiting[8] == b"a.1"  # behind the holder, listed
     assert not scripts.held("a.2")
 
 
@@ -143,7 +145,7 @@ def test_a_waiter_lists_the_live_entries_before_it_and_times_its_predecessor(
     reply = scripts.enqueue("c.1", "c", capacity=1)
     assert reply[1] == 0
     # lower entries in queue order: (id, order, weight, held)
-    assert reply[7:] == [b"a.1", 2, 1, 1, b"b.1", 3, 1, 0]
+    assert reply[7:] == [[], b"a.1", 2, 1, 1, b"b.1", 3, 1, 0]
     assert 0 < reply[6] <= TTL_MS  # its predecessor's lease TTL (ms)
 
 
@@ -275,8 +277,8 @@ def test_a_multi_enqueue_gives_every_entry_one_order_and_decides_each_queue(
     views = scripts.enqueue_all("m.1", "m", a=(2, 2), b=(1, 1))
     a, b = views
     assert a[0] == b[0]  # one order (and token) for both entries
-    assert a[1] == 1 and len(a) == 7  # admitted in a, in the reply
-    assert b[1] == 0 and b[7::4] == [b"h.1"]  # waiting in b, behind the holder
+    assert a[1] == 1 and len(a) == 8  # admitted in a, in the reply
+    assert b[1] == 0 and b[8::4] == [b"h.1"]  # waiting in b, behind the holder
     assert scripts.held("m.1", "a") and not scripts.held("m.1", "b")
     assert scripts.inbox("m") == []  # the caller learns from the reply
     assert scripts.enqueue_all("m.1", "m", a=(2, 2), b=(1, 1))[0][0] == a[0]  # a retry
@@ -355,3 +357,60 @@ def test_the_multi_fence_checks_every_entry_before_writing(scripts: Scripts) -> 
     waiting = scripts.enqueue_all("w.1", "w", a=(1, 1), c=(1, 1))[0][0]  # held in c only
     assert fence("c/w.1", "a/w.1", token=waiting, kind="delete") == [b"lost"]
     assert scripts.admin.get(key) == b"x"
+
+
+# ---- job slots: given by the script that admits the entry ----------------------------
+
+
+def _slots(flat: list[Any]) -> list[int]:
+    return [int(i) for i in flat[::2]]
+
+
+def test_an_enqueue_admitted_at_once_gets_its_slots_in_its_reply(scripts: Scripts) -> None:
+    scripts.lease("a")
+    reply = scripts.enqueue("a.1", "a", weight=2, capacity=3, slots=True)
+    assert reply[1] == 1 and _slots(reply[7]) == [0, 1]
+    tokens = reply[7][1::2]
+    assert tokens[0] > reply[0] and tokens[1] > tokens[0]  # from the counter, after the order
+    behind = scripts.enqueue("a.2", "a", weight=1, capacity=3, slots=True)  # the sweep's
+    assert behind[1] == 1 and _slots(behind[7]) == [2] and behind[7][1] > tokens[1]
+    assert scripts.enqueue("a.2", "a", slots=True)[7] == behind[7]  # a retry: the same
+    status = scripts.run(ScriptName.STATUS)
+    assert [_slots(status[i]) for i in range(8, len(status), 7)] == [[0, 1], [2]]
+    scripts.run(ScriptName.REMOVE, "a.2", "a")
+    plain = scripts.enqueue("a.3", "a", weight=1, capacity=3)
+    assert plain[1] == 1 and plain[7] == []  # admitted; it did not ask, it gets none
+
+
+def test_a_sweep_gives_the_lowest_indices_no_live_holder_holds_and_tells_them(
+    scripts: Scripts,
+) -> None:
+    for lease in "abcw":
+        scripts.lease(lease)
+    scripts.enqueue("a.1", "a", weight=1, capacity=4, slots=True)  # 0
+    scripts.enqueue("b.1", "b", weight=2, capacity=4, slots=True)  # 1, 2
+    scripts.enqueue("c.1", "c", weight=1, capacity=4, slots=True)  # 3
+    waiting = scripts.enqueue("w.1", "w", weight=3, capacity=4, slots=True)
+    assert waiting[1] == 0 and waiting[7] == []  # no slots before admission
+    scripts.kill("b")  # dead: its indices are free to the next sweep
+    scripts.run(ScriptName.REMOVE, "a.1", "a")
+    assert scripts.held("w.1")
+    told = scripts.inbox("w")
+    assert [m["x"] for m in told] == ["admitted"]
+    assert told[0]["z"][::2] == [0, 1, 2]  # c keeps 3; b's and a's are free
+    stored = json.loads(scripts.admin.hget(f"{scripts.prefix}:s:s:e", "w.1"))
+    assert stored["x"] == told[0]["z"]  # the record lives in the entry
+    scripts.run(ScriptName.REMOVE, "w.1", "w")
+    assert scripts.admin.hget(f"{scripts.prefix}:s:s:e", "w.1") is None  # gone with it
+
+
+def test_a_holder_kept_above_a_lowered_capacity_keeps_its_index(scripts: Scripts) -> None:
+    for lease in "abcd":
+        scripts.lease(lease)
+    for lease in "abc":
+        scripts.enqueue(f"{lease}.1", lease, capacity=3, slots=True)  # 0, 1, 2
+    scripts.run(ScriptName.SET_CAPACITY, 2)
+    scripts.enqueue("d.1", "d", capacity=2, slots=True)
+    scripts.run(ScriptName.REMOVE, "a.1", "a")
+    scripts.run(ScriptName.REMOVE, "b.1", "b")  # c (2) and d fill 2
+    assert _slots(scripts.inbox("d")[0]["z"]) == [0]

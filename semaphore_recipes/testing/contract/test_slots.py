@@ -1,7 +1,7 @@
 """Job slots (``acquire(slot=True)``, issue 16) on real servers, both faces.
 
-Redis keeps no slots yet: its parameters are left out of the store tests, and
-``test_redis_refuses_slots_before_any_io`` asserts its named error instead.
+Redis decides slots in the script that admits the entry (no ``list_slots`` or
+``take_slot`` step): the tests that interrupt or lose those steps leave it out.
 """
 
 from __future__ import annotations
@@ -11,17 +11,20 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import pytest
 
 import semaphore_recipes as sr
-from semaphore_recipes.backend import Deadline, Program, QueueDriver, Waiter
+from semaphore_recipes._url import parse_url
+from semaphore_recipes.backend import Capabilities, Deadline, Program, QueueDriver, Waiter
+from semaphore_recipes.memory.backend import MemoryBackend
 from semaphore_recipes.testing.faces import Face
 from semaphore_recipes.testing.harness import Harness
 from semaphore_recipes.testing.interrupts import interrupt_acquires
 from semaphore_recipes.testing.polling import wait_until
 
-STORES = ["memory", "zookeeper", "etcd"]  # Redis: no job slots yet (SlotsNotSupported)
+STORES = ["memory", "zookeeper", "etcd", "redis"]
 
 
 def _stores(*kinds: str) -> pytest.MarkDecorator:
@@ -36,7 +39,10 @@ def _stores(*kinds: str) -> pytest.MarkDecorator:
 
 slot_stores = _stores(*STORES)
 # (memory: nothing is lost in flight, and an acquire is over before a timer lands in it)
-networked = _stores("zookeeper", "etcd")
+networked = _stores("zookeeper", "etcd")  # (Redis: no slot step to lose or interrupt)
+# the stores whose slots are taken by steps after admission (ListSlots, TakeSlot): Redis
+# gives them in the admitting script
+slot_step_stores = _stores("memory", "zookeeper", "etcd")
 
 
 def indices(permit: object) -> list[int]:
@@ -209,7 +215,7 @@ def _interrupted_acquire_leaves_nothing(service: Harness, sem: object) -> None:
     wait_until(lambda: service.entries() == [])
 
 
-@slot_stores
+@slot_step_stores
 def test_leaving_while_taking_slots_leaves_no_record_and_no_entry(
     service: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -252,7 +258,7 @@ def test_an_interrupt_between_a_slots_reply_and_its_note_leaves_nothing(
 
 
 # (memory: the store lives in one process, so there is no other process to kill)
-@pytest.mark.parametrize("service", ["zookeeper", "etcd"], indirect=True)
+@pytest.mark.parametrize("service", ["zookeeper", "etcd", "redis"], indirect=True)
 def test_a_killed_holder_frees_its_slots(service: Harness) -> None:
     url = service.url_with(session_timeout=2)
     script = (
@@ -278,11 +284,20 @@ def test_a_killed_holder_frees_its_slots(service: Harness) -> None:
         proc.wait(10)
 
 
-def test_redis_refuses_slots_before_any_io(redis_harness: Harness) -> None:
-    sem = redis_harness.connect().semaphore("r", capacity=2)
-    with pytest.raises(sr.SlotsNotSupported, match="redis"):
-        sem.acquire(slot=True)
-    assert redis_harness.entries() == []
+class _NoSlots(MemoryBackend):
+    """A third-party backend as it may be written: without job slots."""
+
+    scheme = "noslots"
+    capabilities = Capabilities(async_face=True, acquire_all=True)
+
+
+def test_a_backend_without_slots_refuses_them_before_any_io() -> None:
+    url = parse_url(f"memory://ns{uuid.uuid4().hex[:8]}")
+    with sr.Client(_NoSlots.from_url(url)) as backend:
+        sem = backend.semaphore("ns", capacity=2)
+        with pytest.raises(sr.SlotsNotSupported, match="noslots"):
+            sem.acquire(slot=True)
+        assert sem.status().holders == sem.status().waiters == ()
 
 
 @pytest.mark.parametrize("slot", [1, "yes", None])
@@ -326,7 +341,7 @@ def test_a_lost_reply_of_a_slot_create_adopts_the_record(
 
 # (memory: test_leaving_while_taking_slots_leaves_no_record_and_no_entry interrupts
 # each of its steps instead)
-@networked
+@_stores("zookeeper", "etcd", "redis")
 def test_interrupts_at_any_point_of_a_slot_acquire_leave_nothing_behind(
     service: Harness,
 ) -> None:
