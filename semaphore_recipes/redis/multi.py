@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .._core.protocol import Enqueued
 from ..backend import Deadline, Program, QueueDriver, Waiter, nearest_needed, queues_of
 from .calls import Arg
-from .queue import EntryView, RedisQueue, lease_lost
+from .queue import EntryView, RedisQueue, lease_lost, refuse_abandoned
 from .scripts import ScriptName
 from .transaction import RedisFencedTransaction
 
@@ -67,6 +67,7 @@ def enqueue_all(
         acknowledged = replicas
         if replicas:
             reply, acknowledged = reply
+        refuse_abandoned(reply, entry_id, _where(backend, queues))
         if lease_lost(reply) or reply == [b"partial"]:
             for queue, _ in queues:
                 queue.drop_route(entry_id)

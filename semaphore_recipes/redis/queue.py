@@ -118,6 +118,14 @@ def lease_lost(reply: object) -> bool:
     return isinstance(reply, list) and len(reply) == 1 and reply[0] == b"lost"
 
 
+def refuse_abandoned(reply: object, entry_id: str, where: str) -> None:
+    """An enqueue's reply saying its id was removed before it was made (an abandoned
+    acquire's tombstone: :mod:`.scripts`). Its acquire is over when that happens, so
+    no acquire should read it: BackendUnavailable if one does."""
+    if isinstance(reply, list) and reply == [b"abandoned"]:
+        raise BackendUnavailable(f"{where}: entry {entry_id} was removed before it was made")
+
+
 class RedisQueue(QueueDriver):
     backend: RedisBackend
 
@@ -200,6 +208,7 @@ class RedisQueue(QueueDriver):
             acknowledged = replicas
             if replicas:
                 reply, acknowledged = reply
+            refuse_abandoned(reply, entry_id, self._where)
             if lease_lost(reply):  # our lease expired: the keeper makes a new one
                 self.drop_route(entry_id)
                 yield from self.backend.await_new_lease(lease, deadline)

@@ -27,6 +27,10 @@ Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md s
     set: the leases of the clients that opened the semaphore (told of capacity changes).
 ``P:s:S:d:<name>``
     the data keys of fenced transactions.
+``P:s:S:t:<id>``
+    the tombstone of an entry id its client removed before it was made (an abandoned
+    acquire's enqueue still on its way): an enqueue of that id makes nothing
+    (``{'abandoned'}``); it lasts as long as the client's lease.
 
 Every script that changes the queue ends with ``sweep``: walking from the head, it
 removes dead entries, counts the holders, and admits each waiter whose prefix sum fits
@@ -62,6 +66,7 @@ local function use(s)
 end
 use(S)
 local function lease_key(l) return P .. ':lease:' .. l end
+local function tombstone_key(id) return P .. ':s:' .. S .. ':t:' .. id end
 -- On Redis Cluster the prefix carries the hash tag (layout.py): one BLPOP cannot span
 -- slots, so a push to an inbox also rings a doorbell on the inbox's own name (inbox.py)
 local CLUSTERED = string.find(P, '{', 1, true) ~= nil
@@ -208,7 +213,16 @@ end
 -- is reported to its client. -> 1 if it was there
 local function remove_entry(id, lease)
   local e = entry(id)
-  if not e then return 0 end
+  if not e then
+    -- Its own client removes an id not made yet: an abandoned acquire whose enqueue
+    -- is still on its way (sent on a connection its cancellation closed; another may
+    -- overtake it). The id is never made after: a tombstone as long as the lease.
+    local ttl = lease ~= '' and redis.call('pttl', lease_key(lease)) or -1
+    if ttl > 0 and string.sub(id, 1, #lease + 1) == lease .. '.' then
+      redis.call('set', tombstone_key(id), '1', 'PX', ttl)
+    end
+    return 0
+  end
   drop(id)
   if e.l ~= lease then
     local box = P .. ':inbox:' .. e.l
@@ -288,6 +302,7 @@ if not cap then
 end
 local e = entry(id)
 if not e then
+  if redis.call('exists', tombstone_key(id)) == 1 then return {'abandoned'} end
   local order = redis.call('incr', P .. ':seq')
   local w = tonumber(ARGV[5])
   -- An empty queue admits a weight that fits at once: no sweep or view to run (the
@@ -328,6 +343,10 @@ if found > 0 and found < n then
   return {'partial'}
 end
 if found == 0 then
+  for i = 6, #ARGV, 4 do
+    use(ARGV[i])
+    if redis.call('exists', tombstone_key(id)) == 1 then return {'abandoned'} end
+  end
   for i = 6, #ARGV, 4 do
     use(ARGV[i])
     if not config() then
