@@ -181,6 +181,19 @@ def command(args: tuple[Arg, ...], where: str, params: RedisParams) -> Program[A
         raise translate(exc, where, params) from exc
 
 
+def pack(*args: Arg) -> bytes:
+    """One command in the protocol's encoding, as redis-py's default encoder sends it
+    (UTF-8 text, numbers as their ``repr``)."""
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, str):
+            arg = arg.encode()
+        elif not isinstance(arg, bytes):
+            arg = repr(arg).encode()
+        out += (b"$%d\r\n" % len(arg), arg, b"\r\n")
+    return b"".join(out)
+
+
 def no_retries() -> Retry:
     """The client's own retries are off: :func:`call` decides what is sent again."""
     return Retry(NoBackoff(), 0)
@@ -201,10 +214,8 @@ class SyncRunner:
         if isinstance(pending, Eval):
             if not pending.replicas:
                 script = self._scripts[pending.name]
-                try:  # (EVALSHA itself: the Script object's checks cost each call more)
-                    if pending.timeout is not None and pending.timeout < self._socket_timeout:
-                        return self._evalsha_within(script.sha, pending.args, pending.timeout)
-                    return self.client.evalsha(script.sha, 0, *pending.args)
+                try:
+                    return self._evalsha(script.sha, pending.args, pending.timeout)
                 except redis.exceptions.NoScriptError:  # a restarted server: load, run
                     return script(args=pending.args)
             with self.client.pipeline(transaction=False) as pipe:  # one connection
@@ -225,20 +236,28 @@ class SyncRunner:
             pending.failed()
         return None
 
-    def _evalsha_within(self, sha: str, args: tuple[Arg, ...], timeout: float) -> Any:
-        """EVALSHA whose reply is awaited at most ``timeout`` seconds (the socket's own
-        timeout is the request timeout); a connection that missed it is closed, since a
-        late reply would be read as the next command's."""
+    def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
+        """EVALSHA on a connection of the pool, its reply awaited at most ``timeout``
+        seconds when that is below the socket's own timeout (the request timeout). A
+        connection whose reply was not read whole is closed, since a late reply would
+        be read as the next command's. (The connection itself, not the client's command
+        path: its wrappers, event dispatch and argument encoding cost each call more
+        than the call's own work; :func:`pack` encodes as the client does.)"""
         pool = self.client.connection_pool
         conn: Any = pool.get_connection()  # (redis-py's connection methods are untyped)
-        client: Any = self.client
         try:
-            conn.send_command("EVALSHA", sha, 0, *args)
-            if not conn.can_read(timeout=timeout):
+            conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
+            if (
+                timeout is not None
+                and timeout < self._socket_timeout
+                and not conn.can_read(timeout=timeout)
+            ):
                 conn.disconnect()
                 raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
-            return client.parse_response(conn, "EVALSHA")
-        except TRANSIENT:
+            return conn.read_response()
+        except redis.exceptions.ResponseError:
+            raise  # (an error reply, read whole: the connection is in step)
+        except BaseException:
             conn.disconnect()
             raise
         finally:
