@@ -285,15 +285,11 @@ class AsyncRunner:
     async def _answer(self, pending: object) -> object:
         if isinstance(pending, Eval):
             if not pending.replicas:
-                reply = self._scripts[pending.name](args=list(pending.args))
-                if pending.timeout is None:
-                    return await reply
-                try:  # (a cancelled command closes its connection: no late reply is read)
-                    return await asyncio.wait_for(reply, pending.timeout)
-                except asyncio.TimeoutError:
-                    raise redis.exceptions.TimeoutError(
-                        f"no reply within {pending.timeout:.2f} s"
-                    ) from None
+                script = self._scripts[pending.name]
+                try:
+                    return await self._evalsha(script.sha, pending.args, pending.timeout)
+                except redis.exceptions.NoScriptError:  # a restarted server: load, run
+                    return await script(args=list(pending.args))
             async with self.client.pipeline(transaction=False) as pipe:  # one connection
                 await self._scripts[pending.name](args=list(pending.args), client=pipe)
                 pipe.wait(pending.replicas, pending.wait_ms)
@@ -308,6 +304,24 @@ class AsyncRunner:
         assert isinstance(pending, Soon)
         asyncio.get_running_loop().call_soon(self._start, pending)
         return None
+
+    async def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
+        """EVALSHA on a connection of the pool (as :meth:`SyncRunner._evalsha`), its
+        reply awaited at most ``timeout`` seconds (None: the socket's timeout). A
+        connection whose reply was not read whole closes itself (redis-py's asyncio
+        connections do on any exception, a cancellation too): no late reply is read."""
+        pool: Any = self.client.connection_pool  # (its methods are untyped)
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
+            if timeout is None:
+                return await conn.read_response()
+            try:
+                return await asyncio.wait_for(conn.read_response(), timeout)
+            except asyncio.TimeoutError:
+                raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s") from None
+        finally:
+            await pool.release(conn)
 
     def _start(self, soon: Soon) -> None:
         """(On the loop, once the task that asked for ``soon`` has ended its step.)"""
