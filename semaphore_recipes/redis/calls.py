@@ -32,6 +32,7 @@ from ..errors import (
     PermissionDenied,
     SemaphoreError,
 )
+from .connections import IdleConnections
 from .params import RedisParams
 from .scripts import SCRIPTS, ScriptName
 
@@ -206,6 +207,7 @@ class SyncRunner:
         self.client = redis.Redis(**params.client_options(), retry=no_retries())  # type: ignore[arg-type]
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._socket_timeout = params.request_timeout
+        self._connections = IdleConnections(self.client)
 
     def run(self, program: Program[T]) -> T:
         return run_program(program, self._answer)
@@ -237,14 +239,14 @@ class SyncRunner:
         return None
 
     def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
-        """EVALSHA on a connection of the pool, its reply awaited at most ``timeout``
-        seconds when that is below the socket's own timeout (the request timeout). A
-        connection whose reply was not read whole is closed, since a late reply would
-        be read as the next command's. (The connection itself, not the client's command
-        path: its wrappers, event dispatch and argument encoding cost each call more
-        than the call's own work; :func:`pack` encodes as the client does.)"""
-        pool = self.client.connection_pool
-        conn: Any = pool.get_connection()  # (redis-py's connection methods are untyped)
+        """EVALSHA on an idle connection of this runner (:mod:`.connections`), its reply
+        awaited at most ``timeout`` seconds when that is below the socket's own timeout
+        (the request timeout). A connection whose reply was not read whole is closed,
+        since a late reply would be read as the next command's. (The connection itself,
+        not the client's command path: its wrappers, pool, event dispatch and argument
+        encoding cost each call more than the call's own work; :func:`pack` encodes as
+        the client does.)"""
+        conn = self._connections.take()
         try:
             conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
             if (
@@ -261,9 +263,10 @@ class SyncRunner:
             conn.disconnect()
             raise
         finally:
-            pool.release(conn)
+            self._connections.give_back(conn)
 
     def close(self) -> None:
+        self._connections.close()
         self.client.close()
 
 
