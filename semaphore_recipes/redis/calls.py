@@ -32,7 +32,7 @@ from ..errors import (
     PermissionDenied,
     SemaphoreError,
 )
-from .connections import IdleConnections
+from .connections import AsyncIdleConnections, IdleConnections
 from .params import RedisParams
 from .scripts import SCRIPTS, ScriptName
 
@@ -281,6 +281,7 @@ class AsyncRunner:
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
         self._closed = False
+        self._connections = AsyncIdleConnections(self.client)
 
     async def run(self, program: Program[T]) -> T:
         return await run_program_async(program, self._answer)
@@ -309,12 +310,11 @@ class AsyncRunner:
         return None
 
     async def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
-        """EVALSHA on a connection of the pool (as :meth:`SyncRunner._evalsha`), its
-        reply awaited at most ``timeout`` seconds (None: the socket's timeout). A
+        """EVALSHA on an idle connection of this runner (as :meth:`SyncRunner._evalsha`),
+        its reply awaited at most ``timeout`` seconds (None: the socket's timeout). A
         connection whose reply was not read whole closes itself (redis-py's asyncio
         connections do on any exception, a cancellation too): no late reply is read."""
-        pool: Any = self.client.connection_pool  # (its methods are untyped)
-        conn = await pool.get_connection()
+        conn = await self._connections.take()
         try:
             await conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
             if timeout is None:
@@ -324,7 +324,7 @@ class AsyncRunner:
             except asyncio.TimeoutError:
                 raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s") from None
         finally:
-            await pool.release(conn)
+            await self._connections.give_back(conn)
 
     def _start(self, soon: Soon) -> None:
         """(On the loop, once the task that asked for ``soon`` has ended its step.)"""
@@ -342,4 +342,5 @@ class AsyncRunner:
 
     async def close(self) -> None:
         self._closed = True
+        await self._connections.close()
         await self.client.aclose()

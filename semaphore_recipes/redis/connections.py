@@ -9,7 +9,9 @@ connection whose reply was not read whole is disconnected by the runner before i
 given back (it reconnects on its next use); one that has something to read when taken
 (the server closed it, or a reply nobody read) is reconnected first, as the pool does.
 A forked child starts with none (its parent's sockets are not its own). ``close``
-disconnects those idle and every one given back after it.
+disconnects those idle and every one given back after it. :class:`AsyncIdleConnections`
+does the same for the asyncio runner, on one event loop (a cancelled read closes its
+connection: redis-py's asyncio connections do on any exception).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import threading
 from typing import Any
 
 import redis
+import redis.asyncio
 
-__all__ = ["IdleConnections"]
+__all__ = ["AsyncIdleConnections", "IdleConnections"]
 
 
 class IdleConnections:
@@ -67,10 +70,56 @@ class IdleConnections:
             conn.disconnect()
 
 
+class AsyncIdleConnections:
+    """Connections of ``client``'s pool kept by one asyncio runner (one event loop)."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._pool: Any = client.connection_pool  # (redis-py's pool methods are untyped)
+        self._idle: list[Any] = []
+        self._closed = False
+
+    async def take(self) -> Any:
+        """A connected connection with nothing unread (made when none is idle)."""
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._pool.make_connection()
+        try:
+            await conn.connect()  # (nothing when connected)
+            if await _stale_async(conn):  # closed by the server, or an unread reply: anew
+                await conn.disconnect()
+                await conn.connect()
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        return conn
+
+    async def give_back(self, conn: Any) -> None:
+        """``conn`` is in step again (its replies read whole, or disconnected)."""
+        if not self._closed:
+            self._idle.append(conn)
+            return
+        await conn.disconnect()
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.disconnect()
+
+
 def _stale(conn: Any) -> bool:
     """Has ``conn`` something to read before anything was sent (a reply nobody read),
     or did the server close it? (``can_read`` raises for the latter.)"""
     try:
         return bool(conn.can_read())
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+        return True
+
+
+async def _stale_async(conn: Any) -> bool:
+    """:func:`_stale` for an asyncio connection."""
+    try:
+        return bool(await conn.can_read())
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
         return True

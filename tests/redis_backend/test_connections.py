@@ -4,11 +4,13 @@ sent on it is the first thing on a fresh connection; after ``close`` nothing sta
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import redis
+import redis.asyncio
 
-from semaphore_recipes.redis.connections import IdleConnections
+from semaphore_recipes.redis.connections import AsyncIdleConnections, IdleConnections
 
 
 def _client_id(conn: Any) -> int:
@@ -64,3 +66,31 @@ def test_close_disconnects_the_idle_and_those_given_back_after_it(redis_server: 
     connections.give_back(busy)
     assert idle._sock is None and busy._sock is None  # (redis-py's: no public "connected")
     client.close()
+
+
+def test_the_asyncio_runners_connection_the_server_closed_is_made_anew(
+    redis_server: Any, redis_admin: redis.Redis
+) -> None:
+    host, port = redis_server.host_port.rsplit(":", 1)
+
+    async def scenario() -> tuple[int, int]:
+        client = redis.asyncio.Redis(host=host, port=int(port))
+        connections = AsyncIdleConnections(client)
+        try:
+            conn = await connections.take()
+            await conn.send_command("CLIENT", "ID")
+            killed = int(await conn.read_response())
+            await connections.give_back(conn)
+            assert redis_admin.client_kill_filter(_id=str(killed)) == 1
+            await asyncio.sleep(0.2)  # (the loop takes in the close, as it would meanwhile)
+            again = await connections.take()
+            await again.send_command("CLIENT", "ID")
+            fresh = int(await again.read_response())  # no ConnectionError: a new one
+            await connections.give_back(again)
+            return killed, fresh
+        finally:
+            await connections.close()
+            await client.aclose()
+
+    killed, fresh = asyncio.run(scenario())
+    assert fresh != killed
