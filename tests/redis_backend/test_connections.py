@@ -64,7 +64,7 @@ def test_close_disconnects_the_idle_and_those_given_back_after_it(redis_server: 
     connections.give_back(idle)
     connections.close()
     connections.give_back(busy)
-    assert idle._sock is None and busy._sock is None  # (redis-py's: no public "connected")
+    assert not idle.is_connected and not busy.is_connected
     client.close()
 
 
