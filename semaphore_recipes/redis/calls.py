@@ -32,6 +32,7 @@ from ..errors import (
     PermissionDenied,
     SemaphoreError,
 )
+from .connections import AsyncIdleConnections, IdleConnections
 from .params import RedisParams
 from .scripts import SCRIPTS, ScriptName
 
@@ -181,6 +182,19 @@ def command(args: tuple[Arg, ...], where: str, params: RedisParams) -> Program[A
         raise translate(exc, where, params) from exc
 
 
+def pack(*args: Arg) -> bytes:
+    """One command in the protocol's encoding, as redis-py's default encoder sends it
+    (UTF-8 text, numbers as their ``repr``)."""
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, str):
+            arg = arg.encode()
+        elif not isinstance(arg, bytes):
+            arg = repr(arg).encode()
+        out += (b"$%d\r\n" % len(arg), arg, b"\r\n")
+    return b"".join(out)
+
+
 def no_retries() -> Retry:
     """The client's own retries are off: :func:`call` decides what is sent again."""
     return Retry(NoBackoff(), 0)
@@ -193,6 +207,7 @@ class SyncRunner:
         self.client = redis.Redis(**params.client_options(), retry=no_retries())  # type: ignore[arg-type]
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._socket_timeout = params.request_timeout
+        self._connections = IdleConnections(self.client)
 
     def run(self, program: Program[T]) -> T:
         return run_program(program, self._answer)
@@ -201,10 +216,8 @@ class SyncRunner:
         if isinstance(pending, Eval):
             if not pending.replicas:
                 script = self._scripts[pending.name]
-                try:  # (EVALSHA itself: the Script object's checks cost each call more)
-                    if pending.timeout is not None and pending.timeout < self._socket_timeout:
-                        return self._evalsha_within(script.sha, pending.args, pending.timeout)
-                    return self.client.evalsha(script.sha, 0, *pending.args)
+                try:
+                    return self._evalsha(script.sha, pending.args, pending.timeout)
                 except redis.exceptions.NoScriptError:  # a restarted server: load, run
                     return script(args=pending.args)
             with self.client.pipeline(transaction=False) as pipe:  # one connection
@@ -225,26 +238,35 @@ class SyncRunner:
             pending.failed()
         return None
 
-    def _evalsha_within(self, sha: str, args: tuple[Arg, ...], timeout: float) -> Any:
-        """EVALSHA whose reply is awaited at most ``timeout`` seconds (the socket's own
-        timeout is the request timeout); a connection that missed it is closed, since a
-        late reply would be read as the next command's."""
-        pool = self.client.connection_pool
-        conn: Any = pool.get_connection()  # (redis-py's connection methods are untyped)
-        client: Any = self.client
+    def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
+        """EVALSHA on an idle connection of this runner (:mod:`.connections`), its reply
+        awaited at most ``timeout`` seconds when that is below the socket's own timeout
+        (the request timeout). A connection whose reply was not read whole is closed,
+        since a late reply would be read as the next command's. (The connection itself,
+        not the client's command path: its wrappers, pool, event dispatch and argument
+        encoding cost each call more than the call's own work; :func:`pack` encodes as
+        the client does.)"""
+        conn = self._connections.take()
         try:
-            conn.send_command("EVALSHA", sha, 0, *args)
-            if not conn.can_read(timeout=timeout):
+            conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
+            if (
+                timeout is not None
+                and timeout < self._socket_timeout
+                and not conn.can_read(timeout=timeout)
+            ):
                 conn.disconnect()
                 raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
-            return client.parse_response(conn, "EVALSHA")
-        except TRANSIENT:
+            return conn.read_response()
+        except redis.exceptions.ResponseError:
+            raise  # (an error reply, read whole: the connection is in step)
+        except BaseException:
             conn.disconnect()
             raise
         finally:
-            pool.release(conn)
+            self._connections.give_back(conn)
 
     def close(self) -> None:
+        self._connections.close()
         self.client.close()
 
 
@@ -259,6 +281,7 @@ class AsyncRunner:
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
         self._closed = False
+        self._connections = AsyncIdleConnections(self.client)
 
     async def run(self, program: Program[T]) -> T:
         return await run_program_async(program, self._answer)
@@ -266,15 +289,11 @@ class AsyncRunner:
     async def _answer(self, pending: object) -> object:
         if isinstance(pending, Eval):
             if not pending.replicas:
-                reply = self._scripts[pending.name](args=list(pending.args))
-                if pending.timeout is None:
-                    return await reply
-                try:  # (a cancelled command closes its connection: no late reply is read)
-                    return await asyncio.wait_for(reply, pending.timeout)
-                except asyncio.TimeoutError:
-                    raise redis.exceptions.TimeoutError(
-                        f"no reply within {pending.timeout:.2f} s"
-                    ) from None
+                script = self._scripts[pending.name]
+                try:
+                    return await self._evalsha(script.sha, pending.args, pending.timeout)
+                except redis.exceptions.NoScriptError:  # a restarted server: load, run
+                    return await script(args=list(pending.args))
             async with self.client.pipeline(transaction=False) as pipe:  # one connection
                 await self._scripts[pending.name](args=list(pending.args), client=pipe)
                 pipe.wait(pending.replicas, pending.wait_ms)
@@ -289,6 +308,23 @@ class AsyncRunner:
         assert isinstance(pending, Soon)
         asyncio.get_running_loop().call_soon(self._start, pending)
         return None
+
+    async def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
+        """EVALSHA on an idle connection of this runner (as :meth:`SyncRunner._evalsha`),
+        its reply awaited at most ``timeout`` seconds (None: the socket's timeout). A
+        connection whose reply was not read whole closes itself (redis-py's asyncio
+        connections do on any exception, a cancellation too): no late reply is read."""
+        conn = await self._connections.take()
+        try:
+            await conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
+            if timeout is None:
+                return await conn.read_response()
+            try:
+                return await asyncio.wait_for(conn.read_response(), timeout)
+            except asyncio.TimeoutError:
+                raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s") from None
+        finally:
+            await self._connections.give_back(conn)
 
     def _start(self, soon: Soon) -> None:
         """(On the loop, once the task that asked for ``soon`` has ended its step.)"""
@@ -306,4 +342,5 @@ class AsyncRunner:
 
     async def close(self) -> None:
         self._closed = True
+        await self._connections.close()
         await self.client.aclose()
