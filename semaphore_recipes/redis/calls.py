@@ -32,6 +32,7 @@ from ..errors import (
     PermissionDenied,
     SemaphoreError,
 )
+from .connections import AsyncIdleConnections, IdleConnections
 from .params import RedisParams
 from .scripts import SCRIPTS, ScriptName
 
@@ -186,6 +187,19 @@ def command(
         raise translate(exc, where, params) from exc
 
 
+def pack(*args: Arg) -> bytes:
+    """One command in the protocol's encoding, as redis-py's default encoder sends it
+    (UTF-8 text, numbers as their ``repr``)."""
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, str):
+            arg = arg.encode()
+        elif not isinstance(arg, bytes):
+            arg = repr(arg).encode()
+        out += (b"$%d\r\n" % len(arg), arg, b"\r\n")
+    return b"".join(out)
+
+
 def no_retries() -> Retry:
     """The client's own retries are off: :func:`call` decides what is sent again."""
     return Retry(NoBackoff(), 0)
@@ -213,6 +227,10 @@ class SyncRunner:
             self.client = redis.Redis(**params.client_options(), retry=no_retries())  # type: ignore[arg-type]
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._socket_timeout = params.request_timeout
+        # (one server: a cluster's calls go through its client, which follows the slots)
+        self._connections: IdleConnections | None = (
+            None if params.cluster else IdleConnections(self.client)
+        )
 
     def _node_client(self, keys: tuple[str, ...]) -> Any:
         """The ``redis.Redis`` of the server that serves ``keys``."""
@@ -228,10 +246,11 @@ class SyncRunner:
             keys = routing(pending) if self.cluster else ()
             if not pending.replicas:
                 script = self._scripts[pending.name]
-                try:  # (EVALSHA itself: the Script object's checks cost each call more)
-                    if pending.timeout is not None and pending.timeout < self._socket_timeout:
-                        return self._evalsha_within(script.sha, keys, pending.args, pending.timeout)
-                    return self.client.evalsha(script.sha, len(keys), *keys, *pending.args)
+                try:
+                    if self.cluster:
+                        timeout = pending.timeout
+                        return self._evalsha_on_node(script.sha, keys, pending.args, timeout)
+                    return self._evalsha(script.sha, pending.args, pending.timeout)
                 except redis.exceptions.NoScriptError:  # a restarted server: load, run
                     return script(keys=keys, args=pending.args)
             node = self._node_client(keys)
@@ -254,28 +273,62 @@ class SyncRunner:
             pending.failed()
         return None
 
-    def _evalsha_within(
-        self, sha: str, keys: tuple[str, ...], args: tuple[Arg, ...], timeout: float
+    def _evalsha_on_node(
+        self, sha: str, keys: tuple[str, ...], args: tuple[Arg, ...], timeout: float | None
     ) -> Any:
-        """EVALSHA whose reply is awaited at most ``timeout`` seconds (the socket's own
-        timeout is the request timeout); a connection that missed it is closed, since a
-        late reply would be read as the next command's."""
-        client = self._node_client(keys)
-        pool = client.connection_pool
+        """EVALSHA on Redis Cluster: through the cluster client (it follows a slot's
+        move), or, for a reply awaited less than the socket's timeout, on a connection
+        of the node serving ``keys`` whose reply is awaited that long (a connection that
+        missed it is closed: a late reply would be read as the next command's)."""
+        if timeout is None or timeout >= self._socket_timeout:
+            return self.client.evalsha(sha, len(keys), *keys, *args)
+        pool = self._node_client(keys).connection_pool
         conn: Any = pool.get_connection()  # (redis-py's connection methods are untyped)
         try:
-            conn.send_command("EVALSHA", sha, len(keys), *keys, *args)
+            conn.send_packed_command([pack(b"EVALSHA", sha, len(keys), *keys, *args)])
             if not conn.can_read(timeout=timeout):
                 conn.disconnect()
                 raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
-            return client.parse_response(conn, "EVALSHA")
-        except TRANSIENT:
+            return conn.read_response()
+        except redis.exceptions.ResponseError:
+            raise  # (an error reply, read whole: the connection is in step)
+        except BaseException:
             conn.disconnect()
             raise
         finally:
             pool.release(conn)
 
+    def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
+        """EVALSHA on an idle connection of this runner (:mod:`.connections`), its reply
+        awaited at most ``timeout`` seconds when that is below the socket's own timeout
+        (the request timeout). A connection whose reply was not read whole is closed,
+        since a late reply would be read as the next command's. (The connection itself,
+        not the client's command path: its wrappers, pool, event dispatch and argument
+        encoding cost each call more than the call's own work; :func:`pack` encodes as
+        the client does.)"""
+        assert self._connections is not None  # (one server)
+        conn = self._connections.take()
+        try:
+            conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
+            if (
+                timeout is not None
+                and timeout < self._socket_timeout
+                and not conn.can_read(timeout=timeout)
+            ):
+                conn.disconnect()
+                raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
+            return conn.read_response()
+        except redis.exceptions.ResponseError:
+            raise  # (an error reply, read whole: the connection is in step)
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            self._connections.give_back(conn)
+
     def close(self) -> None:
+        if self._connections is not None:
+            self._connections.close()
         self.client.close()
 
 
@@ -285,16 +338,20 @@ class AsyncRunner:
 
     def __init__(self, params: RedisParams) -> None:
         self.cluster = params.cluster
-        self.client: Any = (
-            redis.asyncio.RedisCluster(
+        self.client: Any
+        self._connections: AsyncIdleConnections | None = None
+        if params.cluster:
+            self.client = redis.asyncio.RedisCluster(
                 **params.cluster_options(asyncio=True), retry=AsyncRetry(NoBackoff(), 0)
             )
-            if params.cluster
-            else redis.asyncio.Redis(
+        else:
+            one = redis.asyncio.Redis(
                 **params.client_options(),  # type: ignore[arg-type]
                 retry=AsyncRetry(NoBackoff(), 0),
             )
-        )
+            self.client = one
+            # (one server: a cluster's calls go through its client, which follows slots)
+            self._connections = AsyncIdleConnections(one)
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
         self._closed = False
@@ -308,15 +365,13 @@ class AsyncRunner:
             if pending.replicas and self.cluster:
                 return await self._with_wait_on_node(pending, keys)
             if not pending.replicas:
-                reply = self._scripts[pending.name](keys=keys, args=list(pending.args))
-                if pending.timeout is None:
-                    return await reply
-                try:  # (a cancelled command closes its connection: no late reply is read)
-                    return await asyncio.wait_for(reply, pending.timeout)
-                except asyncio.TimeoutError:
-                    raise redis.exceptions.TimeoutError(
-                        f"no reply within {pending.timeout:.2f} s"
-                    ) from None
+                script = self._scripts[pending.name]
+                try:
+                    if self.cluster:
+                        return await self._evalsha_on_cluster(script.sha, keys, pending)
+                    return await self._evalsha(script.sha, pending.args, pending.timeout)
+                except redis.exceptions.NoScriptError:  # a restarted server: load, run
+                    return await script(keys=keys, args=list(pending.args))
             async with self.client.pipeline(transaction=False) as pipe:  # one connection
                 await self._scripts[pending.name](args=list(pending.args), client=pipe)
                 pipe.wait(pending.replicas, pending.wait_ms)
@@ -367,6 +422,37 @@ class AsyncRunner:
         finally:
             node.release(conn)
 
+    async def _evalsha_on_cluster(self, sha: str, keys: tuple[str, ...], pending: Eval) -> Any:
+        """EVALSHA through the cluster client (it follows a slot's move), its reply
+        awaited at most the call's time left (a cancelled command closes its
+        connection: no late reply is read)."""
+        reply = self.client.evalsha(sha, len(keys), *keys, *pending.args)
+        if pending.timeout is None:
+            return await reply
+        try:
+            return await asyncio.wait_for(reply, pending.timeout)
+        except asyncio.TimeoutError:
+            late = f"no reply within {pending.timeout:.2f} s"
+            raise redis.exceptions.TimeoutError(late) from None
+
+    async def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
+        """EVALSHA on an idle connection of this runner (as :meth:`SyncRunner._evalsha`),
+        its reply awaited at most ``timeout`` seconds (None: the socket's timeout). A
+        connection whose reply was not read whole closes itself (redis-py's asyncio
+        connections do on any exception, a cancellation too): no late reply is read."""
+        assert self._connections is not None  # (one server)
+        conn = await self._connections.take()
+        try:
+            await conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
+            if timeout is None:
+                return await conn.read_response()
+            try:
+                return await asyncio.wait_for(conn.read_response(), timeout)
+            except asyncio.TimeoutError:
+                raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s") from None
+        finally:
+            await self._connections.give_back(conn)
+
     def _start(self, soon: Soon) -> None:
         """(On the loop, once the task that asked for ``soon`` has ended its step.)"""
         if self._closed:  # the backend's close ended the session: nothing to follow up
@@ -383,4 +469,6 @@ class AsyncRunner:
 
     async def close(self) -> None:
         self._closed = True
+        if self._connections is not None:
+            await self._connections.close()
         await self.client.aclose()

@@ -1,0 +1,125 @@
+"""The idle connections a runner sends its scripts on, kept by the runner itself.
+
+redis-py's pool does the same job with more around it on every checkout and return (a
+lock, fork checks, event dispatch, observability counters), which costs a blocking
+script call more than the call's own client work. These connections come from the
+client's pool (``make_connection``: its options, credentials and TLS) but are never
+returned to it: a runner takes one, sends, reads the whole reply and gives it back. A
+connection whose reply was not read whole is disconnected by the runner before it is
+given back (it reconnects on its next use); one that has something to read when taken
+(the server closed it, or a reply nobody read) is reconnected first, as the pool does.
+A forked child starts with none (its parent's sockets are not its own). ``close``
+disconnects those idle and every one given back after it. :class:`AsyncIdleConnections`
+does the same for the asyncio runner, on one event loop (a cancelled read closes its
+connection: redis-py's asyncio connections do on any exception).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import redis
+import redis.asyncio
+
+__all__ = ["AsyncIdleConnections", "IdleConnections"]
+
+
+class IdleConnections:
+    """Connections of ``client``'s pool kept by one blocking runner."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._pool: Any = client.connection_pool  # (redis-py's pool methods are untyped)
+        self._idle: list[Any] = []
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # (close against a connection given back meanwhile)
+        self._closed = False
+
+    def take(self) -> Any:
+        """A connected connection with nothing unread (made when none is idle)."""
+        if self._pid != os.getpid():  # a forked child: its parent's sockets are not ours
+            self._idle, self._pid = [], os.getpid()
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._pool.make_connection()
+        try:
+            conn.connect()  # (nothing when connected)
+            if _stale(conn):  # closed by the server, or a reply nobody read: anew
+                conn.disconnect()
+                conn.connect()
+        except BaseException:
+            conn.disconnect()
+            raise
+        return conn
+
+    def give_back(self, conn: Any) -> None:
+        """``conn`` is in step again (its replies read whole, or disconnected)."""
+        with self._lock:
+            if not self._closed:
+                self._idle.append(conn)
+                return
+        conn.disconnect()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.disconnect()
+
+
+class AsyncIdleConnections:
+    """Connections of ``client``'s pool kept by one asyncio runner (one event loop)."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._pool: Any = client.connection_pool  # (redis-py's pool methods are untyped)
+        self._idle: list[Any] = []
+        self._closed = False
+
+    async def take(self) -> Any:
+        """A connected connection with nothing unread (made when none is idle)."""
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._pool.make_connection()
+        try:
+            await conn.connect()  # (nothing when connected)
+            if await _stale_async(conn):  # closed by the server, or an unread reply: anew
+                await conn.disconnect()
+                await conn.connect()
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        return conn
+
+    async def give_back(self, conn: Any) -> None:
+        """``conn`` is in step again (its replies read whole, or disconnected)."""
+        if not self._closed:
+            self._idle.append(conn)
+            return
+        await conn.disconnect()
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.disconnect()
+
+
+def _stale(conn: Any) -> bool:
+    """Has ``conn`` something to read before anything was sent (a reply nobody read),
+    or did the server close it? (``can_read`` raises for the latter.)"""
+    try:
+        return bool(conn.can_read())
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+        return True
+
+
+async def _stale_async(conn: Any) -> bool:
+    """:func:`_stale` for an asyncio connection."""
+    try:
+        return bool(await conn.can_read())
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+        return True

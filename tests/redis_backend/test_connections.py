@@ -1,0 +1,96 @@
+"""The runner's own idle connections (``semaphore_recipes.redis.connections``): one the
+server closed, or one with a reply nobody read, is made anew when taken, so the call
+sent on it is the first thing on a fresh connection; after ``close`` nothing stays open."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from semaphore_recipes.redis.connections import AsyncIdleConnections, IdleConnections
+
+
+def _client_id(conn: Any) -> int:
+    conn.send_command("CLIENT", "ID")
+    return int(conn.read_response())
+
+
+def test_a_connection_the_server_closed_is_made_anew_when_taken(
+    redis_server: Any, redis_admin: redis.Redis
+) -> None:
+    host, port = redis_server.host_port.rsplit(":", 1)
+    client = redis.Redis(host=host, port=int(port))
+    connections = IdleConnections(client)
+    try:
+        conn = connections.take()
+        killed = _client_id(conn)
+        connections.give_back(conn)
+        assert redis_admin.client_kill_filter(_id=str(killed)) == 1
+        again = connections.take()
+        assert _client_id(again) != killed  # no ConnectionError: a new connection
+        connections.give_back(again)
+    finally:
+        connections.close()
+        client.close()
+
+
+def test_a_connection_with_an_unread_reply_is_made_anew_when_taken(redis_server: Any) -> None:
+    host, port = redis_server.host_port.rsplit(":", 1)
+    client = redis.Redis(host=host, port=int(port))
+    connections = IdleConnections(client)
+    try:
+        conn = connections.take()
+        first = _client_id(conn)
+        conn.send_command("ECHO", "late")  # its reply is never read
+        connections.give_back(conn)
+        again = connections.take()
+        again.send_command("ECHO", "mine")
+        assert again.read_response() == b"mine"  # not the late reply
+        assert _client_id(again) != first
+        connections.give_back(again)
+    finally:
+        connections.close()
+        client.close()
+
+
+def test_close_disconnects_the_idle_and_those_given_back_after_it(redis_server: Any) -> None:
+    host, port = redis_server.host_port.rsplit(":", 1)
+    client = redis.Redis(host=host, port=int(port))
+    connections = IdleConnections(client)
+    idle, busy = connections.take(), connections.take()
+    connections.give_back(idle)
+    connections.close()
+    connections.give_back(busy)
+    assert not idle.is_connected and not busy.is_connected
+    client.close()
+
+
+def test_the_asyncio_runners_connection_the_server_closed_is_made_anew(
+    redis_server: Any, redis_admin: redis.Redis
+) -> None:
+    host, port = redis_server.host_port.rsplit(":", 1)
+
+    async def scenario() -> tuple[int, int]:
+        client = redis.asyncio.Redis(host=host, port=int(port))
+        connections = AsyncIdleConnections(client)
+        try:
+            conn = await connections.take()
+            await conn.send_command("CLIENT", "ID")
+            killed = int(await conn.read_response())
+            await connections.give_back(conn)
+            assert redis_admin.client_kill_filter(_id=str(killed)) == 1
+            await asyncio.sleep(0.2)  # (the loop takes in the close, as it would meanwhile)
+            again = await connections.take()
+            await again.send_command("CLIENT", "ID")
+            fresh = int(await again.read_response())  # no ConnectionError: a new one
+            await connections.give_back(again)
+            return killed, fresh
+        finally:
+            await connections.close()
+            await client.aclose()
+
+    killed, fresh = asyncio.run(scenario())
+    assert fresh != killed
