@@ -24,7 +24,7 @@ from semaphore_recipes.testing.harness import Harness
 from semaphore_recipes.testing.interrupts import interrupt_acquires
 from semaphore_recipes.testing.polling import wait_until
 
-STORES = ["memory", "zookeeper", "etcd", "redis"]
+STORES = ["memory", "zookeeper", "etcd", "redis", "postgresql", "mysql"]
 
 
 def _stores(*kinds: str) -> pytest.MarkDecorator:
@@ -42,7 +42,7 @@ slot_stores = _stores(*STORES)
 networked = _stores("zookeeper", "etcd")  # (Redis: no slot step to lose or interrupt)
 # the stores whose slots are taken by steps after admission (ListSlots, TakeSlot): Redis
 # gives them in the admitting script
-slot_step_stores = _stores("memory", "zookeeper", "etcd")
+slot_step_stores = _stores("memory", "zookeeper", "etcd", "postgresql", "mysql")
 
 
 def indices(permit: object) -> list[int]:
