@@ -7,8 +7,10 @@ abandoned ids, and each client's notices. Each protocol step is one ``CALL`` of 
 procedure that runs its own transaction with the semaphore's row locked (``SELECT ...
 FOR UPDATE``): FIFO in commit order, weighted head-of-line admission decided in the
 database, one round trip per step. ``SCHEMA_VERSION`` is recorded in
-``sr_schema_version``. ``semaphore-recipes sql-schema --dialect mysql`` prints
-:func:`schema_script` for the ``mysql`` client or a migration tool.
+``sr_schema_version``: a client whose release knows a higher one runs
+:func:`schema_statements` again on connect (idempotent: tables made if missing, each
+procedure dropped and made again). ``semaphore-recipes sql-schema --dialect mysql``
+prints :func:`schema_script` for the ``mysql`` client or a migration tool.
 
 Admission (``sr_admit``): entries of sessions expired by the server's clock are deleted,
 and so are the held entries whose client's connection is gone (its named lock

@@ -5,8 +5,9 @@ default): the semaphores, their entries, the clients' sessions, job slot records
 key-value data of fenced transactions, a sequence of fencing tokens, and one function
 per protocol step, so that each step is one statement (one round trip) whose decision is
 taken in the database with the semaphore's row locked. ``SCHEMA_VERSION`` is recorded
-in the schema: a later release reads it to migrate. ``semaphore-recipes sql-schema``
-prints :func:`schema_sql` for migration tools.
+in the schema: a client whose release knows a higher one runs :func:`schema_sql`
+again on connect (it is idempotent: tables made if missing, functions replaced).
+``semaphore-recipes sql-schema`` prints it for migration tools.
 
 Admission (``admit``): with the semaphore's row locked, entries of sessions expired by
 the server's clock are deleted, then the waiting entries are taken in token order
