@@ -258,7 +258,9 @@ def test_an_interrupt_between_a_slots_reply_and_its_note_leaves_nothing(
 
 
 # (memory: the store lives in one process, so there is no other process to kill)
-@pytest.mark.parametrize("service", ["zookeeper", "etcd", "redis"], indirect=True)
+@pytest.mark.parametrize(
+    "service", ["zookeeper", "etcd", "redis", "postgresql", "mysql"], indirect=True
+)
 def test_a_killed_holder_frees_its_slots(service: Harness) -> None:
     url = service.url_with(session_timeout=2)
     script = (
