@@ -1,8 +1,9 @@
 """The MySQL/MariaDB backend: ``mysql://user:password@host:port/dbname?session_timeout=S``.
 
 The semaphores live in ``sr_*`` tables of the URL's database (:mod:`.schema`), made on
-first use when the user may (else ``semaphore-recipes sql-schema --dialect mysql``
-prints them for a migration tool). Each protocol step is one ``CALL`` of a procedure
+first use when the user may, and upgraded on connect when an older release made them
+(else ``semaphore-recipes sql-schema --dialect mysql`` prints them for a migration
+tool). Each protocol step is one ``CALL`` of a procedure
 that decides in the database, in a transaction of its own, with the semaphore's row
 locked: FIFO in commit order, weighted head-of-line admission, one round trip for an
 uncontended acquire and one for a release. Deadlock aborts and lock wait timeouts are
@@ -112,7 +113,7 @@ class MySQLBackend(SQLBackend):
         return backend
 
     def _open(self) -> None:
-        """Check (or make) the schema, open the session and start the keeper: within
+        """Check (or make, or upgrade) the schema, open the session and start the keeper: within
         ``connect_timeout``."""
         bound = Deadline(self.params.connect_timeout, time.monotonic)
         where = self.describe()
@@ -131,13 +132,13 @@ class MySQLBackend(SQLBackend):
                 if not isinstance(translate(exc, where, None), SchemaMissing):
                     raise
                 version = None
-            if version is None:
-                self._make_schema(conn, bound)
-            elif int(version) > SCHEMA_VERSION:
+            if version is not None and int(version) > SCHEMA_VERSION:
                 raise BackendUnavailable(
                     f"{where}: the schema is version {version}, newer than this release "
                     f"knows ({SCHEMA_VERSION}): upgrade semaphore-recipes"
                 )
+            if version is None or int(version) < SCHEMA_VERSION:
+                self._make_schema(conn, bound, None if version is None else int(version))
             conn.call("CALL sr_open_session(%s, %s, %s, %s)", self.session_args(self.session),
                       left(bound))  # fmt: skip
         except pymysql.err.MySQLError as exc:
@@ -146,8 +147,10 @@ class MySQLBackend(SQLBackend):
             conn.close()
         self.keeper.start()
 
-    def _make_schema(self, conn: Connection, bound: Deadline) -> None:
-        """The tables and procedures, made by one client at a time (a named lock)."""
+    def _make_schema(self, conn: Connection, bound: Deadline, found: int | None) -> None:
+        """The tables and procedures, made (or upgraded from version ``found``: the
+        statements are idempotent, each procedure dropped and made again) by one client
+        at a time (a named lock); they record :data:`SCHEMA_VERSION`."""
         lock = f"sr_schema.{self.params.database}"
         taken = conn.call("SELECT GET_LOCK(%s, %s)", (lock, max(1, int(left(bound)))),
                           left(bound) + 1)  # fmt: skip
@@ -157,28 +160,36 @@ class MySQLBackend(SQLBackend):
             made = conn.call("SELECT COUNT(*) FROM information_schema.tables WHERE "
                              "table_schema = DATABASE() AND table_name = 'sr_schema_version'",
                              (), left(bound))  # fmt: skip
-            if made == "1" and conn.call(
-                "SELECT MAX(version) FROM sr_schema_version",
-                (),
-                left(bound),
-            ):
-                return
+            if made == "1":
+                # (another client may have made or upgraded it while we waited for the lock)
+                now = conn.call("SELECT MAX(version) FROM sr_schema_version", (), left(bound))
+                if now is not None and int(now) >= SCHEMA_VERSION:
+                    return
             for statement in schema_statements():
                 conn.call(statement, (), left(bound))
         except pymysql.err.MySQLError as exc:
             if error_code(exc) in (1142, 1044, 1227, 1370, 1419):
+                state = (
+                    "the library's tables are missing and this user may not make them"
+                    if found is None
+                    else f"the library's schema is version {found}, older than this "
+                    f"release's ({SCHEMA_VERSION}), and this user may not upgrade it"
+                )
                 raise PermissionDenied(
                     "mysql",
                     self.params.user,
                     self.describe(),
-                    f"the library's tables are missing and this user may not make them "
-                    f"({exc}); run `semaphore-recipes sql-schema --dialect mysql` in the "
-                    "database as its owner (docs/operations.md)",
+                    f"{state} ({exc}); run `semaphore-recipes sql-schema --dialect mysql` in "
+                    "the database as its owner (docs/operations.md)",
                 ) from exc
             raise
         finally:
             conn.call("SELECT RELEASE_LOCK(%s)", (lock,), left(bound) + 1)
-        log.info("%s: made the schema (version %d)", self.describe(), SCHEMA_VERSION)
+        if found is None:
+            log.info("%s: made the schema (version %d)", self.describe(), SCHEMA_VERSION)
+        else:
+            log.info("%s: upgraded the schema from version %d to %d", self.describe(), found,
+                     SCHEMA_VERSION)  # fmt: skip
 
     def _await_listening(self) -> None:
         if not self.keeper.listening.wait(self.params.connect_timeout):

@@ -7,8 +7,10 @@ abandoned ids, and each client's notices. Each protocol step is one ``CALL`` of 
 procedure that runs its own transaction with the semaphore's row locked (``SELECT ...
 FOR UPDATE``): FIFO in commit order, weighted head-of-line admission decided in the
 database, one round trip per step. ``SCHEMA_VERSION`` is recorded in
-``sr_schema_version``. ``semaphore-recipes sql-schema --dialect mysql`` prints
-:func:`schema_script` for the ``mysql`` client or a migration tool.
+``sr_schema_version``: a client whose release knows a higher one runs
+:func:`schema_statements` again on connect (idempotent: tables made if missing, each
+procedure dropped and made again). ``semaphore-recipes sql-schema --dialect mysql``
+prints :func:`schema_script` for the ``mysql`` client or a migration tool.
 
 Admission (``sr_admit``): entries of sessions expired by the server's clock are deleted,
 and so are the held entries whose client's connection is gone (its named lock
@@ -25,7 +27,7 @@ from __future__ import annotations
 __all__ = ["PROCEDURES", "SCHEMA_VERSION", "TABLES", "schema_script", "schema_statements"]
 
 #: the version of the tables and procedures below (``sr_schema_version``)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # names, entry ids and session ids are ASCII (validate_name) and compared byte for byte
 _ID = "VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin"
@@ -852,19 +854,33 @@ BEGIN
 END
 """
 
-# Job slots: the indices taken in `sem` (a JSON array).
-PROCEDURES["sr_list_slots"] = f"""
-CREATE PROCEDURE sr_list_slots(sem {_ID})
+# Job slots: the indices taken in `sem` (a JSON array), as `sr_list_slots` answers and
+# `sr_take_slot` tells a taker that lost an index.
+PROCEDURES["sr_slot_listing"] = f"""
+CREATE PROCEDURE sr_slot_listing(sem {_ID}, OUT listing LONGTEXT)
 BEGIN
-    SELECT COALESCE(JSON_ARRAYAGG(l.idx), JSON_ARRAY()) FROM sr_slots l
+    SELECT COALESCE(JSON_ARRAYAGG(l.idx), JSON_ARRAY()) INTO listing FROM sr_slots l
         JOIN sr_entries e ON e.semaphore = l.semaphore AND e.id = l.entry
         JOIN sr_sessions x ON x.id = e.session
         WHERE l.semaphore = sem AND {_live("x")};
 END
 """
 
+PROCEDURES["sr_list_slots"] = f"""
+CREATE PROCEDURE sr_list_slots(sem {_ID})
+BEGIN
+    DECLARE listing LONGTEXT;
+    CALL sr_slot_listing(sem, listing);
+    SELECT listing;
+END
+"""
+
 # Take slot `i` for our held entry: ["ok", token] (ours, new or adopted after a lost
-# reply), ["taken", [indices]] or ["lost"] (our entry is gone).
+# reply), ["taken", [indices]] or ["lost"] (our entry is gone). At READ COMMITTED a
+# missing row locks nothing (no gap locks): two takers may both find index `i` free, so
+# the insert decides (a duplicate key, 1062, waits for the other's commit, then says
+# it won), and a dead holder's record is deleted only under the lock of its row as
+# read (a concurrent taker may have replaced it by a live one).
 PROCEDURES["sr_take_slot"] = f"""
 CREATE PROCEDURE sr_take_slot(sem {_ID}, eid {_ID}, i INT)
 BEGIN
@@ -872,7 +888,10 @@ BEGIN
     DECLARE holder_token, tok BIGINT;
     DECLARE alive BOOLEAN;
     DECLARE mine {_ID};
+    DECLARE clashed BOOLEAN DEFAULT FALSE;
+    DECLARE listing LONGTEXT;
     DECLARE reply LONGTEXT;
+    DECLARE CONTINUE HANDLER FOR 1062 SET clashed = TRUE;
     {_ROLLBACK}
     START TRANSACTION;
     SELECT session INTO mine FROM sr_entries
@@ -882,22 +901,36 @@ BEGIN
     IF NOT alive THEN
         SET reply = JSON_ARRAY('lost');
     ELSE
-        SELECT l.entry, l.token, COALESCE({_live("x")}, FALSE) INTO holder, holder_token, alive
-            FROM sr_slots l JOIN sr_entries e ON e.semaphore = l.semaphore AND e.id = l.entry
-            LEFT JOIN sr_sessions x ON x.id = e.session
-            WHERE l.semaphore = sem AND l.idx = i FOR UPDATE;
-        IF holder = eid THEN
-            SET reply = JSON_ARRAY('ok', holder_token);
-        ELSEIF holder IS NOT NULL AND alive THEN
-            SELECT JSON_ARRAY('taken', COALESCE(JSON_ARRAYAGG(l.idx), JSON_ARRAY())) INTO reply
-                FROM sr_slots l JOIN sr_entries e ON e.semaphore = l.semaphore AND e.id = l.entry
-                JOIN sr_sessions x ON x.id = e.session
-                WHERE l.semaphore = sem AND {_live("x")};
-        ELSE
-            DELETE FROM sr_slots WHERE semaphore = sem AND idx = i;
+        SELECT entry, token INTO holder, holder_token FROM sr_slots
+            WHERE semaphore = sem AND idx = i FOR UPDATE;
+        IF holder IS NOT NULL AND holder <> eid THEN
+            -- (a plain read, never a lock: the holder's renewals must go on meanwhile)
+            SET alive = FALSE;
+            SELECT {_live("x")} INTO alive FROM sr_entries e JOIN sr_sessions x ON x.id = e.session
+                WHERE e.semaphore = sem AND e.id = holder;
+            IF NOT alive THEN
+                DELETE FROM sr_slots
+                    WHERE semaphore = sem AND idx = i AND entry = holder AND token = holder_token;
+                SET holder = NULL;
+            END IF;
+        END IF;
+        IF holder IS NULL THEN
             CALL sr_next_token(tok);
             INSERT INTO sr_slots VALUES (sem, i, eid, tok);
-            SET reply = JSON_ARRAY('ok', tok);
+            IF clashed THEN
+                -- another taker's record won (committed: this read sees it); ours when a
+                -- retry after a lost reply raced the first try
+                SELECT entry, token INTO holder, holder_token FROM sr_slots
+                    WHERE semaphore = sem AND idx = i;
+            ELSE
+                SET holder = eid, holder_token = tok;
+            END IF;
+        END IF;
+        IF holder = eid THEN
+            SET reply = JSON_ARRAY('ok', holder_token);
+        ELSE
+            CALL sr_slot_listing(sem, listing);
+            SET reply = JSON_ARRAY('taken', JSON_EXTRACT(listing, '$'));
         END IF;
     END IF;
     COMMIT;

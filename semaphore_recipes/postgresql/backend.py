@@ -1,7 +1,8 @@
 """The PostgreSQL backend: ``postgresql://user:password@host:port/dbname?schema=S``.
 
 The semaphores live in tables of one schema (:mod:`.schema`), made on first use when
-the role may (else ``semaphore-recipes sql-schema`` prints them for a migration tool).
+the role may, and upgraded on connect when an older release made them (else
+``semaphore-recipes sql-schema`` prints them for a migration tool).
 Each protocol step is one statement calling a function that decides in the database,
 with the semaphore's row locked: FIFO in commit order, weighted head-of-line admission,
 one round trip for an uncontended acquire and one for a release. The sync face runs the
@@ -103,7 +104,8 @@ class PostgreSQLBackend(SQLBackend):
         return backend
 
     def _opening(self) -> Program[None]:
-        """Check (or make) the schema, then open the session: within connect_timeout."""
+        """Check (or make, or upgrade) the schema, then open the session: within
+        connect_timeout."""
         bound = Deadline(self.params.connect_timeout, time.monotonic)
         where = self.describe()
         try:
@@ -113,17 +115,22 @@ class PostgreSQLBackend(SQLBackend):
         except SchemaMissing:
             version = None
         if version is None:
-            yield from self._making_schema(bound)
+            yield from self._making_schema(bound, None)
         elif int(version) > SCHEMA_VERSION:
             raise BackendUnavailable(
                 f"{where}: the schema is version {version}, newer than this release "
                 f"knows ({SCHEMA_VERSION}): upgrade semaphore-recipes"
             )
+        elif int(version) < SCHEMA_VERSION:
+            yield from self._making_schema(bound, int(version))
         yield from self._call(
             "SELECT {s}.open_session($1, $2, $3, $4)", self.session_args(self.session), where, bound
         )
 
-    def _making_schema(self, bound: Deadline) -> Program[None]:
+    def _making_schema(self, bound: Deadline, found: int | None) -> Program[None]:
+        """Make the schema, or upgrade it from version ``found``: the script is
+        idempotent (its functions replaced, tables made if missing), run by one client
+        at a time (an advisory lock), and records :data:`SCHEMA_VERSION`."""
         schema = self.params.schema
         script = (
             "BEGIN; SELECT pg_advisory_xact_lock(hashtext('semaphore_recipes schema "
@@ -134,15 +141,25 @@ class PostgreSQLBackend(SQLBackend):
                             request_timeout=bound.cap(self.params.connect_timeout),
                             user=self.params.user)  # fmt: skip
         except PermissionDenied as exc:
+            state = (
+                f"the schema {schema!r} is missing"
+                if found is None
+                else f"the schema {schema!r} is version {found}, older than this "
+                f"release's ({SCHEMA_VERSION}),"
+            )
             raise PermissionDenied(
                 "postgresql",
                 self.params.user,
                 self.describe(),
-                f"the schema {schema!r} is missing and this role may not make it ({exc}); "
-                f"run `semaphore-recipes sql-schema --schema {schema}` as its owner "
-                "(docs/operations.md)",
+                f"{state} and this role may not {'make' if found is None else 'upgrade'} "
+                f"it ({exc}); run `semaphore-recipes sql-schema --schema {schema}` as its "
+                "owner (docs/operations.md)",
             ) from exc
-        log.info("%s: made the schema (version %d)", self.describe(), SCHEMA_VERSION)
+        if found is None:
+            log.info("%s: made the schema (version %d)", self.describe(), SCHEMA_VERSION)
+        else:
+            log.info("%s: upgraded the schema from version %d to %d", self.describe(), found,
+                     SCHEMA_VERSION)  # fmt: skip
 
     def _start(self) -> None:
         self.keeper.start()

@@ -5,8 +5,9 @@ default): the semaphores, their entries, the clients' sessions, job slot records
 key-value data of fenced transactions, a sequence of fencing tokens, and one function
 per protocol step, so that each step is one statement (one round trip) whose decision is
 taken in the database with the semaphore's row locked. ``SCHEMA_VERSION`` is recorded
-in the schema: a later release reads it to migrate. ``semaphore-recipes sql-schema``
-prints :func:`schema_sql` for migration tools.
+in the schema: a client whose release knows a higher one runs :func:`schema_sql`
+again on connect (it is idempotent: tables made if missing, functions replaced).
+``semaphore-recipes sql-schema`` prints it for migration tools.
 
 Admission (``admit``): with the semaphore's row locked, entries of sessions expired by
 the server's clock are deleted, then the waiting entries are taken in token order
@@ -22,7 +23,7 @@ from __future__ import annotations
 __all__ = ["SCHEMA_VERSION", "capacity_channel", "schema_sql"]
 
 #: the version of the tables and functions below (``<schema>.schema_version``)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _TABLES = """
 CREATE SCHEMA IF NOT EXISTS {s};
@@ -491,7 +492,10 @@ LANGUAGE sql SET enable_seqscan = off SET jit = off AS $$
 $$;
 
 -- Take slot `i` for our held entry: ["ok", token] (ours, new or adopted after a lost
--- reply), ["taken", [indices]] or ["lost"] (our entry is gone).
+-- reply), ["taken", [indices]] or ["lost"] (our entry is gone). At READ COMMITTED a
+-- missing row locks nothing: two takers may both find index `i` free, so the insert
+-- decides (ON CONFLICT waits for the other's commit), and a dead holder's record is
+-- deleted only as found (a concurrent taker may have replaced it by a live one).
 CREATE OR REPLACE FUNCTION {s}.take_slot(sem text, eid text, i integer) RETURNS text
 LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
@@ -506,16 +510,28 @@ BEGIN
     SELECT l.entry, l.token, {s}.live(e.session) AS alive INTO holder FROM {s}.slots l
         JOIN {s}.entries e ON e.semaphore = l.semaphore AND e.id = l.entry
         WHERE l.semaphore = sem AND l.idx = i FOR UPDATE OF l;
+    IF FOUND THEN
+        IF holder.entry = eid THEN
+            RETURN json_build_array('ok', holder.token)::text;
+        END IF;
+        IF holder.alive THEN
+            RETURN json_build_array('taken', {s}.list_slots(sem)::json)::text;
+        END IF;
+        DELETE FROM {s}.slots
+            WHERE semaphore = sem AND idx = i AND entry = holder.entry AND token = holder.token;
+    END IF;
+    tok := nextval('{s}.tokens');
+    INSERT INTO {s}.slots VALUES (sem, i, eid, tok) ON CONFLICT (semaphore, idx) DO NOTHING;
+    IF FOUND THEN
+        RETURN json_build_array('ok', tok)::text;
+    END IF;
+    -- another taker's record won (committed: this statement's snapshot sees it); ours
+    -- when a retry after a lost reply raced the first try
+    SELECT entry, token INTO holder FROM {s}.slots WHERE semaphore = sem AND idx = i;
     IF FOUND AND holder.entry = eid THEN
         RETURN json_build_array('ok', holder.token)::text;
     END IF;
-    IF FOUND AND holder.alive THEN
-        RETURN json_build_array('taken', {s}.list_slots(sem)::json)::text;
-    END IF;
-    DELETE FROM {s}.slots WHERE semaphore = sem AND idx = i;
-    tok := nextval('{s}.tokens');
-    INSERT INTO {s}.slots VALUES (sem, i, eid, tok);
-    RETURN json_build_array('ok', tok)::text;
+    RETURN json_build_array('taken', {s}.list_slots(sem)::json)::text;
 END $$;
 
 CREATE OR REPLACE FUNCTION {s}.delete_semaphore(sem text) RETURNS void

@@ -25,17 +25,24 @@ def live_mysql_entries(
 ) -> list[str]:
     """``<database>/<semaphore>/<entry id>`` of every entry in ``database`` (of semaphore
     ``name``) whose session is alive: what admission counts. An entry of an expired
-    session is dead for every admission, and deleted by the next one of its semaphore."""
+    session is dead for every admission, and deleted by the next one of its semaphore.
+    A live entry's job slot records are listed too, as
+    ``<database>/<semaphore>/slots/<index>`` (as the other harnesses list theirs)."""
     if not _has_tables(admin, database):
         return []
     rows = _fetch(
         admin,
-        f"SELECT e.semaphore, e.id FROM `{database}`.sr_entries e "
+        f"SELECT e.semaphore, e.id, l.idx FROM `{database}`.sr_entries e "
         f"JOIN `{database}`.sr_sessions x ON x.id = e.session "
+        f"LEFT JOIN `{database}`.sr_slots l ON l.semaphore = e.semaphore AND l.entry = e.id "
         "WHERE x.expires_at > SYSDATE(6) AND (%s IS NULL OR e.semaphore = %s)",
         (name, name),
     )
-    return sorted(f"{database}/{semaphore}/{entry}" for semaphore, entry in rows)
+    found = {f"{database}/{semaphore}/{entry}" for semaphore, entry, _ in rows}
+    found |= {
+        f"{database}/{semaphore}/slots/{idx}" for semaphore, _, idx in rows if idx is not None
+    }
+    return sorted(found)
 
 
 class MySQLHarness(NetworkHarness):

@@ -23,16 +23,21 @@ def live_postgresql_entries(
 ) -> list[str]:
     """``<schema>/<semaphore>/<entry id>`` of every entry in ``schema`` (of semaphore
     ``name``) whose session is alive: what admission counts. An entry of an expired
-    session is dead for every admission, and deleted by the next one of its semaphore."""
+    session is dead for every admission, and deleted by the next one of its semaphore.
+    A live entry's job slot records are listed too, as ``<schema>/<semaphore>/slots/<index>``
+    (as the other harnesses list theirs)."""
     if not _has_tables(admin, schema):
         return []
     rows = admin.execute(
-        f"SELECT e.semaphore, e.id FROM {schema}.entries e JOIN {schema}.sessions x "
-        "ON x.id = e.session WHERE x.expires_at > clock_timestamp() "
-        "AND (%s::text IS NULL OR e.semaphore = %s)",
+        f"SELECT e.semaphore, e.id, l.idx FROM {schema}.entries e JOIN {schema}.sessions x "
+        f"ON x.id = e.session LEFT JOIN {schema}.slots l "
+        "ON l.semaphore = e.semaphore AND l.entry = e.id "
+        "WHERE x.expires_at > clock_timestamp() AND (%s::text IS NULL OR e.semaphore = %s)",
         (name, name),
     ).fetchall()
-    return sorted(f"{schema}/{semaphore}/{entry}" for semaphore, entry in rows)
+    found = {f"{schema}/{semaphore}/{entry}" for semaphore, entry, _ in rows}
+    found |= {f"{schema}/{semaphore}/slots/{idx}" for semaphore, _, idx in rows if idx is not None}
+    return sorted(found)
 
 
 class PostgreSQLHarness(NetworkHarness):

@@ -1,5 +1,6 @@
 """The MySQL harness's reading verbs, on tables made here as the backend makes them: an
-entry counts while its session's ``expires_at`` is ahead of the server's clock."""
+entry counts while its session's ``expires_at`` is ahead of the server's clock, and so
+do its job slot records."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ TABLES = (
     "expires_at DATETIME(6) NOT NULL)",
     "CREATE TABLE sr_entries (semaphore VARCHAR(128), id VARCHAR(128), "
     "session VARCHAR(128), PRIMARY KEY (semaphore, id))",
+    "CREATE TABLE sr_slots (semaphore VARCHAR(128), idx INT, entry VARCHAR(128), "
+    "PRIMARY KEY (semaphore, idx))",
 )
 
 
@@ -43,7 +46,13 @@ def test_entries_and_sessions_are_the_live_ones(
         "INSERT INTO sr_entries VALUES ('a', 'e1', '00000000000000ff'), "
         "('b', 'e2', '00000000000000ff'), ('a', 'e3', '00000000000000ee')",
     )
-    assert mysql_harness.entries() == [f"{mysql_database}/a/e1", f"{mysql_database}/b/e2"]
+    # job slot records are listed with their live entry's, as the other harnesses do
+    _run(mysql_admin, "INSERT INTO sr_slots VALUES ('a', 0, 'e3'), ('a', 1, 'e1')")
+    assert mysql_harness.entries() == [
+        f"{mysql_database}/a/e1",
+        f"{mysql_database}/a/slots/1",
+        f"{mysql_database}/b/e2",
+    ]
     assert mysql_harness.entries("b") == [f"{mysql_database}/b/e2"]
     assert live_mysql_entries(mysql_admin, mysql_database, "c") == []
     assert mysql_harness.sessions() == {0xFF}

@@ -72,3 +72,51 @@ def test_the_schema_applies_twice(mysql_admin: Any, mysql_database: str) -> None
     execute(mysql_admin, f"USE `{mysql_database}`", *schema_statements())
     execute(mysql_admin, *schema_statements())  # idempotent: a migration re-run
     assert execute(mysql_admin, "SELECT COUNT(*) FROM sr_schema_version") == ((1,),)
+
+
+# A version 1 sr_take_slot: its body does not matter, the upgrade must replace it.
+_VERSION_1 = [
+    "DROP PROCEDURE sr_take_slot",
+    "CREATE PROCEDURE sr_take_slot(sem VARCHAR(128), eid VARCHAR(128), i INT) "
+    "SELECT '[\"version 1\"]'",
+    "DELETE FROM sr_schema_version",
+    "INSERT INTO sr_schema_version VALUES (1)",
+]
+_TAKE = "CALL sr_take_slot('none', 'none', 0)"
+
+
+def _made_at_version_1(admin: Any, database: str) -> None:
+    execute(admin, f"USE `{database}`", *schema_statements(), *_VERSION_1)
+    assert execute(admin, _TAKE) == (('["version 1"]',),)
+
+
+def test_a_schema_of_version_1_is_upgraded_on_connect(
+    mysql_backend: Any, mysql_admin: Any, mysql_database: str
+) -> None:
+    running = mysql_backend()  # a client connected before: its keeper waiting
+    _made_at_version_1(mysql_admin, mysql_database)
+    mysql_backend().close()
+    rows = execute(mysql_admin, "SELECT MAX(version) FROM sr_schema_version")
+    assert rows == ((SCHEMA_VERSION,),) and SCHEMA_VERSION == 2
+    assert execute(mysql_admin, _TAKE) == (('["lost"]',),)  # today's procedure
+    with running.semaphore("after", capacity=1).acquire(slot=True, timeout=5) as permit:
+        assert [slot.index for slot in permit.slots] == [0]
+
+
+def test_a_user_that_may_not_upgrade_is_told_what_to_run(
+    mysql_server: Any, mysql_admin: Any, mysql_database: str, worker_user: str
+) -> None:
+    _made_at_version_1(mysql_admin, mysql_database)
+    db = f"`{mysql_database}`"
+    for host in ("%", "localhost"):
+        execute(mysql_admin,
+                f"GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON {db}.* "
+                f"TO '{worker_user}'@'{host}'")  # fmt: skip
+    url = f"mysql://{worker_user}@{mysql_server.host_port}/{mysql_database}"
+    with pytest.raises(sr.PermissionDenied) as caught:
+        sr.connect(url)
+    said = str(caught.value)
+    assert "is version 1, older than" in said and "sql-schema --dialect mysql" in said
+    assert execute(mysql_admin, _TAKE) == (('["version 1"]',),)  # left as it was
+    execute(mysql_admin, *schema_statements())  # the owner runs the printed schema
+    sr.connect(url).close()

@@ -79,3 +79,56 @@ def test_the_printed_schema_applies_twice(postgresql_admin: psycopg.Connection[A
         postgresql_admin.execute(schema_sql(schema))  # idempotent: a migration re-run
     finally:
         postgresql_admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+# A version 1 take_slot: its body does not matter, the upgrade must replace it.
+_VERSION_1_TAKE_SLOT = """
+CREATE OR REPLACE FUNCTION {s}.take_slot(sem text, eid text, i integer) RETURNS text
+LANGUAGE sql AS $$ SELECT '["version 1"]' $$;
+DELETE FROM {s}.schema_version;
+INSERT INTO {s}.schema_version VALUES (1);
+"""
+
+
+def _made_at_version_1(admin: psycopg.Connection[Any], schema: str) -> str:
+    """The schema as version 1 left it; the statement that shows which take_slot runs."""
+    admin.execute(schema_sql(schema))
+    admin.execute(_VERSION_1_TAKE_SLOT.replace("{s}", schema))
+    take = f"SELECT {schema}.take_slot('none', 'none', 0)"
+    assert admin.execute(take).fetchone() == ('["version 1"]',)
+    return take
+
+
+def test_a_schema_of_version_1_is_upgraded_on_connect(
+    postgresql_backend: Any, postgresql_admin: Any, postgresql_schema: str
+) -> None:
+    running = postgresql_backend()  # a client connected before: its session listening
+    take = _made_at_version_1(postgresql_admin, postgresql_schema)
+    postgresql_backend().close()
+    (version,) = postgresql_admin.execute(
+        f"SELECT max(version) FROM {postgresql_schema}.schema_version"
+    ).fetchone()
+    assert version == SCHEMA_VERSION == 2
+    assert postgresql_admin.execute(take).fetchone() == ('["lost"]',)  # today's function
+    with running.semaphore("after", capacity=1).acquire(slot=True, timeout=5) as permit:
+        assert [slot.index for slot in permit.slots] == [0]
+
+
+def test_a_role_that_may_not_upgrade_is_told_what_to_run(
+    postgresql_server: Any, postgresql_admin: Any, postgresql_schema: str, worker_role: str
+) -> None:
+    take = _made_at_version_1(postgresql_admin, postgresql_schema)
+    s = postgresql_schema
+    postgresql_admin.execute(
+        f"GRANT USAGE ON SCHEMA {s} TO {worker_role};"
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {worker_role};"
+        f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {worker_role};"
+    )
+    url = f"postgresql://{postgresql_server.host_port}/postgres?user={worker_role}&schema={s}"
+    with pytest.raises(sr.PermissionDenied) as caught:
+        sr.connect(url)
+    said = str(caught.value)
+    assert "is version 1, older than" in said and f"sql-schema --schema {s}" in said
+    assert postgresql_admin.execute(take).fetchone() == ('["version 1"]',)  # left as it was
+    postgresql_admin.execute(schema_sql(s))  # the owner runs the printed schema
+    sr.connect(url).close()

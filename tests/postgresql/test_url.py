@@ -11,6 +11,7 @@ import pytest
 import semaphore_recipes as sr
 from semaphore_recipes._url import parse_url
 from semaphore_recipes.postgresql.params import PostgreSQLParams
+from semaphore_recipes.postgresql.schema import SCHEMA_VERSION
 
 
 def params(url: str) -> PostgreSQLParams:
@@ -64,7 +65,7 @@ def test_the_sql_schema_command_prints_what_first_use_would_make(
     assert main(["sql-schema", "--schema", "locks"]) == 0
     out = capsys.readouterr().out
     assert "CREATE SCHEMA IF NOT EXISTS locks;" in out
-    assert "INSERT INTO locks.schema_version VALUES (1)" in out
+    assert f"INSERT INTO locks.schema_version VALUES ({SCHEMA_VERSION})" in out
     assert main(["sql-schema", "--schema", "Bad-Name"]) != 0
 
 

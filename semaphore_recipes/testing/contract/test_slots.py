@@ -24,7 +24,7 @@ from semaphore_recipes.testing.harness import Harness
 from semaphore_recipes.testing.interrupts import interrupt_acquires
 from semaphore_recipes.testing.polling import wait_until
 
-STORES = ["memory", "zookeeper", "etcd", "redis"]
+STORES = ["memory", "zookeeper", "etcd", "redis", "postgresql", "mysql"]
 
 
 def _stores(*kinds: str) -> pytest.MarkDecorator:
@@ -42,7 +42,7 @@ slot_stores = _stores(*STORES)
 networked = _stores("zookeeper", "etcd")  # (Redis: no slot step to lose or interrupt)
 # the stores whose slots are taken by steps after admission (ListSlots, TakeSlot): Redis
 # gives them in the admitting script
-slot_step_stores = _stores("memory", "zookeeper", "etcd")
+slot_step_stores = _stores("memory", "zookeeper", "etcd", "postgresql", "mysql")
 
 
 def indices(permit: object) -> list[int]:
@@ -258,7 +258,9 @@ def test_an_interrupt_between_a_slots_reply_and_its_note_leaves_nothing(
 
 
 # (memory: the store lives in one process, so there is no other process to kill)
-@pytest.mark.parametrize("service", ["zookeeper", "etcd", "redis"], indirect=True)
+@pytest.mark.parametrize(
+    "service", ["zookeeper", "etcd", "redis", "postgresql", "mysql"], indirect=True
+)
 def test_a_killed_holder_frees_its_slots(service: Harness) -> None:
     url = service.url_with(session_timeout=2)
     script = (
