@@ -32,6 +32,7 @@ from ..errors import (
     PermissionDenied,
     SemaphoreError,
 )
+from .clients import async_client, close_async, close_sync, sync_client
 from .params import RedisParams
 from .scripts import SCRIPTS, ScriptName
 
@@ -190,7 +191,7 @@ class SyncRunner:
     """Runs programs on a blocking ``redis.Redis``."""
 
     def __init__(self, params: RedisParams) -> None:
-        self.client = redis.Redis(**params.client_options(), retry=no_retries())  # type: ignore[arg-type]
+        self.client = sync_client(params, no_retries())
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._socket_timeout = params.request_timeout
 
@@ -245,17 +246,14 @@ class SyncRunner:
             pool.release(conn)
 
     def close(self) -> None:
-        self.client.close()
+        close_sync(self.client)
 
 
 class AsyncRunner:
     """Runs programs on a ``redis.asyncio.Redis``, awaited (the asyncio face)."""
 
     def __init__(self, params: RedisParams) -> None:
-        self.client = redis.asyncio.Redis(
-            **params.client_options(),  # type: ignore[arg-type]
-            retry=AsyncRetry(NoBackoff(), 0),
-        )
+        self.client = async_client(params, AsyncRetry(NoBackoff(), 0))
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
         self._closed = False
@@ -306,4 +304,4 @@ class AsyncRunner:
 
     async def close(self) -> None:
         self._closed = True
-        await self.client.aclose()
+        await close_async(self.client)

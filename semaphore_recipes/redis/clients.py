@@ -1,0 +1,72 @@
+"""The redis-py clients of the runners: one server (``redis://``) or the primary that
+Redis Sentinel names (``redis+sentinel://``), for each face.
+
+Through Sentinel, every new connection asks the sentinels (in turn) for the current
+primary of the service, so a failover is followed at the next connect: a connection to
+a primary that was killed fails (a connection error), and one to a primary demoted to a
+replica is closed by redis-py on its first ``READONLY`` reply and raised as a
+connection error; while no sentinel names a primary, connecting raises
+``MasterNotFoundError`` (a connection error too). The runners' retry policy
+(:func:`.calls.call`) treats all of them as transient: a call is sent again within its
+bound, then becomes BackendUnavailable. redis-py's own retries are off on the data
+connections and on the sentinels' (``retry``, from the caller).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
+
+from .params import RedisParams
+
+__all__ = ["async_client", "close_async", "close_sync", "sync_client"]
+
+
+def sync_client(params: RedisParams, retry: Any) -> redis.Redis:
+    """A blocking client of the server, or of the service's primary through Sentinel."""
+    if not params.sentinels:
+        return redis.Redis(**params.client_options(), retry=retry)  # type: ignore[arg-type]
+    sentinel_type: Any = redis.sentinel.Sentinel  # (redis-py's Sentinel is untyped)
+    sentinel = sentinel_type(
+        list(params.sentinels), sentinel_kwargs=params.sentinel_options(retry=retry)
+    )
+    client: redis.Redis = sentinel.master_for(
+        params.service, **params.client_options(), retry=retry
+    )
+    return client
+
+
+def async_client(params: RedisParams, retry: Any) -> redis.asyncio.Redis:
+    """An asyncio client of the server, or of the service's primary through Sentinel."""
+    if not params.sentinels:
+        return redis.asyncio.Redis(**params.client_options(), retry=retry)  # type: ignore[arg-type]
+    sentinel_type: Any = redis.asyncio.sentinel.Sentinel  # (as above)
+    sentinel = sentinel_type(
+        list(params.sentinels), sentinel_kwargs=params.sentinel_options(retry=retry)
+    )
+    client: redis.asyncio.Redis = sentinel.master_for(
+        params.service, **params.client_options(), retry=retry
+    )
+    return client
+
+
+def close_sync(client: redis.Redis) -> None:
+    """Close ``client``'s connections, and the sentinels' it asked (if any)."""
+    pool = client.connection_pool
+    client.close()
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        for sentinel in pool.sentinel_manager.sentinels:
+            sentinel.close()
+
+
+async def close_async(client: redis.asyncio.Redis) -> None:
+    """Close ``client``'s connections, and the sentinels' it asked (if any)."""
+    pool = client.connection_pool
+    await client.aclose()
+    if isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool):
+        for sentinel in pool.sentinel_manager.sentinels:
+            await sentinel.aclose()
