@@ -12,7 +12,12 @@ cut connection; a read before the first renewal hung there when the network was 
 and, when it finds its lease gone, asks :meth:`StoreHistory.went_back` before making a
 new one: a counter lower than the highest noted, or none at all on a server whose
 ``run_id`` (``INFO server``, where the ACL allows it) changed, tells the data set is not
-the one the lease was made in.
+the one the lease was made in. A renewal that works can tell it too
+(:meth:`StoreHistory.behind`): after a failover the lease may have reached the promoted
+replica while later grants did not, and its counter is then lower than one noted before
+the renewal was sent (on one primary the counter a renewal reads is never lower than one
+read before it). A failover to a replica that has everything changes the run id but not
+the counter: the data set goes on.
 """
 
 from __future__ import annotations
@@ -51,6 +56,14 @@ class StoreHistory:
         with self._lock:
             self.counter = max(self.counter, counter)
 
+    def behind(self, counter: int, seen: int, where: str) -> str | None:
+        """Why the data set went back, in words, when a renewal read ``counter`` below
+        ``seen`` (the highest noted before the renewal was sent); else None."""
+        if counter >= seen:
+            return None
+        what = f"its counter {self.counter_key} is {counter}, lower than the {seen} seen"
+        return _reason(where, "", what)
+
     def went_back(self, client: Any, where: str) -> str | None:
         """Why the data set has a history older than the one this client knew, in
         words; None when it has not (or it cannot be read now)."""
@@ -71,13 +84,17 @@ class StoreHistory:
             what = f"its counter {self.counter_key} is {counter}, lower than the {seen} seen"
         else:
             what = f"its counter {self.counter_key} is gone"
-        return (
-            f"the Redis store's history restarted ({where}): {restarted}{what} "
-            "(it restarted without persistence, was flushed, or a replica that lacked the "
-            "latest writes took over); every lease, entry and fencing token of before is "
-            "gone (tokens are handed out again: reset a fence that kept them, "
-            "docs/operations.md); open a new backend"
-        )
+        return _reason(where, restarted, what)
+
+
+def _reason(where: str, restarted: str, what: str) -> str:
+    return (
+        f"the Redis store's history restarted ({where}): {restarted}{what} "
+        "(it restarted without persistence, was flushed, or a replica that lacked the "
+        "latest writes took over); every lease, entry and fencing token of before is "
+        "gone (tokens are handed out again: reset a fence that kept them, "
+        "docs/operations.md); open a new backend"
+    )
 
 
 def _counter(client: Any, key: str) -> int | None:

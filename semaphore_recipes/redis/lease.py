@@ -6,7 +6,7 @@ name the lease, and an entry whose lease key is gone is dead for every script. A
 renewal never re-creates an expired lease (``PEXPIRE`` of a missing key does nothing):
 the keeper then reports the session LOST and makes a new lease.
 
-A lease found gone on a data set whose counter went back (:mod:`.history`: restarted
+A lease found gone, or renewed, on a data set whose counter went back (:mod:`.history`: restarted
 without persistence, flushed, an outdated replica promoted) ends the backend instead:
 permits LOST and waiters failing with StoreHistoryReset's reason.
 
@@ -104,6 +104,7 @@ class LeaseKeeper:
         args = (self.backend.params.prefix, "", lease, int(self.ttl * 1000))
         bound = Deadline(self.backend.request_timeout, time.monotonic)
         where = f"renewing lease {lease}"
+        seen = self.backend.history.counter  # (before sending: see StoreHistory.behind)
         try:
             renewed = self.runner.run(
                 call(
@@ -138,6 +139,10 @@ class LeaseKeeper:
             self.backend.check_holders(self.runner)
             # the counter came with the renewal: no other request on the keeper's path,
             # whose timing tells a cut connection (a read here delayed the next renewal)
+            behind = self.backend.history.behind(int(renewed[1]), seen, self.backend.describe())
+            if behind is not None:  # a failover lost writes this client saw: over
+                self.backend.history_restarted(behind)
+                return
             self.backend.history.note_counter(int(renewed[1]))
             if self.backend.history.run_id is None:  # once, just after a reply came
                 self.backend.history.note(self.runner.client)
