@@ -71,6 +71,32 @@ def test_a_holder_and_a_waiter_carry_over_a_failover(
         assert first.session_state is sr.SessionState.CONNECTED
 
 
+def test_a_demoted_primary_sends_clients_to_the_new_one(
+    sentinel_set: RedisSentinelSet, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``SENTINEL FAILOVER``: the old primary lives on as a replica; the sentinels
+    close its clients' connections (``CLIENT KILL`` after the ``REPLICAOF``), and the
+    reconnects (the notifier's, the keeper's, the release's) find the new primary,
+    with no error logged."""
+    url = sentinel_set.url(f"prefix={prefix}&session_timeout=10")
+    with sr.connect(url) as first, sr.connect(url) as second:
+        held = first.semaphore("g", capacity=1).acquire(timeout=5)
+        waiting = second.semaphore("g", capacity=1)
+        got: list[sr.Permit] = []
+        waiter = threading.Thread(target=lambda: got.append(waiting.acquire(timeout=30)))
+        waiter.start()
+        wait_until(lambda: len(waiting.status().waiters) == 1, timeout=5)
+        wait_until(sentinel_set.replicated, timeout=5)
+        old = sentinel_set.primary()
+        assert sentinel_set.sentinels[0].command_reply(b"SENTINEL FAILOVER mymaster") == "+OK"
+        sentinel_set.wait_for_new_primary(old)
+        held.release()  # (a write: READONLY on the old primary, then the new one)
+        waiter.join(15)
+        assert got and got[0].token > held.token
+        got[0].release()
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
 def test_a_promoted_replica_that_lacks_writes_ends_the_backend(prefix: str) -> None:
     # replication through a proxy: a blackhole is lag that the failover makes final
     # (a paused replica would still read what the kernel buffered for it)
