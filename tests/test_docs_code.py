@@ -40,6 +40,13 @@ def _redis_url(found: re.Match[str], server: str, ns: str) -> str:
     return f"redis://{user}{server}{db}?{'&'.join(params)}"
 
 
+def _redis_sentinel_url(found: re.Match[str], sentinels: str, ns: str) -> str:
+    """A ``redis+sentinel://`` URL of the examples on the test set's sentinels, its keys
+    under ``ns`` (as :func:`_redis_url`)."""
+    shown = _redis_url(found, "", ns).removeprefix("redis://")
+    return f"redis+sentinel://{sentinels}/mymaster{shown}"
+
+
 def _postgresql_url(found: re.Match[str], server: str, ns: str) -> str:
     """A ``postgresql://`` URL of the examples on the test server, as its superuser, its
     tables in a schema of the block's own (``ns`` made an identifier)."""
@@ -73,6 +80,12 @@ REWRITES: list[tuple[str, str, Replacement]] = [
         r"redis://(?P<user>[^@/\s\"']*@)?r1:6379(?P<db>/\d+)?(?P<query>\?[^\s\"']*)?",
         "redis_server",
         _redis_url,
+    ),
+    (
+        r"redis\+sentinel://(?P<user>)s1:26379,s2:26379,s3:26379/mymaster"
+        r"(?P<db>/\d+)?(?P<query>\?[^\s\"']*)?",
+        "redis_sentinel_set",
+        _redis_sentinel_url,
     ),
     (
         r"postgresql://(?P<user>[^@/\s\"']*@)?db1:5432(?P<db>/\w+)?(?P<query>\?[^\s\"']*)?",
@@ -118,7 +131,10 @@ def server_addresses(fixtures: set[str], ns: str, request: pytest.FixtureRequest
     address = {}
     for fixture in fixtures:
         server = request.getfixturevalue(fixture)
-        found = server.endpoint if fixture == "etcd_server" else server.host_port
+        if fixture == "redis_sentinel_set":
+            found = server.sentinel_hosts
+        else:
+            found = server.endpoint if fixture == "etcd_server" else server.host_port
         address[fixture] = str(found).removeprefix("http://")
     if "zookeeper_server" in fixtures:
         request.getfixturevalue("zookeeper_admin").ensure_path(ns)
