@@ -239,7 +239,7 @@ class SyncRunner:
                 conn.disconnect()
                 raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
             return client.parse_response(conn, "EVALSHA")
-        except TRANSIENT:
+        except BaseException:  # (an interrupt too: a reply left unread would be the next's)
             conn.disconnect()
             raise
         finally:

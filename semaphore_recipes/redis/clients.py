@@ -10,6 +10,10 @@ connection error; while no sentinel names a primary, connecting raises
 (:func:`.calls.call`) treats all of them as transient: a call is sent again within its
 bound, then becomes BackendUnavailable. redis-py's own retries are off on the data
 connections and on the sentinels' (``retry``, from the caller).
+
+redis-py's blocking Sentinel connection (8.1) keeps a connection whose read was
+interrupted (Ctrl-C), unlike ``redis.Connection``: the next command on it would read the
+interrupted one's reply. Ours closes it, as ``redis.Connection`` does.
 """
 
 from __future__ import annotations
@@ -26,6 +30,22 @@ from .params import RedisParams
 __all__ = ["async_client", "close_async", "close_sync", "sync_client"]
 
 
+class _ClosedOnFailedRead:
+    """A read that raises anything (an interrupt too) closes the connection."""
+
+    def read_response(self, *args: Any, disconnect_on_error: bool = True, **kwargs: Any) -> Any:
+        read: Any = super().read_response  # type: ignore[misc]  # (the connection's)
+        return read(*args, disconnect_on_error=disconnect_on_error, **kwargs)
+
+
+class _SentinelConnection(_ClosedOnFailedRead, redis.sentinel.SentinelManagedConnection):  # type: ignore[misc]
+    pass
+
+
+class _SentinelSSLConnection(_ClosedOnFailedRead, redis.sentinel.SentinelManagedSSLConnection):  # type: ignore[misc]
+    pass
+
+
 def sync_client(params: RedisParams, retry: Any) -> redis.Redis:
     """A blocking client of the server, or of the service's primary through Sentinel."""
     if not params.sentinels:
@@ -34,8 +54,12 @@ def sync_client(params: RedisParams, retry: Any) -> redis.Redis:
     sentinel = sentinel_type(
         list(params.sentinels), sentinel_kwargs=params.sentinel_options(retry=retry)
     )
+    connection_class = _SentinelSSLConnection if params.tls else _SentinelConnection
     client: redis.Redis = sentinel.master_for(
-        params.service, **params.client_options(), retry=retry
+        params.service,
+        **params.client_options(),
+        retry=retry,
+        connection_class=connection_class,
     )
     return client
 
