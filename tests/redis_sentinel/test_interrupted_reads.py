@@ -28,18 +28,18 @@ STORES = ["redis", "redis+sentinel"]
 
 
 def _sigint_in(delay: float) -> threading.Timer:
+    """A timer (to start where its SIGINT is caught) that interrupts this thread."""
     main = threading.main_thread().ident
     assert main is not None and threading.get_ident() == main
-    timer = threading.Timer(delay, lambda: signal.pthread_kill(main, signal.SIGINT))
-    timer.start()
-    return timer
+    return threading.Timer(delay, lambda: signal.pthread_kill(main, signal.SIGINT))
 
 
 def _settle(timer: threading.Timer) -> None:
     """Wait for ``timer``'s SIGINT, if it is still to come, to land here."""
     while True:
         try:
-            timer.join()
+            if timer.is_alive() or timer.ident is not None:
+                timer.join()
             time.sleep(0.02)
             return
         except KeyboardInterrupt:
@@ -55,6 +55,7 @@ def test_a_read_cut_by_an_interrupt_closes_its_connection(
     try:
         timer = _sigint_in(0.1)
         with pytest.raises(KeyboardInterrupt):
+            timer.start()
             client.blpop(["sr-tests:never-pushed"], timeout=1)  # (its reply: nil, at 1 s)
         _settle(timer)
         assert client.echo("fresh") == b"fresh"
@@ -76,7 +77,9 @@ def test_interrupted_acquires_leave_no_reply_for_the_next(
         timer = _sigint_in(rng.uniform(0, 0.004))
         permit = None
         try:
-            permit = backend.acquire_all({"cx-a": rng.randint(1, 2), b: 1}, timeout=5)
+            wanted: dict[str | sr.Semaphore, int] = {"cx-a": rng.randint(1, 2), b: 1}
+            timer.start()  # (its SIGINT may land before start returns)
+            permit = backend.acquire_all(wanted, timeout=5)
         except KeyboardInterrupt:
             pass
         except sr.SemaphoreError:
