@@ -25,6 +25,12 @@ documentation: docs/user-guide.md, "Testing code that uses semaphores". Fixtures
   ``etcd_cluster_harness``: the 3-member ones (``kill_leader``); ``memory_harness``: the
   test's own memory store (``expire_session``, ``sessions``; no network verbs).
 
+* ``redis_sentinel_set`` (session): a Sentinel-managed Redis set (primary, replica,
+  3 sentinels; ``SEMAPHORE_RECIPES_TEST_REDIS_SENTINEL=host:port,.../service`` for one
+  already running); ``redis_sentinel_url``, ``redis_sentinel_admin`` (a client of the
+  primary the sentinels name), ``redis_sentinel_backend`` and ``redis_sentinel_harness``
+  (the store ``redis+sentinel`` of the contract suite) mirror the Redis ones.
+
 * ``memory_url``: ``memory://<fresh store>`` (a store of this test's own, forgotten
   after it); ``memory_backend``: a factory of backends on it, like ``zookeeper_backend``
   (no server, no optional dependency).
