@@ -73,6 +73,14 @@ BUILTIN = (
     BackendSpec("redis", "semaphore_recipes.redis.backend:RedisBackend", extra="redis"),
     BackendSpec("rediss", "semaphore_recipes.redis.backend:TlsRedisBackend", extra="redis"),
     BackendSpec(
+        "redis+sentinel", "semaphore_recipes.redis.backend:SentinelRedisBackend", extra="redis"
+    ),
+    BackendSpec(
+        "rediss+sentinel",
+        "semaphore_recipes.redis.backend:TlsSentinelRedisBackend",
+        extra="redis",
+    ),
+    BackendSpec(
         "redis+cluster", "semaphore_recipes.redis.backend:RedisClusterBackend", extra="redis"
     ),
     BackendSpec(

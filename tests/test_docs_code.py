@@ -50,6 +50,13 @@ def _redis_cluster_url(found: re.Match[str], server: str, ns: str) -> str:
     return f"redis+cluster://{server}?{'&'.join(params)}"
 
 
+def _redis_sentinel_url(found: re.Match[str], sentinels: str, ns: str) -> str:
+    """A ``redis+sentinel://`` URL of the examples on the test set's sentinels, its keys
+    under ``ns`` (as :func:`_redis_url`)."""
+    shown = _redis_url(found, "", ns).removeprefix("redis://")
+    return f"redis+sentinel://{sentinels}/mymaster{shown}"
+
+
 def _postgresql_url(found: re.Match[str], server: str, ns: str) -> str:
     """A ``postgresql://`` URL of the examples on the test server, as its superuser, its
     tables in a schema of the block's own (``ns`` made an identifier)."""
@@ -88,6 +95,12 @@ REWRITES: list[tuple[str, str, Replacement]] = [
         r"redis\+cluster://r1:7000(,r\d:7000)*(?P<query>\?[^\s\"']*)?",
         "redis_cluster",
         _redis_cluster_url,
+    ),
+    (
+        r"redis\+sentinel://(?P<user>)s1:26379,s2:26379,s3:26379/mymaster"
+        r"(?P<db>/\d+)?(?P<query>\?[^\s\"']*)?",
+        "redis_sentinel_set",
+        _redis_sentinel_url,
     ),
     (
         r"postgresql://(?P<user>[^@/\s\"']*@)?db1:5432(?P<db>/\w+)?(?P<query>\?[^\s\"']*)?",
@@ -137,6 +150,8 @@ def server_addresses(fixtures: set[str], ns: str, request: pytest.FixtureRequest
             found = server.endpoint
         elif fixture == "redis_cluster":
             found = ",".join(server.startup_nodes[: server.primaries])
+        elif fixture == "redis_sentinel_set":
+            found = server.sentinel_hosts
         else:
             found = server.host_port
         address[fixture] = str(found).removeprefix("http://")

@@ -1,4 +1,6 @@
-"""The Redis backend: ``redis://[user:password@]host:port[/db]?prefix=P`` (``rediss://``: TLS).
+"""The Redis backend: ``redis://[user:password@]host:port[/db]?prefix=P`` (``rediss://``: TLS),
+or through Sentinel: ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
+(``rediss+sentinel://``).
 
 A session is a lease key the backend renews (:mod:`.lease`); entries die with it. Each
 protocol step is one Lua script (:mod:`.scripts`) that decides admission on the server;
@@ -12,6 +14,13 @@ HELD again when a renewal works, LOST once a session timeout passed without one 
 server has expired the lease, or will) or the lease is found gone; waiters then enter
 the queue again with a new lease. ``close()`` deletes the lease: the entries are dead at
 once, and the next holders are admitted at once.
+
+Through Sentinel each connection is made to the primary the sentinels name at that
+moment (:mod:`.clients`): after a failover the calls fail for a while (connection
+errors, retried within their bounds), then reach the new primary; the lease and its
+entries carried over if they were replicated, and the session goes on as after a
+reconnect. A promoted replica that lacked writes this client saw ends the backend with
+StoreHistoryReset (:mod:`.history`).
 
 Honest limits (docs/operations.md): the guarantees hold with one primary writing an
 append-only file synced at every write. Under asynchronous replication a failover can
@@ -69,8 +78,10 @@ log = logging.getLogger("semaphore_recipes.redis")
 __all__ = [
     "RedisBackend",
     "RedisClusterBackend",
+    "SentinelRedisBackend",
     "TlsRedisBackend",
     "TlsRedisClusterBackend",
+    "TlsSentinelRedisBackend",
 ]
 
 T = TypeVar("T")
@@ -122,7 +133,7 @@ class RedisBackend(Backend):
         says is out of range), BackendUnavailable when the server does not answer within
         ``connect_timeout``, AuthenticationFailed when it refuses."""
         params = RedisParams.from_url(url)
-        _reachability.refuse_early("Redis", params.servers())  # refused: now
+        _reachability.refuse_early("Redis", params.contacts)  # refused: now
         try:
             backend = cls(params, owner=owner)
         except TRANSIENT as exc:
@@ -146,7 +157,7 @@ class RedisBackend(Backend):
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> RedisBackend:
         params = RedisParams.from_url(url)
-        await _reachability.refuse_early_async("Redis", params.servers())
+        await _reachability.refuse_early_async("Redis", params.contacts)
         try:  # (a thread: a cluster client maps the slots when made)
             backend = await asyncio.to_thread(cls, params, owner=owner)
         except TRANSIENT as exc:
@@ -565,7 +576,7 @@ def _unreachable(exc: BaseException) -> bool:
 
 def _diagnosis_of(params: RedisParams) -> tuple[str, str, list[tuple[str, int]], bool]:
     """The arguments of :func:`.._reachability.diagnose` for these parameters."""
-    return "Redis", _reachability.REDIS, params.servers(), params.tls
+    return "Redis", _reachability.REDIS, params.contacts, params.tls
 
 
 def _where(params: RedisParams) -> str:
@@ -595,6 +606,18 @@ class TlsRedisBackend(RedisBackend):
     """``rediss://``: the same backend, over TLS (``ca``, ``cert``, ``key``)."""
 
     scheme = "rediss"
+
+
+class SentinelRedisBackend(RedisBackend):
+    """``redis+sentinel://``: the same backend, on the primary Sentinel names."""
+
+    scheme = "redis+sentinel"
+
+
+class TlsSentinelRedisBackend(RedisBackend):
+    """``rediss+sentinel://``: through Sentinel, over TLS (data nodes and sentinels)."""
+
+    scheme = "rediss+sentinel"
 
 
 class RedisClusterBackend(RedisBackend):

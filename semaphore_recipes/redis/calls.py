@@ -32,6 +32,7 @@ from ..errors import (
     PermissionDenied,
     SemaphoreError,
 )
+from .clients import async_client, close_async, close_sync, sync_client
 from .connections import AsyncIdleConnections, IdleConnections
 from .params import RedisParams
 from .scripts import SCRIPTS, ScriptName
@@ -217,14 +218,7 @@ class SyncRunner:
 
     def __init__(self, params: RedisParams) -> None:
         self.cluster = params.cluster
-        self.client: Any
-        if params.cluster:
-            try:  # (it maps the slots now: an unreachable cluster is a connection error)
-                self.client = redis.RedisCluster(**params.cluster_options(), retry=no_retries())
-            except redis.exceptions.RedisClusterException as exc:
-                raise redis.exceptions.ConnectionError(str(exc)) from exc
-        else:
-            self.client = redis.Redis(**params.client_options(), retry=no_retries())  # type: ignore[arg-type]
+        self.client: Any = sync_client(params, no_retries())
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._socket_timeout = params.request_timeout
         # (one server: a cluster's calls go through its client, which follows the slots)
@@ -329,7 +323,7 @@ class SyncRunner:
     def close(self) -> None:
         if self._connections is not None:
             self._connections.close()
-        self.client.close()
+        close_sync(self.client)
 
 
 class AsyncRunner:
@@ -338,20 +332,11 @@ class AsyncRunner:
 
     def __init__(self, params: RedisParams) -> None:
         self.cluster = params.cluster
-        self.client: Any
-        self._connections: AsyncIdleConnections | None = None
-        if params.cluster:
-            self.client = redis.asyncio.RedisCluster(
-                **params.cluster_options(asyncio=True), retry=AsyncRetry(NoBackoff(), 0)
-            )
-        else:
-            one = redis.asyncio.Redis(
-                **params.client_options(),  # type: ignore[arg-type]
-                retry=AsyncRetry(NoBackoff(), 0),
-            )
-            self.client = one
-            # (one server: a cluster's calls go through its client, which follows slots)
-            self._connections = AsyncIdleConnections(one)
+        self.client: Any = async_client(params, AsyncRetry(NoBackoff(), 0))
+        # (one server: a cluster's calls go through its client, which follows slots)
+        self._connections: AsyncIdleConnections | None = (
+            None if params.cluster else AsyncIdleConnections(self.client)
+        )
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
         self._closed = False
@@ -471,4 +456,4 @@ class AsyncRunner:
         self._closed = True
         if self._connections is not None:
             await self._connections.close()
-        await self.client.aclose()
+        await close_async(self.client)

@@ -14,6 +14,12 @@ and, when it finds its lease gone, asks :meth:`StoreHistory.went_back` before ma
 new one: a counter lower than the highest noted, or none at all on a server whose
 ``run_id`` (``INFO server``, where the ACL allows it; not asked of a cluster, whose
 nodes each have one) changed, tells the data set is not the one the lease was made in.
+A renewal that works can tell it too (``LeaseKeeper``, :meth:`StoreHistory.behind`):
+after a failover the lease may have reached the promoted replica while later grants
+did not, and its counter is then lower than one noted before the renewal was sent (on
+one primary the counter a renewal reads is never lower than one read before it). A
+failover to a replica that has everything changes the run id but not the counter: the
+data set goes on.
 """
 
 from __future__ import annotations
@@ -81,25 +87,24 @@ class StoreHistory:
                 what = f"its counter {key} is gone"
             else:
                 continue
-            return (
-                f"the Redis store's history restarted ({where}): {restarted}{what} "
-                "(it restarted without persistence, was flushed, or a replica that lacked "
-                "the latest writes took over); every lease, entry and fencing token of "
-                "before is gone (tokens are handed out again: reset a fence that kept "
-                "them, docs/operations.md); open a new backend"
-            )
+            return _reason(where, restarted, what)
         return None
 
     def behind(self, prefix: str, counter: int, seen: int, where: str) -> str:
-        """The reason of a history found behind by a renewal (its counter ``counter``
-        lower than the ``seen`` one noted before it was sent)."""
-        return (
-            f"the Redis store's history went back ({where}): its counter "
-            f"{counter_key(prefix)} is {counter}, lower than the {seen} seen (a replica "
-            "that lacked the latest writes took over); grants and fencing tokens of "
-            "before may be handed out again: reset a fence that kept them "
-            "(docs/operations.md); open a new backend"
-        )
+        """Why the data set went back, in words, when a renewal read ``prefix``'s
+        ``counter`` below ``seen`` (the highest noted before the renewal was sent)."""
+        key = counter_key(prefix)
+        return _reason(where, "", f"its counter {key} is {counter}, lower than the {seen} seen")
+
+
+def _reason(where: str, restarted: str, what: str) -> str:
+    return (
+        f"the Redis store's history restarted ({where}): {restarted}{what} "
+        "(it restarted without persistence, was flushed, or a replica that lacked the "
+        "latest writes took over); every lease, entry and fencing token of before is "
+        "gone (tokens are handed out again: reset a fence that kept them, "
+        "docs/operations.md); open a new backend"
+    )
 
 
 def counter_key(prefix: str) -> str:

@@ -9,6 +9,9 @@ queue. The same thread runs the timed looks (``CHECK``) of waiters that depend
 on a lease: a crashed holder's lease expires without any script running, and only a
 look notices. After the connection was lost, every waiting entry looks once (a list
 keeps its messages while we are away, but the lease, and its inbox, may have expired).
+A primary demoted by a Sentinel failover ends a waiting ``BLPOP`` with ``UNBLOCKED``:
+taken as a lost connection (the next read, refused with ``READONLY``, reconnects to the
+new primary).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import logging
 import threading
 import time
 from typing import TYPE_CHECKING
+
+import redis
 
 from ..backend import Deadline
 from ..errors import SemaphoreError
@@ -104,18 +109,15 @@ class Notifier:
                     self._stop.wait(wait)
                     continue
                 messages = self.inbox.wait(inboxes, wait)
-            except (*TRANSIENT, SemaphoreError) as exc:
+            except Exception as exc:
                 if self._stop.is_set():
-                    return
-                if not missed:
-                    log.info("redis notifier: %s; looking again once connected", exc)
-                missed = True
-                self._stop.wait(RECONNECT_PAUSE)
-                continue
-            except Exception:
-                if self._stop.is_set():
-                    return  # closed under a call in flight
-                log.exception("redis notifier: unexpected error")
+                    return  # (closed under a call in flight)
+                if isinstance(exc, (*TRANSIENT, SemaphoreError)) or _unblocked(exc):
+                    if not missed:
+                        log.info("redis notifier: %s; looking again once connected", exc)
+                    missed = True
+                else:
+                    log.exception("redis notifier: unexpected error")
                 self._stop.wait(RECONNECT_PAUSE)
                 continue
             for raw in messages:
@@ -168,3 +170,8 @@ class Notifier:
         except SemaphoreError:
             return 0
         return int(acknowledged)
+
+
+def _unblocked(exc: Exception) -> bool:
+    """The server ended a blocking read because it stopped being the primary."""
+    return isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("UNBLOCKED")

@@ -1,4 +1,5 @@
-"""The Redis harness: fault verbs on a single ``redis-server`` (and its restart)."""
+"""The Redis harnesses: fault verbs on a single ``redis-server`` (and its restart), and
+on a Sentinel-managed set (``redis+sentinel://``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ if TYPE_CHECKING:
     from ..devtools.redis_server import RedisServer
     from ..redis.backend import RedisBackend
 
-__all__ = ["RedisClusterHarness", "RedisHarness", "lease_keys", "live_redis_entries"]
+__all__ = [
+    "RedisClusterHarness",
+    "RedisHarness",
+    "RedisSentinelHarness",
+    "lease_keys",
+    "live_redis_entries",
+]
 
 
 def live_redis_entries(
@@ -144,6 +151,38 @@ class RedisHarness(NetworkHarness):
 
     def session_of(self, backend: Client | Backend) -> int:
         return int(_redis(backend).lease, 16)
+
+
+class RedisSentinelHarness(RedisHarness):
+    """A :class:`RedisHarness` whose URL names sentinels (``redis+sentinel://``);
+    ``admin`` is a client of the primary they name. A backend's data connections go to
+    the address the sentinels give, past any proxy of the sentinels: there is no
+    ``cut`` or ``lose_next_reply`` (the failover tests kill the primary instead)."""
+
+    kind = "redis+sentinel"
+    missing: Mapping[Verb, str] = {
+        Verb.KILL_LEADER: "the failover tests (tests/redis_sentinel) kill the primary",
+        Verb.CUT: "the data connections go where the sentinels say, past any proxy",
+        Verb.LOSE_NEXT_REPLY: "the data connections go where the sentinels say, past any proxy",
+    }
+
+    def __init__(
+        self,
+        url: str,
+        make: Callable[..., Client],
+        *,
+        sentinel_set: Any,
+        prefix: str,
+        admin: redis.Redis,
+    ) -> None:
+        # (no one server: NetworkHarness's servers are the sentinels, never proxied)
+        NetworkHarness.__init__(self, url, make, sentinel_set.sentinel_hosts.split(","))
+        self.sentinel_set = sentinel_set
+        self.prefix = prefix
+        self.admin = admin
+
+    def unreachable_url(self) -> str:
+        return f"{self.kind}://127.0.0.1:9/mymaster?connect_timeout=1"
 
 
 class RedisClusterHarness(RedisHarness):

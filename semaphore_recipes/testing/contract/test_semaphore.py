@@ -292,7 +292,7 @@ def test_bad_timeout(service: Harness) -> None:
 def test_an_unreachable_server_is_backend_unavailable(service: Harness) -> None:
     if service.kind == "memory":
         pytest.skip("an in-process memory store has no server to be unreachable")
-    url = f"{service.kind}://127.0.0.1:9?connect_timeout=1"
+    url = service.unreachable_url()
     start = time.monotonic()
     with pytest.raises(sr.BackendUnavailable):
         sr.connect(url)
