@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -128,10 +128,12 @@ def requested(
     return named
 
 
-def check_supported(backend: Backend, *, aio: bool = False) -> None:
-    """NotSupported unless ``backend`` has ``acquire_all``'s hooks (of the face)."""
+def check_supported(backend: Backend, names: Sequence[str], *, aio: bool = False) -> None:
+    """NotSupported unless ``backend`` has ``acquire_all``'s hooks (of the face) and
+    takes semaphores ``names`` in one request (``Backend.check_together``)."""
     needed = (Capability.ACQUIRE_ALL, Capability.ASYNC_FACE) if aio else (Capability.ACQUIRE_ALL,)
     backend.capabilities.require(backend.scheme, *needed)
+    backend.check_together(names)
 
 
 # ---- the program both faces run --------------------------------------------------------
@@ -256,7 +258,7 @@ def acquire_all(
     """
     validate_timeout(timeout)
     named = requested(weights, _semaphore_name)
-    check_supported(backend)
+    check_supported(backend, list(named))
     drivers: dict[str, QueueDriver] = {}
     for name, (what, permits) in named.items():
         semaphore = what if isinstance(what, Semaphore) else existing(name)

@@ -73,6 +73,20 @@ BUILTIN = (
     BackendSpec("redis", "semaphore_recipes.redis.backend:RedisBackend", extra="redis"),
     BackendSpec("rediss", "semaphore_recipes.redis.backend:TlsRedisBackend", extra="redis"),
     BackendSpec(
+        "redis+sentinel", "semaphore_recipes.redis.backend:SentinelRedisBackend", extra="redis"
+    ),
+    BackendSpec(
+        "rediss+sentinel",
+        "semaphore_recipes.redis.backend:TlsSentinelRedisBackend",
+        extra="redis",
+    ),
+    BackendSpec(
+        "redis+cluster", "semaphore_recipes.redis.backend:RedisClusterBackend", extra="redis"
+    ),
+    BackendSpec(
+        "rediss+cluster", "semaphore_recipes.redis.backend:TlsRedisClusterBackend", extra="redis"
+    ),
+    BackendSpec(
         "postgresql", "semaphore_recipes.postgresql.backend:PostgreSQLBackend", extra="postgresql"
     ),
     BackendSpec("mysql", "semaphore_recipes.mysql.backend:MySQLBackend", extra="mysql"),

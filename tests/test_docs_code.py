@@ -40,6 +40,23 @@ def _redis_url(found: re.Match[str], server: str, ns: str) -> str:
     return f"redis://{user}{server}{db}?{'&'.join(params)}"
 
 
+def _redis_cluster_url(found: re.Match[str], server: str, ns: str) -> str:
+    """A ``redis+cluster://`` URL of the examples on the test cluster (``server``: its
+    nodes), its keys under ``ns``."""
+    params = [p for p in (found.group("query") or "").lstrip("?").split("&") if p]
+    prefix = next((p.split("=", 1)[1] for p in params if p.startswith("prefix=")), "")
+    params = [p for p in params if not p.startswith("prefix=")]
+    params.insert(0, f"prefix={ns.strip('/')}" + (f"/{prefix}" if prefix else ""))
+    return f"redis+cluster://{server}?{'&'.join(params)}"
+
+
+def _redis_sentinel_url(found: re.Match[str], sentinels: str, ns: str) -> str:
+    """A ``redis+sentinel://`` URL of the examples on the test set's sentinels, its keys
+    under ``ns`` (as :func:`_redis_url`)."""
+    shown = _redis_url(found, "", ns).removeprefix("redis://")
+    return f"redis+sentinel://{sentinels}/mymaster{shown}"
+
+
 def _postgresql_url(found: re.Match[str], server: str, ns: str) -> str:
     """A ``postgresql://`` URL of the examples on the test server, as its superuser, its
     tables in a schema of the block's own (``ns`` made an identifier)."""
@@ -73,6 +90,17 @@ REWRITES: list[tuple[str, str, Replacement]] = [
         r"redis://(?P<user>[^@/\s\"']*@)?r1:6379(?P<db>/\d+)?(?P<query>\?[^\s\"']*)?",
         "redis_server",
         _redis_url,
+    ),
+    (
+        r"redis\+cluster://r1:7000(,r\d:7000)*(?P<query>\?[^\s\"']*)?",
+        "redis_cluster",
+        _redis_cluster_url,
+    ),
+    (
+        r"redis\+sentinel://(?P<user>)s1:26379,s2:26379,s3:26379/mymaster"
+        r"(?P<db>/\d+)?(?P<query>\?[^\s\"']*)?",
+        "redis_sentinel_set",
+        _redis_sentinel_url,
     ),
     (
         r"postgresql://(?P<user>[^@/\s\"']*@)?db1:5432(?P<db>/\w+)?(?P<query>\?[^\s\"']*)?",
@@ -118,7 +146,14 @@ def server_addresses(fixtures: set[str], ns: str, request: pytest.FixtureRequest
     address = {}
     for fixture in fixtures:
         server = request.getfixturevalue(fixture)
-        found = server.endpoint if fixture == "etcd_server" else server.host_port
+        if fixture == "etcd_server":
+            found = server.endpoint
+        elif fixture == "redis_cluster":
+            found = ",".join(server.startup_nodes[: server.primaries])
+        elif fixture == "redis_sentinel_set":
+            found = server.sentinel_hosts
+        else:
+            found = server.host_port
         address[fixture] = str(found).removeprefix("http://")
     if "zookeeper_server" in fixtures:
         request.getfixturevalue("zookeeper_admin").ensure_path(ns)

@@ -12,7 +12,9 @@ import uuid
 from ..errors import CorruptState, InvalidName
 from .shown import quoted
 
-NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
+#: an optional leading hash tag ``{group}`` (Redis Cluster keeps a group's semaphores in
+#: one slot, so ``acquire_all`` spans them; elsewhere the braces are characters)
+NAME_PATTERN = re.compile(r"(?=.{1,128}$)(\{[A-Za-z0-9._-]{1,64}\})?[A-Za-z0-9._-]*", re.DOTALL)
 _ROOT_SEGMENT = re.compile(r"[A-Za-z0-9._-]{1,255}")
 
 #: ZooKeeper entry node names: ``e-<uuid hex>-w<weight>-`` plus the 10-digit suffix
@@ -30,7 +32,8 @@ def validate_name(name: object) -> str:
     if not NAME_PATTERN.fullmatch(name) or name in (".", ".."):
         raise InvalidName(
             f"invalid semaphore name {quoted(name)}: use 1-128 characters from "
-            "A-Z a-z 0-9 . _ - (not '.' or '..')"
+            "A-Z a-z 0-9 . _ - (not '.' or '..'), optionally starting with a hash tag "
+            "{group}"
         )
     return name
 

@@ -69,7 +69,7 @@ class AsyncBackend:
         queue (``semaphore_recipes.aio.multi``)."""
         validate_timeout(timeout)
         named = requested(weights, _async_name)
-        check_supported(self.backend, aio=True)
+        check_supported(self.backend, list(named), aio=True)
         return Acquiring(acquiring_all(self, named, timeout, blocking))
 
     def existing_semaphore(self, name: str) -> AsyncSemaphore:

@@ -207,6 +207,11 @@ class Backend(SessionHub, Runner):
     # -- several semaphores at once (``acquire_all``, docs/design.md section 2): a
     # backend that can create entries in several queues in one atomic request declares
     # ``Capabilities(acquire_all=True)`` and defines the hooks below.
+    def check_together(self, names: Sequence[str]) -> None:
+        """NotSupported, before any I/O, when semaphores ``names`` cannot be taken in
+        one ``acquire_all`` request on this store (Redis Cluster: not of one hash
+        slot); every other store takes any set."""
+
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
     ) -> Program[dict[str, Enqueued]]:

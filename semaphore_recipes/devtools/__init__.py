@@ -11,7 +11,8 @@ plugin (``semaphore_recipes.testing``) use it. One concept per module:
 * :mod:`.dev_server`: :class:`~.dev_server.DevServer`, a started development server;
   :mod:`.launchers`: which scheme has one, and the function that starts it;
 * :mod:`.zookeeper_server`, :mod:`.etcd_server`, :mod:`.redis_server`: each store's
-  server processes (single servers, and ZooKeeper ensembles and etcd clusters).
+  server processes (single servers, and ZooKeeper ensembles and etcd clusters);
+  :mod:`.redis_sentinel`: a Sentinel-managed Redis set (primary, replica, 3 sentinels).
 
 Only the standard library is imported here: no store client is needed to start a server.
 """

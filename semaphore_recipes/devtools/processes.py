@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -76,22 +77,32 @@ _port_lock = threading.Lock()
 _handed_out_ports: set[int] = set()
 
 
-def free_port() -> int:
+def free_port(*, highest: int = 65535, paired_offset: int = 0) -> int:
     """A currently free loopback TCP port, never handed out twice by this process.
 
     The kernel picks it (bind to port 0); remembering what was handed out keeps two
     servers of this process from being given the same port. Another process may still
     take it before the server binds it: :meth:`ManagedProcess.start` then retries on
     fresh ports where it may.
+
+    ``highest`` and ``paired_offset`` (a Redis Cluster node's bus listens on its port
+    + 10000, so its port must be at most 55535 with that one free too): a port drawn
+    at random below ``highest`` whose ``port + paired_offset`` is free as well.
     """
     with _port_lock:
         for _ in range(200):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
-            if port not in _handed_out_ports:
-                _handed_out_ports.add(port)
-                return port
+            if highest >= 65535 and not paired_offset:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind(("127.0.0.1", 0))
+                    wanted: tuple[int, ...] = (int(sock.getsockname()[1]),)
+            else:
+                port = random.randint(20000, highest)
+                wanted = (port, port + paired_offset) if paired_offset else (port,)
+                if not all(port_is_free(p) for p in wanted):
+                    continue
+            if not _handed_out_ports.intersection(wanted):
+                _handed_out_ports.update(wanted)
+                return wanted[0]
     raise RuntimeError("could not find a free loopback port")
 
 

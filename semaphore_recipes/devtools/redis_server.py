@@ -5,7 +5,9 @@ One server on loopback, on a free port, in a work directory of its own. With
 (``appendonly yes``, ``appendfsync always``: what docs/operations.md asks of a
 production primary), so a restart keeps every entry, lease and counter.
 ``replica_of`` makes it a replica of another server (the ``WAIT`` tests); ``tls``
-adds a TLS port beside the plain one (which the readiness check uses). Only the
+adds a TLS port beside the plain one (which the readiness check uses);
+``cluster_node_timeout_ms`` makes it a Redis Cluster node (:mod:`.redis_cluster` joins
+the nodes). Only the
 standard library is imported here. Process handling (log, start and stop, cleanup at
 exit, dying with this process) is :class:`~semaphore_recipes.devtools.processes.ManagedProcess`'s.
 """
@@ -19,6 +21,10 @@ from .processes import ManagedProcess, ServerNotFound, free_port
 from .programs import ProgramNotFound, find_program
 
 __all__ = ["RedisNotFound", "RedisServer", "find_redis_server"]
+
+#: a cluster node's bus listens on its port + this; the port must leave room for it
+CLUSTER_BUS_OFFSET = 10000
+CLUSTER_HIGHEST_PORT = 65535 - CLUSTER_BUS_OFFSET
 
 INSTALL_HINT = (
     "install Redis with `apt-get install -y redis-server` (Debian/Ubuntu, as root), "
@@ -53,10 +59,18 @@ class RedisServer(ManagedProcess):
         persistent: bool = False,
         replica_of: str | None = None,
         tls: tuple[str, str, str] | None = None,
+        cluster_node_timeout_ms: int | None = None,
         binary: str | None = None,
     ) -> None:
         self.binary = binary or find_redis_server()
-        self.port = port or free_port()
+        #: a Redis Cluster node (:mod:`.redis_cluster`): its bus is on port + 10000
+        self.cluster_node_timeout_ms = cluster_node_timeout_ms
+        cluster = cluster_node_timeout_ms is not None
+        self.port = port or (
+            free_port(highest=CLUSTER_HIGHEST_PORT, paired_offset=CLUSTER_BUS_OFFSET)
+            if cluster
+            else free_port()
+        )
         self.persistent = persistent
         self.replica_of = replica_of
         #: (certificate, key, CA) files: also serve TLS on :attr:`tls_port`, clients
@@ -74,7 +88,12 @@ class RedisServer(ManagedProcess):
         return f"redis-server on {self.host_port}"
 
     def bound_ports(self) -> tuple[int, ...]:
-        return (self.port,) if self.tls_port is None else (self.port, self.tls_port)
+        ports: tuple[int, ...] = (self.port,)
+        if self.tls_port is not None:
+            ports += (self.tls_port,)
+        if self.cluster_node_timeout_ms is not None:
+            ports += (self.port + CLUSTER_BUS_OFFSET,)
+        return ports
 
     def command(self) -> list[str]:
         cmd = [
@@ -95,6 +114,10 @@ class RedisServer(ManagedProcess):
         if self.replica_of:
             host, _, port = self.replica_of.rpartition(":")
             cmd += ["--replicaof", host, port]
+        if self.cluster_node_timeout_ms is not None:
+            cmd += ["--cluster-enabled", "yes",
+                    "--cluster-config-file", str(self.workdir / "nodes.conf"),
+                    "--cluster-node-timeout", str(self.cluster_node_timeout_ms)]  # fmt: skip
         if self.tls:
             cert, key, ca = self.tls
             cmd += ["--tls-port", str(self.tls_port), "--tls-cert-file", cert,

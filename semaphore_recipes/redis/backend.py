@@ -1,4 +1,6 @@
-"""The Redis backend: ``redis://[user:password@]host:port[/db]?prefix=P`` (``rediss://``: TLS).
+"""The Redis backend: ``redis://[user:password@]host:port[/db]?prefix=P`` (``rediss://``: TLS),
+or through Sentinel: ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
+(``rediss+sentinel://``).
 
 A session is a lease key the backend renews (:mod:`.lease`); entries die with it. Each
 protocol step is one Lua script (:mod:`.scripts`) that decides admission on the server;
@@ -12,6 +14,13 @@ HELD again when a renewal works, LOST once a session timeout passed without one 
 server has expired the lease, or will) or the lease is found gone; waiters then enter
 the queue again with a new lease. ``close()`` deletes the lease: the entries are dead at
 once, and the next holders are admitted at once.
+
+Through Sentinel each connection is made to the primary the sentinels name at that
+moment (:mod:`.clients`): after a failover the calls fail for a while (connection
+errors, retried within their bounds), then reach the new primary; the lease and its
+entries carried over if they were replicated, and the session goes on as after a
+reconnect. A promoted replica that lacked writes this client saw ends the backend with
+StoreHistoryReset (:mod:`.history`).
 
 Honest limits (docs/operations.md): the guarantees hold with one primary writing an
 append-only file synced at every write. Under asynchronous replication a failover can
@@ -56,7 +65,8 @@ from ..backend import (
 from ..errors import BackendUnavailable, SemaphoreError, StoreHistoryReset
 from . import multi
 from .calls import TRANSIENT, Arg, AsyncRunner, Pause, SyncRunner, call, command
-from .history import StoreHistory
+from .history import StoreHistory, counter_key
+from .layout import KeyLayout
 from .lease import LeaseKeeper, new_lease_id
 from .notifier import Notifier
 from .params import DEFAULT_PORT, RedisParams
@@ -65,7 +75,14 @@ from .scripts import ScriptName
 
 log = logging.getLogger("semaphore_recipes.redis")
 
-__all__ = ["RedisBackend", "TlsRedisBackend"]
+__all__ = [
+    "RedisBackend",
+    "RedisClusterBackend",
+    "SentinelRedisBackend",
+    "TlsRedisBackend",
+    "TlsRedisClusterBackend",
+    "TlsSentinelRedisBackend",
+]
 
 T = TypeVar("T")
 
@@ -83,7 +100,9 @@ class RedisBackend(Backend):
         super().__init__(owner=owner or default_owner(), request_timeout=params.request_timeout)
         self.params = params
         self.lease = new_lease_id()
-        self.sync = SyncRunner(params)
+        # (first: a cluster client maps the slots when made, and may fail here)
+        calls, keeping, notifying = _runners(params)
+        self.sync = calls
         self.aio: AsyncRunner | None = None
         self._queues: dict[str, weakref.WeakSet[RedisQueue]] = {}
         self._state_lock = threading.Lock()
@@ -91,13 +110,19 @@ class RedisBackend(Backend):
         self._closed = False
         self._reported_lost: str | None = None  # the lease whose end was told
         self._removals_dropped = False  # closed: removals not retried (logged once)
-        self.history = StoreHistory(params.prefix)  # the counter's highest value seen
+        #: the key prefix of each semaphore's scripts (:mod:`.layout`)
+        self.layout = KeyLayout(params.prefix, clustered=params.cluster)
+        self.history = StoreHistory(one_server=self.layout.is_global())
+        # the key prefixes where the lease ``_leased_for`` exists (one on a single
+        # primary; on Redis Cluster one per hash tag in use, made as tags come in use)
+        self._leased: set[str] = set()
+        self._leased_for = self.lease
         self._failure: str | None = None  # the store's history restarted: why
         self._background = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="semaphore-recipes-redis-bg"
         )
-        self.keeper = LeaseKeeper(self, SyncRunner(params))
-        self.notifier = Notifier(self, SyncRunner(params))
+        self.keeper = LeaseKeeper(self, keeping)
+        self.notifier = Notifier(self, notifying)
         self._ids = itertools.count()
 
     # ---- made from a URL -------------------------------------------------------------------
@@ -108,11 +133,17 @@ class RedisBackend(Backend):
         says is out of range), BackendUnavailable when the server does not answer within
         ``connect_timeout``, AuthenticationFailed when it refuses."""
         params = RedisParams.from_url(url)
-        _reachability.refuse_early("Redis", [(params.host, params.port)])  # refused: now
-        backend = cls(params, owner=owner)
+        _reachability.refuse_early("Redis", params.contacts)  # refused: now
+        try:
+            backend = cls(params, owner=owner)
+        except TRANSIENT as exc:
+            said = _reachability.diagnose(*_diagnosis_of(params))
+            raise BackendUnavailable(f"{_where(params)}: {exc}: {said}") from exc
         try:
             backend.keeper.create(
-                backend.lease, Deadline(backend.params.connect_timeout, time.monotonic)
+                backend.lease,
+                backend.first_prefixes(),
+                Deadline(backend.params.connect_timeout, time.monotonic),
             )
         except BaseException as exc:
             backend._shut()
@@ -126,24 +157,18 @@ class RedisBackend(Backend):
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> RedisBackend:
         params = RedisParams.from_url(url)
-        await _reachability.refuse_early_async("Redis", [(params.host, params.port)])
-        backend = cls(params, owner=owner)
+        await _reachability.refuse_early_async("Redis", params.contacts)
+        try:  # (a thread: a cluster client maps the slots when made)
+            backend = await asyncio.to_thread(cls, params, owner=owner)
+        except TRANSIENT as exc:
+            said = await _reachability.diagnose_async(*_diagnosis_of(params))
+            raise BackendUnavailable(f"{_where(params)}: {exc}: {said}") from exc
         backend.aio = AsyncRunner(backend.params)
-        args = (
-            backend.params.prefix, "", backend.lease,
-            int(backend.params.session_timeout * 1000), backend.owner,
-        )  # fmt: skip
         bound = Deadline(backend.params.connect_timeout, time.monotonic)
         try:
-            await backend.aio.run(
-                call(
-                    ScriptName.NEW_LEASE,
-                    args,
-                    where=backend.describe(),
-                    bound=bound,
-                    params=backend.params,
-                )
-            )
+            for prefix in backend.first_prefixes():
+                await backend.aio.run(backend.new_lease(prefix, backend.lease, bound))
+            backend.note_leased(backend.lease, backend.first_prefixes())
         except BaseException as exc:
             backend._shut()
             await backend.aio.close()
@@ -294,8 +319,48 @@ class RedisBackend(Backend):
             self._queues.setdefault(name, weakref.WeakSet()).add(queue)
         return queue
 
-    def inbox_key(self) -> str:
-        return f"{self.params.prefix}:inbox:{self.lease}"
+    def inbox_key(self, prefix: str) -> str:
+        """The inbox of our lease under key prefix ``prefix``."""
+        return f"{prefix}:inbox:{self.lease}"
+
+    # ---- the lease under each key prefix in use (:mod:`.layout`) -----------------------
+    def first_prefixes(self) -> list[str]:
+        """Where a new backend makes its lease: the one prefix of a single primary; none
+        on Redis Cluster (each hash tag's lease comes with its first semaphore)."""
+        return [self.layout.prefix] if self.layout.is_global() else []
+
+    def lease_prefixes(self) -> list[str]:
+        """The key prefixes where the current lease exists."""
+        with self._state_lock:
+            return sorted(self._leased)
+
+    def note_leased(self, lease: str, prefixes: Sequence[str]) -> None:
+        """The lease ``lease`` exists under ``prefixes`` (not noted if replaced since)."""
+        with self._state_lock:
+            if lease != self.lease:
+                return
+            if lease != self._leased_for:
+                self._leased, self._leased_for = set(), lease
+            self._leased.update(prefixes)
+
+    def new_lease(self, prefix: str, lease: str, bound: Deadline) -> Program[bool]:
+        """Make lease ``lease`` under ``prefix``: True made, False it existed."""
+        args = (prefix, "", lease, int(self.params.session_timeout * 1000), self.owner)
+        made = yield from call(ScriptName.NEW_LEASE, args, where=self.describe(),
+                               bound=bound, params=self.params)  # fmt: skip
+        return bool(made)
+
+    def leasing(self, prefix: str, deadline: Deadline | None = None) -> Program[None]:
+        """Make sure the current lease exists under ``prefix`` (a semaphore's first use
+        of a hash tag on Redis Cluster; nothing to send otherwise). A lease id found
+        taken is ours: a reply lost on the way, the id being random."""
+        lease = self.lease
+        with self._state_lock:
+            if lease == self._leased_for and prefix in self._leased:
+                return
+        bound = deadline or Deadline(self.request_timeout, time.monotonic)
+        yield from self.new_lease(prefix, lease, bound)
+        self.note_leased(lease, [prefix])
 
     # ---- the session, as the keeper finds it -----------------------------------------------
     def session_suspended(self) -> None:
@@ -312,14 +377,18 @@ class RedisBackend(Backend):
             self._state = SessionState.CONNECTED
         self.publish(RESTORED)
 
-    def session_ended(self, old: str, new: str | None, why: str) -> None:
-        """The lease ``old`` is over (``new`` replaces it, once made): permits are LOST,
-        waiters with entries of ``old`` enter the queue again."""
+    def session_ended(
+        self, old: str, new: str | None, why: str, prefixes: Sequence[str] = ()
+    ) -> None:
+        """The lease ``old`` is over (``new`` replaces it, once made, under
+        ``prefixes``): permits are LOST, waiters with entries of ``old`` enter the
+        queue again."""
         with self._state_lock:
             tell = self._reported_lost != old
             self._reported_lost = old
             if new is not None:
                 self.lease = new
+                self._leased, self._leased_for = set(prefixes), new
                 self._state = SessionState.CONNECTED
             else:
                 self._state = SessionState.EXPIRED
@@ -365,6 +434,9 @@ class RedisBackend(Backend):
         return self._new_queue(name).open(capacity, adopt_capacity=adopt_capacity, create=create)
 
     # ---- several semaphores at once: one script creates, one removes (multi.py) ----------
+    def check_together(self, names: Sequence[str]) -> None:
+        self.layout.of_all(names)  # (Redis Cluster: one hash tag)
+
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline
     ) -> Program[dict[str, Enqueued]]:
@@ -379,8 +451,7 @@ class RedisBackend(Backend):
         return multi.transaction_all(entries, token)
 
     def describe(self) -> str:
-        tls = " (TLS)" if self.params.tls else ""
-        return f"redis at {self.params.address}/{self.params.db}{tls} (prefix {self.params.prefix})"
+        return _where(self.params)
 
     @property
     def session_state(self) -> SessionState:
@@ -407,33 +478,36 @@ class RedisBackend(Backend):
         return value
 
     def data_key(self, semaphore: str, name: str = "data") -> str:
-        return f"{self.params.prefix}:s:{validate_name(semaphore)}:d:{validate_name(name)}"
+        prefix = self.layout.of(validate_name(semaphore))
+        return f"{prefix}:s:{semaphore}:d:{validate_name(name)}"
 
     def deleting_semaphore(self, name: str) -> Program[None]:
         # its data keys (SCAN's pages, each deleted as it comes), then the script
-        pattern = f"{self.params.prefix}:s:{name}:d:*"
+        prefix = self.layout.of(name)
+        pattern = f"{prefix}:s:{name}:d:*"
         where = self.describe()
+        node_of = counter_key(prefix)  # (on a cluster: the node serving the semaphore)
         cursor = 0
         while True:
             scan = ("SCAN", cursor, "MATCH", pattern, "COUNT", 500)
-            cursor, keys = yield from command(scan, where, self.params)
+            cursor, keys = yield from command(scan, where, self.params, node_of)
             if keys:
-                yield from command(("DEL", *keys), where, self.params)
+                yield from command(("DEL", *keys), where, self.params, node_of)
             if not cursor:
                 break
         bound = Deadline(self.request_timeout, time.monotonic)
-        yield from call(ScriptName.DELETE_SEMAPHORE, (self.params.prefix, name),
+        yield from call(ScriptName.DELETE_SEMAPHORE, (prefix, name),
                         where=where, bound=bound, params=self.params)  # fmt: skip
 
     def _end_lease(self) -> Program[None]:
         """Delete the lease (our entries are dead at once), then let each open queue
         admit the entries that now fit."""
         bound = Deadline(self.request_timeout, time.monotonic)
-        prefix = self.params.prefix
-        yield from call(ScriptName.END_LEASE, (prefix, "", self.lease),
-                        where=self.describe(), bound=bound, params=self.params)  # fmt: skip
+        for prefix in self.lease_prefixes():
+            yield from call(ScriptName.END_LEASE, (prefix, "", self.lease),
+                            where=self.describe(), bound=bound, params=self.params)  # fmt: skip
         for name in {q.name for q in self.queues()}:
-            yield from call(ScriptName.REMOVE, (prefix, name, "", self.lease),
+            yield from call(ScriptName.REMOVE, (self.layout.of(name), name, "", self.lease),
                             where=self.describe(), bound=bound, params=self.params)  # fmt: skip
 
     def _closing(self) -> bool:
@@ -502,10 +576,57 @@ def _unreachable(exc: BaseException) -> bool:
 
 def _diagnosis_of(params: RedisParams) -> tuple[str, str, list[tuple[str, int]], bool]:
     """The arguments of :func:`.._reachability.diagnose` for these parameters."""
-    return "Redis", _reachability.REDIS, [(params.host, params.port)], params.tls
+    return "Redis", _reachability.REDIS, params.contacts, params.tls
+
+
+def _where(params: RedisParams) -> str:
+    """The store, in words (no credentials)."""
+    tls = " (TLS)" if params.tls else ""
+    if params.cluster:
+        nodes = ",".join(f"{host}:{port}" for host, port in params.nodes)
+        return f"redis cluster at {nodes}{tls} (prefix {params.prefix})"
+    return f"redis at {params.address}/{params.db}{tls} (prefix {params.prefix})"
+
+
+def _runners(params: RedisParams) -> tuple[SyncRunner, SyncRunner, SyncRunner]:
+    """The runners of the calls, the lease keeper and the notifier, each with its own
+    connections (none left open when one cannot be made)."""
+    made: list[SyncRunner] = []
+    try:
+        for _ in range(3):
+            made.append(SyncRunner(params))
+    except BaseException:
+        for runner in made:
+            runner.close()
+        raise
+    return made[0], made[1], made[2]
 
 
 class TlsRedisBackend(RedisBackend):
     """``rediss://``: the same backend, over TLS (``ca``, ``cert``, ``key``)."""
 
     scheme = "rediss"
+
+
+class SentinelRedisBackend(RedisBackend):
+    """``redis+sentinel://``: the same backend, on the primary Sentinel names."""
+
+    scheme = "redis+sentinel"
+
+
+class TlsSentinelRedisBackend(RedisBackend):
+    """``rediss+sentinel://``: through Sentinel, over TLS (data nodes and sentinels)."""
+
+    scheme = "rediss+sentinel"
+
+
+class RedisClusterBackend(RedisBackend):
+    """``redis+cluster://``: the same backend on Redis Cluster (:mod:`.layout`)."""
+
+    scheme = "redis+cluster"
+
+
+class TlsRedisClusterBackend(RedisBackend):
+    """``rediss+cluster://``: Redis Cluster over TLS."""
+
+    scheme = "rediss+cluster"

@@ -32,6 +32,7 @@ from ..errors import (
     PermissionDenied,
     SemaphoreError,
 )
+from .clients import async_client, close_async, close_sync, sync_client
 from .connections import AsyncIdleConnections, IdleConnections
 from .params import RedisParams
 from .scripts import SCRIPTS, ScriptName
@@ -75,9 +76,11 @@ class Eval:
 @dataclass(frozen=True)
 class Command:
     """Send one plain command (``GET``, ``SCAN``, ``DEL``: ``args``, its name first);
-    the answer is its reply as the client parses it."""
+    the answer is its reply as the client parses it. ``key``: on Redis Cluster, the
+    command goes to the node serving that key's slot (a ``SCAN`` names no key)."""
 
     args: tuple[Arg, ...]
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -173,11 +176,14 @@ def call(
             raise translate(exc, where, params) from exc
 
 
-def command(args: tuple[Arg, ...], where: str, params: RedisParams) -> Program[Any]:
-    """Send one plain command (:class:`Command`), not sent again (a read, a delete of
-    data keys): the library's error for the client's (:func:`translate`)."""
+def command(
+    args: tuple[Arg, ...], where: str, params: RedisParams, key: str | None = None
+) -> Program[Any]:
+    """Send one plain command (:class:`Command`, to ``key``'s node on a cluster), not
+    sent again (a read, a delete of data keys): the library's error for the client's
+    (:func:`translate`)."""
     try:
-        return (yield Command(args))
+        return (yield Command(args, key))
     except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
         raise translate(exc, where, params) from exc
 
@@ -200,28 +206,50 @@ def no_retries() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
+def routing(eval_: Eval) -> tuple[str, ...]:
+    """The keys an EVALSHA of ``eval_`` declares: on Redis Cluster the counter of its
+    prefix (the first argument), which routes the call to that prefix's slot
+    (:mod:`.layout`); the scripts read only ``ARGV``."""
+    return (f"{eval_.args[0]!s}:seq",)
+
+
 class SyncRunner:
-    """Runs programs on a blocking ``redis.Redis``."""
+    """Runs programs on a blocking ``redis.Redis`` (``redis.RedisCluster``)."""
 
     def __init__(self, params: RedisParams) -> None:
-        self.client = redis.Redis(**params.client_options(), retry=no_retries())  # type: ignore[arg-type]
+        self.cluster = params.cluster
+        self.client: Any = sync_client(params, no_retries())
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._socket_timeout = params.request_timeout
-        self._connections = IdleConnections(self.client)
+        # (one server: a cluster's calls go through its client, which follows the slots)
+        self._connections: IdleConnections | None = (
+            None if params.cluster else IdleConnections(self.client)
+        )
+
+    def _node_client(self, keys: tuple[str, ...]) -> Any:
+        """The ``redis.Redis`` of the server that serves ``keys``."""
+        if not self.cluster:
+            return self.client
+        return self.client.get_node_from_key(keys[0]).redis_connection
 
     def run(self, program: Program[T]) -> T:
         return run_program(program, self._answer)
 
     def _answer(self, pending: object) -> object:
         if isinstance(pending, Eval):
+            keys = routing(pending) if self.cluster else ()
             if not pending.replicas:
                 script = self._scripts[pending.name]
                 try:
+                    if self.cluster:
+                        timeout = pending.timeout
+                        return self._evalsha_on_node(script.sha, keys, pending.args, timeout)
                     return self._evalsha(script.sha, pending.args, pending.timeout)
                 except redis.exceptions.NoScriptError:  # a restarted server: load, run
-                    return script(args=pending.args)
-            with self.client.pipeline(transaction=False) as pipe:  # one connection
-                self._scripts[pending.name](args=list(pending.args), client=pipe)
+                    return script(keys=keys, args=pending.args)
+            node = self._node_client(keys)
+            with node.pipeline(transaction=False) as pipe:  # one connection
+                self._scripts[pending.name](keys=keys, args=list(pending.args), client=pipe)
                 pipe.wait(pending.replicas, pending.wait_ms)
                 reply, acknowledged = pipe.execute()
             return reply, acknowledged
@@ -229,14 +257,40 @@ class SyncRunner:
             time.sleep(pending.seconds)
             return None
         if isinstance(pending, Command):
-            client: Any = self.client  # (redis-py's execute_command is untyped)
-            return client.execute_command(*pending.args)
+            if pending.key is not None and self.cluster:
+                return self._node_client((pending.key,)).execute_command(*pending.args)
+            return self.client.execute_command(*pending.args)
         assert isinstance(pending, Soon)
         try:
             self.run(pending.program())
         except SemaphoreError:
             pending.failed()
         return None
+
+    def _evalsha_on_node(
+        self, sha: str, keys: tuple[str, ...], args: tuple[Arg, ...], timeout: float | None
+    ) -> Any:
+        """EVALSHA on Redis Cluster: through the cluster client (it follows a slot's
+        move), or, for a reply awaited less than the socket's timeout, on a connection
+        of the node serving ``keys`` whose reply is awaited that long (a connection that
+        missed it is closed: a late reply would be read as the next command's)."""
+        if timeout is None or timeout >= self._socket_timeout:
+            return self.client.evalsha(sha, len(keys), *keys, *args)
+        pool = self._node_client(keys).connection_pool
+        conn: Any = pool.get_connection()  # (redis-py's connection methods are untyped)
+        try:
+            conn.send_packed_command([pack(b"EVALSHA", sha, len(keys), *keys, *args)])
+            if not conn.can_read(timeout=timeout):
+                conn.disconnect()
+                raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
+            return conn.read_response()
+        except redis.exceptions.ResponseError:
+            raise  # (an error reply, read whole: the connection is in step)
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
 
     def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
         """EVALSHA on an idle connection of this runner (:mod:`.connections`), its reply
@@ -246,6 +300,7 @@ class SyncRunner:
         not the client's command path: its wrappers, pool, event dispatch and argument
         encoding cost each call more than the call's own work; :func:`pack` encodes as
         the client does.)"""
+        assert self._connections is not None  # (one server)
         conn = self._connections.take()
         try:
             conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
@@ -266,34 +321,42 @@ class SyncRunner:
             self._connections.give_back(conn)
 
     def close(self) -> None:
-        self._connections.close()
-        self.client.close()
+        if self._connections is not None:
+            self._connections.close()
+        close_sync(self.client)
 
 
 class AsyncRunner:
-    """Runs programs on a ``redis.asyncio.Redis``, awaited (the asyncio face)."""
+    """Runs programs on a ``redis.asyncio.Redis`` (``RedisCluster``), awaited (the
+    asyncio face)."""
 
     def __init__(self, params: RedisParams) -> None:
-        self.client = redis.asyncio.Redis(
-            **params.client_options(),  # type: ignore[arg-type]
-            retry=AsyncRetry(NoBackoff(), 0),
+        self.cluster = params.cluster
+        self.client: Any = async_client(params, AsyncRetry(NoBackoff(), 0))
+        # (one server: a cluster's calls go through its client, which follows slots)
+        self._connections: AsyncIdleConnections | None = (
+            None if params.cluster else AsyncIdleConnections(self.client)
         )
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
         self._closed = False
-        self._connections = AsyncIdleConnections(self.client)
 
     async def run(self, program: Program[T]) -> T:
         return await run_program_async(program, self._answer)
 
     async def _answer(self, pending: object) -> object:
         if isinstance(pending, Eval):
+            keys = routing(pending) if self.cluster else ()
+            if pending.replicas and self.cluster:
+                return await self._with_wait_on_node(pending, keys)
             if not pending.replicas:
                 script = self._scripts[pending.name]
                 try:
+                    if self.cluster:
+                        return await self._evalsha_on_cluster(script.sha, keys, pending)
                     return await self._evalsha(script.sha, pending.args, pending.timeout)
                 except redis.exceptions.NoScriptError:  # a restarted server: load, run
-                    return await script(args=list(pending.args))
+                    return await script(keys=keys, args=list(pending.args))
             async with self.client.pipeline(transaction=False) as pipe:  # one connection
                 await self._scripts[pending.name](args=list(pending.args), client=pipe)
                 pipe.wait(pending.replicas, pending.wait_ms)
@@ -303,17 +366,66 @@ class AsyncRunner:
             await asyncio.sleep(pending.seconds)
             return None
         if isinstance(pending, Command):
-            client: Any = self.client  # (redis-py's execute_command is untyped)
-            return await client.execute_command(*pending.args)
+            if pending.key is not None and self.cluster:
+                await self.client.initialize()  # (the slots mapped: once)
+                node = self.client.get_node_from_key(pending.key)
+                # (the node's own reply: the cluster's answers a SCAN per node)
+                return await node.execute_command(*pending.args)
+            return await self.client.execute_command(*pending.args)
         assert isinstance(pending, Soon)
         asyncio.get_running_loop().call_soon(self._start, pending)
         return None
+
+    async def _with_wait_on_node(self, pending: Eval, keys: tuple[str, ...]) -> object:
+        """The script then ``WAIT`` on one connection of the node serving ``keys`` (a
+        cluster pipeline refuses EVALSHA; WAIT counts the writes of its connection)."""
+        await self.client.initialize()
+        node = self.client.get_node_from_key(keys[0])
+        script = self._scripts[pending.name]
+        conn = node.acquire_connection()
+        try:
+            for attempt in range(2):
+                commands = [
+                    ("EVALSHA", script.sha, len(keys), *keys, *pending.args),
+                    ("WAIT", pending.replicas, pending.wait_ms),
+                ]
+                await conn.send_packed_command(conn.pack_commands(commands))
+                try:
+                    reply = await conn.read_response()
+                except redis.exceptions.NoScriptError:
+                    await conn.read_response()  # (the WAIT's reply: the connection goes on)
+                    if attempt:
+                        raise
+                    await self.client.script_load(script.script)  # (a promoted replica)
+                    continue
+                acknowledged = await conn.read_response()
+                return reply, acknowledged
+            raise AssertionError("unreachable")
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            node.release(conn)
+
+    async def _evalsha_on_cluster(self, sha: str, keys: tuple[str, ...], pending: Eval) -> Any:
+        """EVALSHA through the cluster client (it follows a slot's move), its reply
+        awaited at most the call's time left (a cancelled command closes its
+        connection: no late reply is read)."""
+        reply = self.client.evalsha(sha, len(keys), *keys, *pending.args)
+        if pending.timeout is None:
+            return await reply
+        try:
+            return await asyncio.wait_for(reply, pending.timeout)
+        except asyncio.TimeoutError:
+            late = f"no reply within {pending.timeout:.2f} s"
+            raise redis.exceptions.TimeoutError(late) from None
 
     async def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
         """EVALSHA on an idle connection of this runner (as :meth:`SyncRunner._evalsha`),
         its reply awaited at most ``timeout`` seconds (None: the socket's timeout). A
         connection whose reply was not read whole closes itself (redis-py's asyncio
         connections do on any exception, a cancellation too): no late reply is read."""
+        assert self._connections is not None  # (one server)
         conn = await self._connections.take()
         try:
             await conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
@@ -342,5 +454,6 @@ class AsyncRunner:
 
     async def close(self) -> None:
         self._closed = True
-        await self._connections.close()
-        await self.client.aclose()
+        if self._connections is not None:
+            await self._connections.close()
+        await close_async(self.client)

@@ -6,9 +6,16 @@ name the lease, and an entry whose lease key is gone is dead for every script. A
 renewal never re-creates an expired lease (``PEXPIRE`` of a missing key does nothing):
 the keeper then reports the session LOST and makes a new lease.
 
+On Redis Cluster a script reads only keys of its own hash slot, so the lease exists
+under each key prefix in use (``P:{T}:lease:<id>``, :mod:`.layout`): made with the
+first semaphore of a tag, renewed with the others (a call each), and one found gone
+ends the whole lease, as on one primary.
+
 A lease found gone on a data set whose counter went back (:mod:`.history`: restarted
 without persistence, flushed, an outdated replica promoted) ends the backend instead:
-permits LOST and waiters failing with StoreHistoryReset's reason.
+permits LOST and waiters failing with StoreHistoryReset's reason. So does a renewal
+whose counter is lower than one seen before it was sent: a replica promoted with the
+lease but without the latest grants (tokens would be handed out again).
 
 What users see: the renewal failing (connection lost) makes held permits SUSPENDED;
 a renewal that works again makes them HELD; a lease found gone, or a whole session
@@ -22,8 +29,8 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..backend import Deadline
 from ..errors import BackendUnavailable
@@ -61,22 +68,15 @@ class LeaseKeeper:
         self._last_renewed = time.monotonic()
         self._suspended = False
 
-    def create(self, lease: str, bound: Deadline) -> None:
-        """Make the lease ``lease`` on the server (blocking; at connect, and after a loss)."""
-        made = self.runner.run(self._new_lease(lease, bound))
-        if not made:  # a random 64-bit id taken: nothing to retry but a new id
-            raise RuntimeError(f"lease id {lease} already exists")
+    def create(self, lease: str, prefixes: Sequence[str], bound: Deadline) -> None:
+        """Make the lease ``lease`` under each key prefix of ``prefixes`` on the server
+        (blocking; at connect, and after a loss)."""
+        for prefix in prefixes:
+            made = self.runner.run(self.backend.new_lease(prefix, lease, bound))
+            if not made:  # a random 64-bit id taken: nothing to retry but a new id
+                raise RuntimeError(f"lease id {lease} already exists")
+        self.backend.note_leased(lease, prefixes)
         self._last_renewed = time.monotonic()
-
-    def _new_lease(self, lease: str, bound: Deadline) -> Generator[object, object, Any]:
-        args = (self.backend.params.prefix, "", lease, int(self.ttl * 1000), self.backend.owner)
-        return call(
-            ScriptName.NEW_LEASE,
-            args,
-            where=self.backend.describe(),
-            bound=bound,
-            params=self.backend.params,
-        )
 
     def start(self) -> None:
         self._thread.start()
@@ -101,12 +101,13 @@ class LeaseKeeper:
 
     def _renew_once(self) -> None:
         lease = self.backend.lease
-        args = (self.backend.params.prefix, "", lease, int(self.ttl * 1000))
         bound = Deadline(self.backend.request_timeout, time.monotonic)
         where = f"renewing lease {lease}"
+        renewed: list[tuple[str, int]] = []
         try:
-            renewed = self.runner.run(
-                call(
+            for prefix in self.backend.lease_prefixes():
+                args = (prefix, "", lease, int(self.ttl * 1000))
+                renewal = call(
                     ScriptName.RENEW,
                     args,
                     where=where,
@@ -114,7 +115,17 @@ class LeaseKeeper:
                     retry=False,
                     params=self.backend.params,
                 )
-            )
+                seen = self.backend.history.counter(prefix)  # (before the renewal is sent)
+                reply = self.runner.run(renewal)
+                if not reply:
+                    self._replace(lease, f"the lease expired on the server ({prefix})")
+                    return
+                if int(reply[1]) < seen:  # (a failover lost writes the lease outlived)
+                    self.backend.history_restarted(
+                        self.backend.history.behind(prefix, int(reply[1]), seen, where)
+                    )
+                    return
+                renewed.append((prefix, int(reply[1])))
         except BackendUnavailable as exc:
             if self._stop.is_set():
                 return
@@ -129,20 +140,18 @@ class LeaseKeeper:
             if not self._stop.is_set():  # (closed under a call in flight: nothing to say)
                 log.exception("redis lease %s: renewal failed", lease)
             return
-        if renewed:
-            self._last_renewed = time.monotonic()
-            if self._suspended:
-                self._suspended = False
-                log.info("redis lease %s renewed again: permits restored", lease)
-                self.backend.session_restored()
-            self.backend.check_holders(self.runner)
-            # the counter came with the renewal: no other request on the keeper's path,
-            # whose timing tells a cut connection (a read here delayed the next renewal)
-            self.backend.history.note_counter(int(renewed[1]))
-            if self.backend.history.run_id is None:  # once, just after a reply came
-                self.backend.history.note(self.runner.client)
-            return
-        self._replace(lease, "the lease expired on the server")
+        self._last_renewed = time.monotonic()
+        if self._suspended:
+            self._suspended = False
+            log.info("redis lease %s renewed again: permits restored", lease)
+            self.backend.session_restored()
+        self.backend.check_holders(self.runner)
+        # the counters came with the renewals: no other request on the keeper's path,
+        # whose timing tells a cut connection (a read here delayed the next renewal)
+        for prefix, counter in renewed:
+            self.backend.history.note_counter(prefix, counter)
+        if self.backend.history.run_id is None and renewed:  # once, after a reply came
+            self.backend.history.note(self.runner.client, renewed[0][0])
 
     def _replace(self, old: str, why: str) -> None:
         """The lease ``old`` is over: make a new one, then tell permits and waiters."""
@@ -153,11 +162,12 @@ class LeaseKeeper:
             self.backend.history_restarted(went_back)
             return
         lease = new_lease_id()
+        prefixes = self.backend.lease_prefixes() or self.backend.first_prefixes()
         try:
-            self.create(lease, Deadline(self.backend.request_timeout, time.monotonic))
+            self.create(lease, prefixes, Deadline(self.backend.request_timeout, time.monotonic))
         except Exception as exc:  # unreachable still: tell now, make the lease later
             log.warning("redis lease %s: %s; no new lease yet (%s)", old, why, exc)
             self.backend.session_ended(old, None, why)
             return
         self._suspended = False
-        self.backend.session_ended(old, lease, why)
+        self.backend.session_ended(old, lease, why, prefixes)

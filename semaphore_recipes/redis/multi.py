@@ -2,8 +2,10 @@
 script removes them.
 
 A script runs alone on the primary, so ``ENQUEUE_ALL`` takes one number from the
-store-wide counter for every entry of the request: it is each entry's order (its score
-in each queue) and the permit's one fencing token. Two requests are therefore ordered
+counter for every entry of the request (the store-wide counter; on Redis Cluster the
+semaphores' hash tag's, since a script reads one slot: :mod:`.layout` refuses
+semaphores of different tags before any I/O): it is each entry's order (its score in
+each queue) and the permit's one fencing token. Two requests are therefore ordered
 alike in every queue, by that number. The entries share one client-generated id: a
 retry after a lost reply finds them (all or none were made). Admission is each queue's
 sweep, as for one entry; ``REMOVE_ALL`` deletes them all and sweeps every queue (the
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .._core.protocol import Enqueued
 from ..backend import Deadline, Program, QueueDriver, Waiter, nearest_needed, queues_of
 from .calls import Arg
-from .queue import EntryView, RedisQueue, lease_lost
+from .queue import EntryView, RedisQueue, lease_lost, refuse_abandoned
 from .scripts import ScriptName
 from .transaction import RedisFencedTransaction
 
@@ -44,11 +46,13 @@ def enqueue_all(
     queues = queues_of(RedisQueue, pairs)
     for queue, waiter in queues:
         queue.drop_route(waiter.entry_id)
+    prefix = backend.layout.of_all(queue.name for queue, _ in queues)  # (before any I/O)
     replicas = backend.params.wait_replicas
     while True:
+        yield from backend.leasing(prefix, deadline)
         lease = backend.lease
         entry_id = f"{lease}.m{backend.new_id()}"  # (lease first: a lost lease names it)
-        args: list[Arg] = [backend.params.prefix, "", entry_id, lease, queues[0][1].owner]
+        args: list[Arg] = [prefix, "", entry_id, lease, queues[0][1].owner]
         for queue, waiter in queues:
             queue.creating(waiter, entry_id)
             capacity, _ = queue.capacity_answer()
@@ -63,6 +67,7 @@ def enqueue_all(
         acknowledged = replicas
         if replicas:
             reply, acknowledged = reply
+        refuse_abandoned(reply, entry_id, _where(backend, queues))
         if lease_lost(reply) or reply == [b"partial"]:
             for queue, _ in queues:
                 queue.drop_route(entry_id)
@@ -74,7 +79,7 @@ def enqueue_all(
         views = [EntryView.parse(raw) for raw in reply]
         for (_, waiter), view in zip(queues, views, strict=True):
             waiter.created(entry_id, view.order)
-            backend.history.note_counter(view.order)  # the order is the counter's
+            backend.history.note_counter(prefix, view.order)  # the order is the counter's
         if acknowledged < replicas and any(view.held for view in views):
             raise queues[0][0].unreplicated(acknowledged)  # the face's cleanup removes them
         return {
@@ -86,7 +91,8 @@ def enqueue_all(
 def removing_all(backend: RedisBackend, entries: Sequence[tuple[RedisQueue, str]]) -> Program[Any]:
     """Remove our ``(queue, entry id)`` entries in one script, each queue swept (its
     newly admitted waiters told)."""
-    args: list[Arg] = [backend.params.prefix, "", backend.lease]
+    prefix = backend.layout.of_all(queue.name for queue, _ in entries)
+    args: list[Arg] = [prefix, "", backend.lease]
     for queue, key in entries:
         queue.leaving(key)
         args += [queue.name, key]

@@ -1,13 +1,17 @@
 """How waiters learn: the client's inbox, read by one thread, and the timed looks.
 
-The scripts push a message to a client's inbox list (``P:inbox:<lease>``) for each of
-its entries they admit, and for each of its entries someone else removed: a release
-wakes exactly the waiters it admits, never the others (no herd). One thread per
-backend reads the inbox (``BLPOP``) on a connection of its own and hands each message
-to its queue. The same thread runs the timed looks (``CHECK``) of waiters that depend
+The scripts push a message to a client's inbox list (``P:inbox:<lease>``; on Redis
+Cluster one per hash tag) for each of its entries they admit, and for each of its
+entries someone else removed: a release wakes exactly the waiters it admits, never the
+others (no herd). One thread per backend reads the inbox (:mod:`.inbox`: ``BLPOP``, or
+the doorbells of a cluster) on a connection of its own and hands each message to its
+queue. The same thread runs the timed looks (``CHECK``) of waiters that depend
 on a lease: a crashed holder's lease expires without any script running, and only a
 look notices. After the connection was lost, every waiting entry looks once (a list
 keeps its messages while we are away, but the lease, and its inbox, may have expired).
+A primary demoted by a Sentinel failover ends a waiting ``BLPOP`` with ``UNBLOCKED``:
+taken as a lost connection (the next read, refused with ``READONLY``, reconnects to the
+new primary).
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+import redis
+
 from ..backend import Deadline
 from ..errors import SemaphoreError
 from .calls import TRANSIENT, SyncRunner, call
+from .inbox import InboxDoorbells, InboxList, InboxReader
 from .queue import RedisQueue, decode_message, parse_slots
 from .scripts import ScriptName
 
@@ -45,6 +52,11 @@ class Notifier:
     def __init__(self, backend: RedisBackend, runner: SyncRunner) -> None:
         self.backend = backend
         self.runner = runner
+        self.inbox: InboxReader = (
+            InboxList(runner.client)
+            if backend.layout.is_global()
+            else InboxDoorbells(runner.client)
+        )
         self._lock = threading.Lock()
         self._timers: list[tuple[float, int, RedisQueue, str]] = []
         self._seq = itertools.count()
@@ -60,6 +72,7 @@ class Notifier:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(STOP_WAIT)
+        self.inbox.close()
 
     def schedule(self, queue: RedisQueue, entry_id: str, delay: float) -> None:
         """Look at ``entry_id`` of ``queue`` in ``delay`` seconds (once)."""
@@ -91,23 +104,24 @@ class Notifier:
                     missed = False
                 for queue, entry_id in ready:
                     self.runner.run(queue.check(entry_id))
-                item = self.runner.client.blpop([self.backend.inbox_key()], timeout=wait)
-            except (*TRANSIENT, SemaphoreError) as exc:
+                inboxes = [self.backend.inbox_key(p) for p in self.backend.lease_prefixes()]
+                if not inboxes:  # (Redis Cluster, before the first semaphore's lease)
+                    self._stop.wait(wait)
+                    continue
+                messages = self.inbox.wait(inboxes, wait)
+            except Exception as exc:
                 if self._stop.is_set():
-                    return
-                if not missed:
-                    log.info("redis notifier: %s; looking again once connected", exc)
-                missed = True
+                    return  # (closed under a call in flight)
+                if isinstance(exc, (*TRANSIENT, SemaphoreError)) or _unblocked(exc):
+                    if not missed:
+                        log.info("redis notifier: %s; looking again once connected", exc)
+                    missed = True
+                else:
+                    log.exception("redis notifier: unexpected error")
                 self._stop.wait(RECONNECT_PAUSE)
                 continue
-            except Exception:
-                if self._stop.is_set():
-                    return  # closed under a call in flight
-                log.exception("redis notifier: unexpected error")
-                self._stop.wait(RECONNECT_PAUSE)
-                continue
-            if item is not None:
-                self._deliver(bytes(item[1]) if not isinstance(item[1], str) else item[1].encode())
+            for raw in messages:
+                self._deliver(raw)
 
     def _deliver(self, raw: bytes) -> None:
         message = decode_message(raw)
@@ -115,9 +129,10 @@ class Notifier:
             log.warning("redis notifier: unreadable message %r", raw)
             return
         entry_id = str(message.get("k"))
-        acknowledged = self._replicated() if message.get("x") == "admitted" else None
+        name = str(message.get("n"))
+        acknowledged = self._replicated(name) if message.get("x") == "admitted" else None
         # (every semaphore object of that name: the one whose entry it is acts on it)
-        for queue in self.backend.queues(str(message.get("n"))):
+        for queue in self.backend.queues(name):
             if message.get("x") == "admitted":
                 slots = parse_slots(message.get("z") or ())
                 queue.admitted(entry_id, int(message["c"]), int(message["v"]), slots, acknowledged)
@@ -126,7 +141,7 @@ class Notifier:
             elif message.get("x") == "capacity":
                 queue.apply_capacity(int(message["c"]), int(message["v"]))
 
-    def _replicated(self) -> int | None:
+    def _replicated(self, name: str) -> int | None:
         """With ``wait_replicas``: how many replicas have every write made so far,
         the grant we were told of among them (a write of ours, the lease's renewal,
         then WAIT on the same connection: the grant came before it in the stream)."""
@@ -135,7 +150,7 @@ class Notifier:
             return None
         lease = self.backend.lease
         args = (
-            self.backend.params.prefix,
+            self.backend.layout.of(name),
             "",
             lease,
             int(self.backend.params.session_timeout * 1000),
@@ -155,3 +170,8 @@ class Notifier:
         except SemaphoreError:
             return 0
         return int(acknowledged)
+
+
+def _unblocked(exc: Exception) -> bool:
+    """The server ended a blocking read because it stopped being the primary."""
+    return isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("UNBLOCKED")

@@ -118,12 +118,21 @@ def lease_lost(reply: object) -> bool:
     return isinstance(reply, list) and len(reply) == 1 and reply[0] == b"lost"
 
 
+def refuse_abandoned(reply: object, entry_id: str, where: str) -> None:
+    """An enqueue's reply saying its id was removed before it was made (an abandoned
+    acquire's tombstone: :mod:`.scripts`). Its acquire is over when that happens, so
+    no acquire should read it: BackendUnavailable if one does."""
+    if isinstance(reply, list) and reply == [b"abandoned"]:
+        raise BackendUnavailable(f"{where}: entry {entry_id} was removed before it was made")
+
+
 class RedisQueue(QueueDriver):
     backend: RedisBackend
 
     def __init__(self, backend: RedisBackend, name: str) -> None:
         super().__init__(name, backend)
-        self.prefix = backend.params.prefix
+        #: the key prefix of this semaphore's scripts (:mod:`.layout`)
+        self.prefix = backend.layout.of(name)
         # (made once: every script call sends them first, and names them in its errors)
         self._head = (self.prefix.encode(), name.encode())
         self._where = f"semaphore {name!r} on {backend.describe()}"
@@ -154,6 +163,7 @@ class RedisQueue(QueueDriver):
         self, capacity: int | None, *, adopt_capacity: bool, create: bool
     ) -> Program[RedisQueue]:
         requested = capacity if create and capacity else ""
+        yield from self.backend.leasing(self.prefix)  # (Redis Cluster: a new tag's lease)
         reply = yield from self._run_script(ScriptName.OPEN, requested, self.backend.lease)
         if not reply:
             raise SemaphoreNotFound(self.name, self.backend.describe())
@@ -176,6 +186,7 @@ class RedisQueue(QueueDriver):
         self.backend.check_open()  # (before an entry id is chosen: nothing to abandon)
         self.drop_route(waiter.entry_id)
         while True:
+            yield from self.backend.leasing(self.prefix, deadline)
             lease = self.backend.lease
             # (the backend's counter: two semaphore objects of one name share the queue)
             entry_id = f"{lease}.{self.name}.{self.backend.new_id()}"
@@ -197,13 +208,14 @@ class RedisQueue(QueueDriver):
             acknowledged = replicas
             if replicas:
                 reply, acknowledged = reply
+            refuse_abandoned(reply, entry_id, self._where)
             if lease_lost(reply):  # our lease expired: the keeper makes a new one
                 self.drop_route(entry_id)
                 yield from self.backend.await_new_lease(lease, deadline)
                 continue
             view = EntryView.parse(reply)
             waiter.created(entry_id, view.order)
-            self.backend.history.note_counter(view.order)  # the order is the counter's
+            self.backend.history.note_counter(self.prefix, view.order)  # (the counter's)
             if view.held and acknowledged < replicas:  # the face's cleanup removes it
                 raise self.unreplicated(acknowledged)
             return self.enqueued(waiter, entry_id, view)

@@ -27,6 +27,10 @@ Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md s
     set: the leases of the clients that opened the semaphore (told of capacity changes).
 ``P:s:S:d:<name>``
     the data keys of fenced transactions.
+``P:s:S:t:<id>``
+    the tombstone of an entry id its client removed before it was made (an abandoned
+    acquire's enqueue still on its way): an enqueue of that id makes nothing
+    (``{'abandoned'}``); it lasts as long as the client's lease.
 
 Every script that changes the queue ends with ``sweep``: walking from the head, it
 removes dead entries, counts the holders, and admits each waiter whose prefix sum fits
@@ -37,8 +41,10 @@ empty queue admit, and ``sweep`` admits a prefix), so by the time the walk reach
 waiter it has passed every live holder and knows the indices they hold. Its work is
 the holders plus the newly admitted plus one, never the whole queue. Scripts build
 their keys from ``ARGV`` (the prefix and the name; the scripts of ``acquire_all``,
-``*_ALL``, take several names and ``use`` each in turn): one primary, not Redis Cluster
-(docs/operations.md).
+``*_ALL``, take several names and ``use`` each in turn). On Redis Cluster the prefix
+the client gives carries the semaphore's hash tag (``P:{T}``, :mod:`.layout`): every
+key a script builds, the lease, inbox and counter too, is then in the slot the call
+is routed to.
 """
 
 from __future__ import annotations
@@ -60,6 +66,11 @@ local function use(s)
 end
 use(S)
 local function lease_key(l) return P .. ':lease:' .. l end
+local function tombstone_key(id) return P .. ':s:' .. S .. ':t:' .. id end
+-- On Redis Cluster the prefix carries the hash tag (layout.py): one BLPOP cannot span
+-- slots, so a push to an inbox also rings a doorbell on the inbox's own name (inbox.py)
+local CLUSTERED = string.find(P, '{', 1, true) ~= nil
+local function ring(box) if CLUSTERED then redis.call('spublish', box, '') end end
 local function now()
   local t = redis.call('time')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -85,6 +96,7 @@ local function notify(id, e, cap, ver)
   redis.call('rpush', box, cjson.encode(told))
   local ttl = redis.call('pttl', lease_key(e.l))
   if ttl > 0 then redis.call('pexpire', box, ttl) end
+  ring(box)
 end
 -- Job slots: `used` gets the indices the holder `e` holds.
 local function note_slots(used, e)
@@ -201,10 +213,21 @@ end
 -- is reported to its client. -> 1 if it was there
 local function remove_entry(id, lease)
   local e = entry(id)
-  if not e then return 0 end
+  if not e then
+    -- Its own client removes an id not made yet: an abandoned acquire whose enqueue
+    -- is still on its way (sent on a connection its cancellation closed; another may
+    -- overtake it). The id is never made after: a tombstone as long as the lease.
+    local ttl = lease ~= '' and redis.call('pttl', lease_key(lease)) or -1
+    if ttl > 0 and string.sub(id, 1, #lease + 1) == lease .. '.' then
+      redis.call('set', tombstone_key(id), '1', 'PX', ttl)
+    end
+    return 0
+  end
   drop(id)
   if e.l ~= lease then
-    redis.call('rpush', P .. ':inbox:' .. e.l, cjson.encode({x = 'deleted', n = S, k = id}))
+    local box = P .. ':inbox:' .. e.l
+    redis.call('rpush', box, cjson.encode({x = 'deleted', n = S, k = id}))
+    ring(box)
   end
   return 1
 end
@@ -279,6 +302,7 @@ if not cap then
 end
 local e = entry(id)
 if not e then
+  if redis.call('exists', tombstone_key(id)) == 1 then return {'abandoned'} end
   local order = redis.call('incr', P .. ':seq')
   local w = tonumber(ARGV[5])
   -- An empty queue admits a weight that fits at once: no sweep or view to run (the
@@ -319,6 +343,10 @@ if found > 0 and found < n then
   return {'partial'}
 end
 if found == 0 then
+  for i = 6, #ARGV, 4 do
+    use(ARGV[i])
+    if redis.call('exists', tombstone_key(id)) == 1 then return {'abandoned'} end
+  end
   for i = 6, #ARGV, 4 do
     use(ARGV[i])
     if not config() then
@@ -411,6 +439,7 @@ for _, lease in ipairs(redis.call('smembers', OK)) do
     local box = P .. ':inbox:' .. lease
     redis.call('rpush', box, told)
     redis.call('pexpire', box, ttl)
+    ring(box)
   else
     redis.call('srem', OK, lease)
   end

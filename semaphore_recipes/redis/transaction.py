@@ -18,7 +18,8 @@ class RedisFencedTransaction(FencedTransaction):
     """Writes applied all or none by one script, only while the permit's entry is
     there with its token, held, and its lease alive.
 
-    Keys are plain Redis keys (``backend.data_key`` gives one kept with the semaphore).
+    Keys are plain Redis keys (``backend.data_key`` gives one kept with the semaphore);
+    on Redis Cluster only keys of the semaphore's hash slot (ValueError before any I/O).
     A commit whose reply is lost is not sent again (it may have been applied):
     BackendUnavailable, read back before committing again.
     """
@@ -41,10 +42,11 @@ class RedisFencedTransaction(FencedTransaction):
         """Apply the writes: PermitLost when the fence fails, WriteConflict when a
         write's condition fails (nothing is written), BackendUnavailable when no reply
         came within the request timeout."""
+        queue = self._queue
+        queue.backend.layout.check_keys(queue.name, (write.key for write in self.writes))
         writes: list[Arg] = []
         for write in self.writes:
             writes += [write.kind.value, write.key, write.value]
-        queue = self._queue
         if not self.others:
             args: tuple[Arg, ...] = (self.entry_key, self.token, *writes)
             reply = yield from queue._run_script(ScriptName.FENCE, *args, retry=False)

@@ -118,6 +118,10 @@ class Harness(ABC):
         base = self.url.split("?")[0]
         return base + "?" + "&".join(f"{k}={v}" for k, v in params.items())
 
+    def unreachable_url(self) -> str:
+        """A URL of this store's kind whose server (port 9 on loopback) does not answer."""
+        return f"{self.kind}://127.0.0.1:9?connect_timeout=1"
+
     @abstractmethod
     def entries(self, name: str | None = None) -> list[str]:
         """The queue entries (store keys/paths) in the namespace: of semaphore ``name``,

@@ -25,6 +25,15 @@ documentation: docs/user-guide.md, "Testing code that uses semaphores". Fixtures
   ``etcd_cluster_harness``: the 3-member ones (``kill_leader``); ``memory_harness``: the
   test's own memory store (``expire_session``, ``sessions``; no network verbs).
 
+* ``redis_sentinel_set`` (session): a Sentinel-managed Redis set (primary, replica,
+  3 sentinels; ``SEMAPHORE_RECIPES_TEST_REDIS_SENTINEL=host:port,.../service`` for one
+  already running); ``redis_sentinel_url``, ``redis_sentinel_admin`` (a client of the
+  primary the sentinels name), ``redis_sentinel_backend`` and ``redis_sentinel_harness``
+  (the store ``redis+sentinel`` of the contract suite) mirror the Redis ones.
+* ``redis_cluster`` (session): a Redis Cluster (3 primaries, a replica each);
+  ``redis_cluster_url``, ``redis_cluster_admin`` (a ``redis.RedisCluster``),
+  ``redis_cluster_backend`` and ``redis_cluster_harness`` (the store ``redis+cluster``).
+
 * ``memory_url``: ``memory://<fresh store>`` (a store of this test's own, forgotten
   after it); ``memory_backend``: a factory of backends on it, like ``zookeeper_backend``
   (no server, no optional dependency).
@@ -674,6 +683,199 @@ def redis_harness(
 
     harness = RedisHarness(
         redis_url, redis_backend, server=redis_server, prefix=redis_prefix, admin=redis_admin
+    )
+    yield harness
+    harness.close()
+
+
+# ---- redis cluster -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def _redis_cluster_session() -> Iterator[Any]:
+    from ..devtools.redis_cluster import RedisCluster
+    from ..devtools.redis_server import RedisNotFound
+
+    try:
+        cluster = RedisCluster(primaries=3, replicas_per_primary=1).start_or_close()
+    except RedisNotFound as exc:
+        pytest.fail(f"no redis-server for the cluster tests: {exc}", False)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def redis_cluster(_redis_cluster_session: Any) -> Any:
+    """The session's Redis Cluster (3 primaries, a replica each; each test has its own
+    prefix). A test that kills a node starts it again (it rejoins as a replica)."""
+    return _redis_cluster_session
+
+
+@pytest.fixture
+def redis_cluster_url(redis_cluster: Any, redis_prefix: str) -> str:
+    nodes = ",".join(redis_cluster.startup_nodes[: redis_cluster.primaries])
+    return f"redis+cluster://{nodes}?prefix={redis_prefix}&session_timeout=4"
+
+
+@pytest.fixture
+def redis_cluster_admin(redis_cluster: Any) -> Iterator[Any]:
+    """A plain ``redis.RedisCluster`` client of the cluster."""
+    import redis.cluster
+
+    host, port = redis_cluster.startup_nodes[0].rsplit(":", 1)
+    client = redis.cluster.RedisCluster(host=host, port=int(port))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_cluster_backend(
+    redis_cluster_url: str, redis_cluster_admin: Any, redis_prefix: str
+) -> Iterator[Callable[..., Any]]:
+    """Like ``redis_backend``, on the cluster."""
+    from .redis_harness import live_redis_entries
+
+    yield from _backend_factory(
+        redis_cluster_url, lambda: live_redis_entries(redis_cluster_admin, redis_prefix)
+    )
+
+
+@pytest.fixture
+def redis_cluster_harness(
+    redis_cluster_url: str,
+    redis_cluster_backend: Callable[..., Any],
+    redis_cluster: Any,
+    redis_cluster_admin: Any,
+    redis_prefix: str,
+) -> Iterator[Any]:
+    """A ``RedisClusterHarness`` of the session's cluster, into ``redis_prefix``."""
+    from .redis_harness import RedisClusterHarness
+
+    harness = RedisClusterHarness(
+        redis_cluster_url,
+        redis_cluster_backend,
+        cluster=redis_cluster,
+        prefix=redis_prefix,
+        admin=redis_cluster_admin,
+    )
+    yield harness
+    harness.close()
+
+
+# ---- redis through sentinel ------------------------------------------------------------
+
+#: an external Sentinel-managed set: ``host:port[,host:port...]/service`` (its sentinels)
+ENV_REDIS_SENTINEL = "SEMAPHORE_RECIPES_TEST_REDIS_SENTINEL"
+
+
+class ExternalRedisSentinel:
+    """A Sentinel set the tests did not start (``SEMAPHORE_RECIPES_TEST_REDIS_SENTINEL``)."""
+
+    def __init__(self, where: str) -> None:
+        self.sentinel_hosts, _, self.service = where.removeprefix("redis+sentinel://").partition(
+            "/"
+        )
+
+    def url(self, query: str = "", *, db: int = 0) -> str:
+        return f"redis+sentinel://{self.sentinel_hosts}/{self.service}/{db}" + (
+            f"?{query}" if query else ""
+        )
+
+    def log_tail(self, lines: int = 200) -> str:
+        return f"(external redis sentinels {self.sentinel_hosts}: no log here)"
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="session")
+def _redis_sentinel_session() -> Iterator[Any]:
+    from ..devtools.redis_sentinel import RedisSentinelSet
+    from ..devtools.redis_server import RedisNotFound
+
+    external = os.environ.get(ENV_REDIS_SENTINEL)
+    if external:
+        yield ExternalRedisSentinel(external)
+        return
+    try:
+        sentinel_set = RedisSentinelSet()
+    except RedisNotFound as exc:
+        pytest.fail(
+            f"no redis-server for the tests: {exc}, or set {ENV_REDIS_SENTINEL}="
+            "host:port,.../service",
+            False,
+        )
+    with sentinel_set:
+        yield sentinel_set
+
+
+@pytest.fixture
+def redis_sentinel_set(request: pytest.FixtureRequest, _redis_sentinel_session: Any) -> Any:
+    """The session's Sentinel-managed set (primary, replica, 3 sentinels; each test has
+    its own prefix). A test that fails the primary over starts a set of its own."""
+    for process in getattr(_redis_sentinel_session, "processes", ()):
+        _attach_logs(request, process, process.label)
+    return _redis_sentinel_session
+
+
+@pytest.fixture
+def redis_sentinel_url(redis_sentinel_set: Any, redis_prefix: str) -> str:
+    url: str = redis_sentinel_set.url(f"prefix={redis_prefix}&session_timeout=4")
+    return url
+
+
+@pytest.fixture
+def redis_sentinel_admin(redis_sentinel_set: Any) -> Iterator[Any]:
+    """A plain ``redis.Redis`` client of the primary the sentinels name."""
+    import redis.sentinel
+
+    hosts = [
+        (host, int(port))
+        for host, _, port in (
+            h.rpartition(":") for h in redis_sentinel_set.sentinel_hosts.split(",")
+        )
+    ]
+    sentinel_type: Any = redis.sentinel.Sentinel  # (redis-py's Sentinel is untyped)
+    sentinel = sentinel_type(hosts, socket_timeout=5.0)
+    client = sentinel.master_for(redis_sentinel_set.service, socket_timeout=5.0)
+    yield client
+    client.close()
+    for each in sentinel.sentinels:
+        each.close()
+
+
+@pytest.fixture
+def redis_sentinel_backend(
+    redis_sentinel_url: str, redis_sentinel_admin: Any, redis_prefix: str
+) -> Iterator[Callable[..., Any]]:
+    """Like ``redis_backend``, through Sentinel."""
+    from .redis_harness import live_redis_entries
+
+    yield from _backend_factory(
+        redis_sentinel_url, lambda: live_redis_entries(redis_sentinel_admin, redis_prefix)
+    )
+
+
+@pytest.fixture
+def redis_sentinel_harness(
+    redis_sentinel_url: str,
+    redis_sentinel_backend: Callable[..., Any],
+    redis_sentinel_set: Any,
+    redis_sentinel_admin: Any,
+    redis_prefix: str,
+) -> Iterator[Any]:
+    """A ``RedisSentinelHarness`` of the session's set, into ``redis_prefix`` (the
+    contract suite's ``--semaphore-store redis+sentinel``)."""
+    from .redis_harness import RedisSentinelHarness
+
+    harness = RedisSentinelHarness(
+        redis_sentinel_url,
+        redis_sentinel_backend,
+        sentinel_set=redis_sentinel_set,
+        prefix=redis_prefix,
+        admin=redis_sentinel_admin,
     )
     yield harness
     harness.close()

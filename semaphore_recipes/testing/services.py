@@ -21,7 +21,7 @@ import pytest
 
 from .faces import Face
 from .harness import Harness, Verb, VerbNotSupported
-from .store_selection import has_cluster_harness
+from .store_selection import harness_fixture, has_cluster_harness
 
 __all__ = [
     "cluster",
@@ -52,7 +52,7 @@ def _harness(request: pytest.FixtureRequest, store: object, suffix: str) -> Harn
     # a test's own indirect parametrization wins: the store's name alone is the sync face
     param: Any = getattr(request, "param", store)
     kind, face = (param, Face.SYNC) if isinstance(param, str) else param
-    harness: Harness = request.getfixturevalue(f"{kind}{suffix}")
+    harness: Harness = request.getfixturevalue(harness_fixture(kind, suffix))
     return harness.with_face(face)
 
 

@@ -7,7 +7,8 @@ fixture once per selected store and face; a test of the suite that names another
 (a parameter or a fixture of it, e.g. ``redis_harness``) is deselected. A store is a URL
 scheme the registry knows (built in, or a backend's entry point in the group
 ``semaphore_recipes.backends``), and its harness is the pytest fixture
-``<scheme>_harness`` (a :class:`~semaphore_recipes.testing.harness.Harness`): the
+``<scheme>_harness`` (a :class:`~semaphore_recipes.testing.harness.Harness`; a ``+`` of
+the scheme is a ``_`` in its name, e.g. ``redis_sentinel_harness``): the
 plugin's for the built-in stores, a plugin of the backend's own package for any other::
 
     python -m pytest --pyargs semaphore_recipes.testing.contract --semaphore-store memory
@@ -19,7 +20,14 @@ import pytest
 
 from .. import registry
 
-__all__ = ["INI", "OPTION", "has_cluster_harness", "selected_stores"]
+__all__ = [
+    "INI",
+    "OPTION",
+    "fixture_prefix",
+    "harness_fixture",
+    "has_cluster_harness",
+    "selected_stores",
+]
 
 OPTION = "--semaphore-store"
 INI = "semaphore_recipes_stores"
@@ -38,6 +46,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"e.g. memory; default: the ini value {INI}",
     )
     parser.addini(INI, type="linelist", default=[], help="the stores of the contract suite")
+
+
+def fixture_prefix(scheme: str) -> str:
+    """How the fixtures of store ``scheme`` begin: the scheme, a ``+`` spelled ``_``."""
+    return scheme.replace("+", "_")
+
+
+def harness_fixture(scheme: str, suffix: str = "_harness") -> str:
+    """The name of the fixture of ``scheme``'s harness (``redis+sentinel``:
+    ``redis_sentinel_harness``)."""
+    return fixture_prefix(scheme) + suffix
 
 
 def _has_fixture(config: pytest.Config, name: str) -> bool:
@@ -60,9 +79,9 @@ def selected_stores(config: pytest.Config) -> list[str]:
                 f"{OPTION} {scheme}: no backend registers that scheme "
                 f"(known: {', '.join(registry.schemes())})"
             )
-        if not _has_fixture(config, f"{scheme}_harness"):
+        if not _has_fixture(config, harness_fixture(scheme)):
             raise pytest.UsageError(
-                f"{OPTION} {scheme}: no fixture {scheme}_harness; the backend's pytest "
+                f"{OPTION} {scheme}: no fixture {harness_fixture(scheme)}; the backend's pytest "
                 "plugin must define it (a semaphore_recipes.testing.harness.Harness)"
             )
     return list(dict.fromkeys(chosen))
@@ -70,4 +89,4 @@ def selected_stores(config: pytest.Config) -> list[str]:
 
 def has_cluster_harness(config: pytest.Config, scheme: str) -> bool:
     """Whether ``scheme`` has a 3-member harness (fixture ``<scheme>_cluster_harness``)."""
-    return _has_fixture(config, f"{scheme}_cluster_harness")
+    return _has_fixture(config, harness_fixture(scheme, "_cluster_harness"))

@@ -107,7 +107,7 @@ def main() -> int:
         if permit.lost.wait(args.lost_wait):
             print("LOST", flush=True)
             tx = permit.transaction()
-            tx.create(f"/fenced-write-{os.getpid()}", b"stale holder")
+            tx.create(backend.data_key(args.name, f"fenced-write-{os.getpid()}"), b"stale holder")
             try:
                 tx.commit()
                 print("FENCE-PASSED", flush=True)

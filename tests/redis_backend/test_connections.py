@@ -45,6 +45,7 @@ def test_a_connection_with_an_unread_reply_is_made_anew_when_taken(redis_server:
         conn = connections.take()
         first = _client_id(conn)
         conn.send_command("ECHO", "late")  # its reply is never read
+        assert conn.can_read(timeout=5)  # (it has come: what a later take must see)
         connections.give_back(conn)
         again = connections.take()
         again.send_command("ECHO", "mine")

@@ -128,6 +128,23 @@ def test_a_retried_enqueue_finds_its_own_entry(scripts: Scripts) -> None:
     assert scripts.queue() == ["a.1"]
 
 
+def test_an_id_its_client_removed_before_it_was_made_is_never_made(scripts: Scripts) -> None:
+    """An abandoned acquire's enqueue still on its way, overtaken by its removal on
+    another connection: the removal leaves a tombstone for the lease's life."""
+    scripts.lease("a")
+    assert scripts.run(ScriptName.REMOVE, "a.1", "a", "") == 0
+    assert scripts.enqueue("a.1", "a") == [b"abandoned"]
+    assert scripts.remove_all("a", ("x", "a.2"), ("y", "a.2")) == 0
+    assert scripts.enqueue_all("a.2", "a", x=(1, 2), y=(1, 2)) == [b"abandoned"]
+    assert scripts.queue() == [] and scripts.queue("x") == [] and scripts.queue("y") == []
+    ttl = scripts.admin.pttl(f"{scripts.prefix}:s:s:t:a.1")
+    assert 0 < ttl <= TTL_MS
+    # an operator's removal (no lease) or another client's id leaves none
+    assert scripts.run(ScriptName.REMOVE, "b.1", "", "") == 0
+    assert scripts.run(ScriptName.REMOVE, "b.2", "a", "") == 0
+    assert scripts.enqueue("b.1", "a")[1] == 1 and scripts.enqueue("b.2", "a")[1] == 1
+
+
 def test_an_enqueue_with_an_expired_lease_creates_nothing(scripts: Scripts) -> None:
     scripts.lease("a")
     scripts.kill("a")

@@ -16,7 +16,7 @@ from ..services import (
     sync_service,
     sync_service_store,
 )
-from ..store_selection import selected_stores
+from ..store_selection import fixture_prefix, selected_stores
 from ..workers import workers
 
 __all__ = [  # the fixtures, for pytest
@@ -43,7 +43,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _stores_named(item: pytest.Item, schemes: set[str]) -> set[str]:
     """The stores a test names: in a parameter (``"redis"``, ``("etcd", Face.ASYNC)``) or
     in a fixture it asks for (``zookeeper_server``, ``memory_harness``)."""
-    named = {name.partition("_")[0] for name in getattr(item, "fixturenames", ())}
+    named = set()
+    for fixture in getattr(item, "fixturenames", ()):
+        owners = [s for s in schemes if fixture.startswith(fixture_prefix(s) + "_")]
+        if owners:  # (the longest: redis_cluster_harness is redis+cluster's, not redis's)
+            named.add(max(owners, key=len))
     callspec = getattr(item, "callspec", None)
     for value in callspec.params.values() if callspec is not None else ():
         first = value[0] if isinstance(value, tuple) and value else value

@@ -1,5 +1,6 @@
 """Several semaphores at once (issue 16): ``backend.acquire_all``, on the stores that
-have it (one atomic create, one atomic delete)."""
+have it (one atomic create, one atomic delete). The names of one request share a
+leading hash tag (``{all}a``, ``{all}b``): Redis Cluster takes only those together."""
 
 from __future__ import annotations
 
@@ -40,13 +41,13 @@ def test_acquire_all_holds_an_entry_in_each_queue_and_releases_them_together(
     store: Harness,
 ) -> None:
     backend = store.connect()
-    a = backend.semaphore("all-a", capacity=2)
-    b = backend.semaphore("all-b", capacity=3)
-    wanted: dict[str | sr.Semaphore, int] = {"all-a": 1, b: 2}  # a name, or the object
+    a = backend.semaphore("{all}a", capacity=2)
+    b = backend.semaphore("{all}b", capacity=3)
+    wanted: dict[str | sr.Semaphore, int] = {"{all}a": 1, b: 2}  # a name, or the object
     with backend.acquire_all(wanted) as permit:
         assert not permit.lost.is_set()
-        assert permit.weights == {"all-a": 1, "all-b": 2}
-        assert set(permit.tokens) == {"all-a", "all-b"}
+        assert permit.weights == {"{all}a": 1, "{all}b": 2}
+        assert set(permit.tokens) == {"{all}a", "{all}b"}
         assert len(set(permit.tokens.values())) == 1  # one create: one token
         assert [h.permits for h in a.status().holders] == [1]
         assert [h.permits for h in b.status().holders] == [2]
@@ -55,34 +56,34 @@ def test_acquire_all_holds_an_entry_in_each_queue_and_releases_them_together(
     permit.release()  # idempotent
     assert store.entries() == []
     # a name is opened once per backend (a read and a capacity watch), not at every call
-    assert backend.existing_semaphore("all-a") is backend.existing_semaphore("all-a")
+    assert backend.existing_semaphore("{all}a") is backend.existing_semaphore("{all}a")
 
 
 def test_bad_requests_raise_before_any_entry(store: Harness) -> None:
     backend = store.connect()
-    backend.semaphore("bad-a", capacity=2)
+    backend.semaphore("{bad}a", capacity=2)
     with pytest.raises(ValueError):
         backend.acquire_all({})
     with pytest.raises(ValueError):
-        backend.acquire_all({"bad-a": 0})
+        backend.acquire_all({"{bad}a": 0})
     with pytest.raises(ValueError):
-        backend.acquire_all({"bad-a": 3})  # above the capacity
+        backend.acquire_all({"{bad}a": 3})  # above the capacity
     with pytest.raises(sr.InvalidName):
         backend.acquire_all({"no/such": 1})
     with pytest.raises(sr.SemaphoreNotFound):
-        backend.acquire_all({"bad-a": 1, "bad-missing": 1})
+        backend.acquire_all({"{bad}a": 1, "{bad}missing": 1})
     assert store.entries() == []
 
 
 def test_a_timeout_or_would_block_leaves_no_entry_in_any_queue(store: Harness) -> None:
     backend = store.connect()
-    backend.semaphore("to-a", capacity=1)
-    b = backend.semaphore("to-b", capacity=1)
+    backend.semaphore("{to}a", capacity=1)
+    b = backend.semaphore("{to}b", capacity=1)
     held = b.acquire()
     with pytest.raises(sr.AcquireTimeout):
-        backend.acquire_all({"to-a": 1, "to-b": 1}, timeout=0.3)
+        backend.acquire_all({"{to}a": 1, "{to}b": 1}, timeout=0.3)
     with pytest.raises(sr.WouldBlock):
-        backend.acquire_all({"to-a": 1, "to-b": 1}, blocking=False)
+        backend.acquire_all({"{to}a": 1, "{to}b": 1}, blocking=False)
     assert store.entries() == [e for e in store.entries() if held.key in e]
     held.release()
     assert store.entries() == []
@@ -94,7 +95,7 @@ def test_crossed_requests_never_deadlock_and_no_queue_goes_over_capacity(
     """Threads of several backends take random subsets of three semaphores, naming them
     in random orders, with random weights and short holds: all of them finish, and no
     semaphore ever has more permits held than its capacity."""
-    capacities = {"x-0": 1, "x-1": 2, "x-2": 2}
+    capacities = {"{x}0": 1, "{x}1": 2, "{x}2": 2}
     backends = [store.connect() for _ in range(3)]
     for name, capacity in capacities.items():
         backends[0].semaphore(name, capacity=capacity)
@@ -139,14 +140,14 @@ def test_a_session_lost_while_waiting_enters_every_queue_again(store: Harness) -
     needs(store, Verb.EXPIRE_SESSION)
     holder = store.connect()
     waiter_backend = store.connect()
-    holder.semaphore("sl-a", capacity=1)
-    b = holder.semaphore("sl-b", capacity=1)
+    holder.semaphore("{sl}a", capacity=1)
+    b = holder.semaphore("{sl}b", capacity=1)
     held = b.acquire()
     result: list[Any] = []
 
     def wait() -> None:
         try:
-            result.append(waiter_backend.acquire_all({"sl-a": 1, "sl-b": 1}, timeout=30))
+            result.append(waiter_backend.acquire_all({"{sl}a": 1, "{sl}b": 1}, timeout=30))
         except BaseException as exc:
             result.append(exc)
 
@@ -167,16 +168,16 @@ def test_a_session_lost_while_waiting_enters_every_queue_again(store: Harness) -
 
 def test_the_transaction_is_fenced_on_every_entry(store: Harness) -> None:
     backend = store.connect()
-    backend.semaphore("tx-a", capacity=1)
-    backend.semaphore("tx-b", capacity=1)
-    target = backend.data_key("tx-a", f"t{uuid.uuid4().hex}")
-    permit = backend.acquire_all({"tx-a": 1, "tx-b": 1})
+    backend.semaphore("{tx}a", capacity=1)
+    backend.semaphore("{tx}b", capacity=1)
+    target = backend.data_key("{tx}a", f"t{uuid.uuid4().hex}")
+    permit = backend.acquire_all({"{tx}a": 1, "{tx}b": 1})
     tx = permit.transaction()
     tx.create(target, b"1")
     tx.commit()
     assert backend.read(target) == b"1"
     # one of the two entries deleted by hand: the fence fails
-    (b_entry,) = [e for e in store.entries() if "tx-b" in e]
+    (b_entry,) = [e for e in store.entries() if "{tx}b" in e]
     delete_from_outside(store, b_entry)
     tx = permit.transaction()
     tx.set(target, b"2")
@@ -198,8 +199,8 @@ def test_a_multi_create_lost_on_the_way_leaves_exactly_one_entry_per_queue(
     backend = store.connect(proxied=True, session_timeout=10)
     # the objects, not their names: opening by name would be the first request lost
     wanted: dict[str | sr.Semaphore, int] = {
-        backend.semaphore("lr-a", capacity=2): 1,
-        backend.semaphore("lr-b", capacity=2): 2,
+        backend.semaphore("{lr}a", capacity=2): 1,
+        backend.semaphore("{lr}b", capacity=2): 2,
     }
     if reached_store:
         store.lose_next_reply(backend)
@@ -237,13 +238,13 @@ def test_a_request_admitted_in_one_queue_counts_there_while_it_waits_in_another(
     (and its permit) in ``a``: a later single acquire of ``a`` waits behind it; once
     ``b`` frees up the request is granted, then the single acquire in turn."""
     backend = store.connect()
-    a = backend.semaphore("fifo-a", capacity=1)
-    b = backend.semaphore("fifo-b", capacity=1)
-    held_b = store.connect().semaphore("fifo-b", capacity=1).acquire()
+    a = backend.semaphore("{fifo}a", capacity=1)
+    b = backend.semaphore("{fifo}b", capacity=1)
+    held_b = store.connect().semaphore("{fifo}b", capacity=1).acquire()
     out: list[Any] = []
 
     def take() -> None:
-        out.append(backend.acquire_all({"fifo-a": 1, "fifo-b": 1}, timeout=30))
+        out.append(backend.acquire_all({"{fifo}a": 1, "{fifo}b": 1}, timeout=30))
 
     thread = threading.Thread(target=take, daemon=True)
     thread.start()
@@ -270,9 +271,9 @@ def test_a_waiter_behind_a_released_multi_entry_of_its_backend_still_counts_the_
     its own backend was admitted with. A multi entry records no such view: taking it for
     an empty one would drop the older holder from the waiter's view and over-admit it."""
     other = store.connect()
-    holder = other.semaphore("view-a", capacity=3).acquire(permits=2)
+    holder = other.semaphore("{view}a", capacity=3).acquire(permits=2)
     backend = store.connect()
-    sem = backend.semaphore("view-a", capacity=3)
+    sem = backend.semaphore("{view}a", capacity=3)
     multi = backend.acquire_all({sem: 1})  # the same semaphore object: the same driver
     outcome: list[object] = []
     waiter = threading.Thread(
@@ -303,15 +304,15 @@ class _NoMulti(MemoryBackend):
 
 def test_a_backend_without_the_capability_says_so_before_any_io() -> None:
     with sr.Client(_NoMulti.from_url(parse_url(f"memory://nm{uuid.uuid4().hex[:8]}"))) as backend:
-        sem = backend.semaphore("nm-a", capacity=1)
+        sem = backend.semaphore("{nm}a", capacity=1)
         assert not backend.capabilities.acquire_all
         with pytest.raises(sr.NotSupported, match="nomulti backend cannot acquire several"):
-            wanted: dict[str | sr.Semaphore, int] = {sem: 1, "nm-b": 1}
+            wanted: dict[str | sr.Semaphore, int] = {sem: 1, "{nm}b": 1}
             backend.acquire_all(wanted)  # nm-b is missing: not even looked up
         assert sem.status().holders == sem.status().waiters == ()
         assert backend._opened_by_name == {}
         with pytest.raises(sr.NotSupported) as refused:
-            AsyncBackend(backend.backend).acquire_all({"nm-a": 1})
+            AsyncBackend(backend.backend).acquire_all({"{nm}a": 1})
         assert refused.value.capability == "acquire_all"
     assert isinstance(sr.NotSupported("x", "y"), NotImplementedError)  # as it was
     with sr.connect(f"memory://nm{uuid.uuid4().hex[:8]}") as memory:
@@ -338,8 +339,8 @@ def test_a_backend_declaring_a_capability_without_its_hooks_is_refused_when_defi
         capabilities = Capabilities(slots=True, acquire_all=True)
 
     with sr.Client(_NoAsync.from_url(parse_url(f"memory://na{uuid.uuid4().hex[:8]}"))) as sync_only:
-        sync_only.semaphore("na-a", capacity=1)
-        sync_only.acquire_all({"na-a": 1}).release()
+        sync_only.semaphore("{na}a", capacity=1)
+        sync_only.acquire_all({"{na}a": 1}).release()
         with pytest.raises(sr.NotSupported, match="cannot be used from asyncio") as refused:
             AsyncBackend(sync_only.backend)
         assert refused.value.capability == "async_face"
@@ -373,9 +374,9 @@ def test_an_interrupt_or_cancellation_at_any_point_leaves_no_entry_in_any_queue(
     assert main is not None and threading.get_ident() == main
 
     backend = store.connect()
-    backend.semaphore("cx-a", capacity=2)
-    b = backend.semaphore("cx-b", capacity=1)
-    held = store.connect().semaphore("cx-b", capacity=1).acquire()
+    backend.semaphore("{cx}a", capacity=2)
+    b = backend.semaphore("{cx}b", capacity=1)
+    held = store.connect().semaphore("{cx}b", capacity=1).acquire()
 
     handled = threading.Event()  # the SIGINT's Python handler ran
 
@@ -412,12 +413,12 @@ def test_an_interrupt_or_cancellation_at_any_point_leaves_no_entry_in_any_queue(
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        assert interrupted_after(0.3, {"cx-a": 1, b: 1})  # waiting in cx-b
+        assert interrupted_after(0.3, {"{cx}a": 1, b: 1})  # waiting in cx-b
         wait_until(lambda: store.entries() == [e for e in store.entries() if held.key in e])
         held.release()
         rng = random.Random(16)
         for _ in range(15):
-            interrupted_after(rng.uniform(0, 0.004), {"cx-a": rng.randint(1, 2), b: 1})
+            interrupted_after(rng.uniform(0, 0.004), {"{cx}a": rng.randint(1, 2), b: 1})
     finally:
         signal.signal(signal.SIGINT, previous)
     wait_until(lambda: store.entries() == [])

@@ -80,7 +80,7 @@ def test_every_call_is_bounded_by_request_timeout_while_cut_off(
 
     def commit() -> Any:
         tx = fenced.transaction()
-        tx.create(f"/sr-fenced-{time.monotonic_ns()}", b"x")
+        tx.create(backend.data_key("bounded", f"sr-fenced-{time.monotonic_ns()}"), b"x")
         return tx.commit()
 
     calls: list[tuple[str, Callable[[], Any]]] = [

@@ -87,7 +87,7 @@ def test_a_holder_whose_session_ends_loses_its_permit(service: Harness) -> None:
     with pytest.raises(sr.PermitLost):
         permit.check()
     tx = permit.transaction()
-    tx.create("/fenced-after-expiry", b"x")
+    tx.create(backend.data_key("expired-holder", "fenced-after-expiry"), b"x")
     with pytest.raises(sr.PermitLost):
         tx.commit()
     permit.release()  # a no-op now, and no error

@@ -17,6 +17,7 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.harness import Harness
+from semaphore_recipes.testing.store_selection import harness_fixture
 
 WAITERS = 200  # more than a view keeps (MAX_MARK_KEYS): views far back are truncated
 CAPACITY = 2
@@ -24,7 +25,7 @@ CAPACITY = 2
 
 @pytest.fixture(params=["zookeeper", "etcd", "memory"])
 def store(request: pytest.FixtureRequest) -> Harness:
-    harness: Harness = request.getfixturevalue(f"{request.param}_harness")
+    harness: Harness = request.getfixturevalue(harness_fixture(request.param))
     return harness
 
 

@@ -246,14 +246,16 @@ def test_release_is_idempotent_and_check_reports_the_state(service: Harness) -> 
 
 
 def test_fenced_transaction_commits_only_while_held(service: Harness) -> None:
-    sem = service.connect().semaphore("fence", capacity=1)
+    backend = service.connect()
+    sem = backend.semaphore("fence", capacity=1)
     permit = sem.acquire()
     tx = permit.transaction()
-    tx.create(f"/fenced-ok-{uuid.uuid4().hex}", b"1")  # etcd keys are the server's own: unique
+    # (etcd keys are the server's own: unique)
+    tx.create(backend.data_key("fence", f"ok-{uuid.uuid4().hex}"), b"1")
     tx.commit()
     permit.release()
     tx = permit.transaction()
-    tx.create("/fenced-late", b"1")
+    tx.create(backend.data_key("fence", "late"), b"1")
     with pytest.raises(sr.PermitLost):
         tx.commit()
 
@@ -290,7 +292,7 @@ def test_bad_timeout(service: Harness) -> None:
 def test_an_unreachable_server_is_backend_unavailable(service: Harness) -> None:
     if service.kind == "memory":
         pytest.skip("an in-process memory store has no server to be unreachable")
-    url = f"{service.kind}://127.0.0.1:9?connect_timeout=1"
+    url = service.unreachable_url()
     start = time.monotonic()
     with pytest.raises(sr.BackendUnavailable):
         sr.connect(url)

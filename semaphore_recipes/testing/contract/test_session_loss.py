@@ -88,13 +88,14 @@ def test_a_released_permits_transaction_fails_once_its_key_serves_a_newer_permit
 ) -> None:
     """etcd reuses a released entry's key for the backend's next entry; the old permit's
     fence must still fail (as ZooKeeper's does, whose entry names are never reused)."""
-    sem = service.connect().semaphore("fence-reuse", capacity=1)
+    backend = service.connect()
+    sem = backend.semaphore("fence-reuse", capacity=1)
     old = sem.acquire()
     old.release()
     new = sem.acquire()
     if service.kind == "etcd":
         assert new.key == old.key  # the case at hand: same key, a newer entry
-    target = f"/fence-reuse-{uuid.uuid4().hex}"
+    target = backend.data_key("fence-reuse", uuid.uuid4().hex)
     stale = old.transaction()
     stale.create(target, b"old")
     with pytest.raises(sr.PermitLost):
