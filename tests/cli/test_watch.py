@@ -25,7 +25,9 @@ INTERVAL = 0.2
 # a bound for "the next refresh": the interval, the watch's 0.5 s allowance for a read,
 # and time for a loaded machine (2 cores shared with other test runs)
 REFRESH_BOUND = INTERVAL + 0.5 + 3.0
-OUTAGE = 8.0  # longer than etcd's lease suspension (2/3 of a 10 s TTL): its warning is due
+# longer than the session of the test URLs (the plugin's session_timeout, 4 s) and so
+# than etcd's lease suspension at 2/3 of it: a session or lease warning would be due
+OUTAGE = 6.0
 
 
 @contextmanager

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -25,20 +24,21 @@ SESSION_TIMEOUT = 30
 GIVES_UP_AFTER = 1.5
 
 
-def _give_up(url: str, face: str) -> None:
-    """A waiter of weight 2 on ``face`` that times out (capacity 2, one permit held)."""
+def _give_up(url: str, face: str, decided: threading.Event) -> None:
+    """A waiter of weight 2 on ``face`` that times out (capacity 2, one permit held),
+    its backend kept open until ``decided`` (its close would sweep too)."""
     if face == "sync":
         with sr.connect(url) as backend:
             with pytest.raises(sr.AcquireTimeout):
                 backend.semaphore("swept", capacity=2).acquire(2, timeout=GIVES_UP_AFTER)
-            time.sleep(3)  # the backend stays open: its close would sweep too
+            decided.wait(10)
         return
 
     async def scenario() -> None:
         async with aio.connect(url) as backend:
             with pytest.raises(sr.AcquireTimeout):
                 await backend.semaphore("swept", capacity=2).acquire(2, timeout=GIVES_UP_AFTER)
-            await asyncio.sleep(3)  # the backend stays open: its close would sweep too
+            await asyncio.to_thread(decided.wait, 10)
 
     asyncio.run(scenario())
 
@@ -52,7 +52,8 @@ def test_a_waiter_that_gives_up_admits_the_one_behind_it_at_once(
         held = holder.semaphore("swept", capacity=2).acquire(timeout=5)
         successor = other.semaphore("swept", capacity=2)
         outcome: list[Any] = []
-        giving_up = threading.Thread(target=_give_up, args=(url, face))
+        decided = threading.Event()  # the successor's acquire has returned or raised
+        giving_up = threading.Thread(target=_give_up, args=(url, face, decided))
         giving_up.start()
         wait_until(lambda: len(successor.status().waiters) == 1, timeout=5)
 
@@ -61,6 +62,8 @@ def test_a_waiter_that_gives_up_admits_the_one_behind_it_at_once(
                 outcome.append(successor.acquire(timeout=GIVES_UP_AFTER + 2.5))
             except sr.SemaphoreError as exc:
                 outcome.append(exc)
+            finally:
+                decided.set()
 
         waiting = threading.Thread(target=wait)
         waiting.start()
