@@ -24,7 +24,16 @@ from semaphore_recipes.testing.harness import Harness
 from semaphore_recipes.testing.interrupts import interrupt_acquires
 from semaphore_recipes.testing.polling import wait_until
 
-STORES = ["memory", "zookeeper", "etcd", "redis", "postgresql", "mysql"]
+STORES = [
+    "memory",
+    "zookeeper",
+    "etcd",
+    "redis",
+    "redis+sentinel",
+    "redis+cluster",
+    "postgresql",
+    "mysql",
+]
 
 
 def _stores(*kinds: str) -> pytest.MarkDecorator:
