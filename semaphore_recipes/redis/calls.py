@@ -201,6 +201,26 @@ def pack(*args: Arg) -> bytes:
     return b"".join(out)
 
 
+def evalsha_on(
+    conn: Any, sha: str, keys: tuple[str, ...], args: tuple[Arg, ...], timeout: float | None
+) -> Any:
+    """EVALSHA on the blocking connection ``conn``, its reply awaited at most ``timeout``
+    seconds (None: the socket's own timeout). A connection whose reply was not read
+    whole (no reply in time, an interrupt) is closed: a late reply would be read as
+    the next command's; an error reply was read whole, and the connection goes on."""
+    try:
+        conn.send_packed_command([pack(b"EVALSHA", sha, len(keys), *keys, *args)])
+        if timeout is not None and not conn.can_read(timeout=timeout):
+            conn.disconnect()
+            raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
+        return conn.read_response()
+    except redis.exceptions.ResponseError:
+        raise
+    except BaseException:
+        conn.disconnect()
+        raise
+
+
 def no_retries() -> Retry:
     """The client's own retries are off: :func:`call` decides what is sent again."""
     return Retry(NoBackoff(), 0)
@@ -279,16 +299,7 @@ class SyncRunner:
         pool = self._node_client(keys).connection_pool
         conn: Any = pool.get_connection()  # (redis-py's connection methods are untyped)
         try:
-            conn.send_packed_command([pack(b"EVALSHA", sha, len(keys), *keys, *args)])
-            if not conn.can_read(timeout=timeout):
-                conn.disconnect()
-                raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
-            return conn.read_response()
-        except redis.exceptions.ResponseError:
-            raise  # (an error reply, read whole: the connection is in step)
-        except BaseException:
-            conn.disconnect()
-            raise
+            return evalsha_on(conn, sha, keys, args, timeout)
         finally:
             pool.release(conn)
 
@@ -302,21 +313,9 @@ class SyncRunner:
         the client does.)"""
         assert self._connections is not None  # (one server)
         conn = self._connections.take()
+        bounded = timeout if timeout is not None and timeout < self._socket_timeout else None
         try:
-            conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
-            if (
-                timeout is not None
-                and timeout < self._socket_timeout
-                and not conn.can_read(timeout=timeout)
-            ):
-                conn.disconnect()
-                raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
-            return conn.read_response()
-        except redis.exceptions.ResponseError:
-            raise  # (an error reply, read whole: the connection is in step)
-        except BaseException:
-            conn.disconnect()
-            raise
+            return evalsha_on(conn, sha, (), args, bounded)
         finally:
             self._connections.give_back(conn)
 
