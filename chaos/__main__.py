@@ -1,5 +1,6 @@
-"""``python -m chaos [--backend zookeeper|etcd|redis|postgresql|mysql|both] [--minutes M]
-[--seed S] [--storm]`` (``--recheck RUNDIR`` checks a kept run directory again).
+"""``python -m chaos [--backend zookeeper|etcd|redis|redis-sentinel|postgresql|mysql|both]
+[--minutes M] [--seed S] [--storm] [--wait-replicas N]`` (``--recheck RUNDIR`` checks a
+kept run directory again).
 
 Faults come one at a time (chaos/nemesis.py) or, with ``--storm``, overlapping on
 different client slots (chaos/storm.py).
@@ -40,7 +41,9 @@ def table(backend: str, reports: list[RunReport], elapsed: float, mode: str) -> 
     violations: Counter[str] = Counter()
     latencies: list[float] = []
     unexplained = 0
+    lost: Counter[str] = Counter()
     for report in reports:
+        lost.update(report.lost_with_primary)
         unexplained += len(report.spontaneous_leader_changes)
         faults.update(f.kind.value for f in report.faults)
         violations.update(report.result.by_kind())
@@ -56,6 +59,11 @@ def table(backend: str, reports: list[RunReport], elapsed: float, mode: str) -> 
         ("faults per hour of wall time", f"{sum(faults.values()) * 3600 / elapsed:.0f}"),
         *((f"  {kind}", str(faults.get(kind, 0))) for kind in fault_kinds()),
         ("spontaneous leader changes", str(unexplained)),
+        *(() if backend != "redis-sentinel" else (
+            ("failovers", str(sum(r.failovers for r in reports))),
+            ("commands lost with a killed primary", str(sum(lost.values()))),
+            *((f"  {kind}", str(n)) for kind, n in sorted(lost.items())),
+        )),
         ("violations", str(sum(violations.values()))),
         *((f"  {kind}", str(n)) for kind, n in sorted(violations.items())),
         ("leaks", str(violations.get("leak", 0))),
@@ -75,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
     parser.add_argument(
         "--backend",
-        choices=("zookeeper", "etcd", "redis", "postgresql", "mysql", "both"),
+        choices=("zookeeper", "etcd", "redis", "redis-sentinel", "postgresql", "mysql", "both"),
         default="both",
     )
+    parser.add_argument(
+        "--wait-replicas", type=int, default=1,
+        help="redis-sentinel: the clients' wait_replicas (0 shows what a failover loses)",
+    )  # fmt: skip
     parser.add_argument("--minutes", type=float, default=2.0, help="total time per backend")
     parser.add_argument("--run-seconds", type=float, default=90.0, help="length of one run")
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
@@ -128,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 backend=backend, seconds=args.run_seconds, seed=str(seed), clients=clients,
                 threads=args.threads, session_timeout=args.session_timeout,
                 workdir=args.workdir, keep=args.keep, storm=args.storm,
+                wait_replicas=args.wait_replicas,
             )  # fmt: skip
             report = run_once(config)
             reports.append(report)
@@ -137,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{summary['acquisitions']} acquisitions, {summary['fenced_writes']} fenced "
                 f"writes, {sum(summary['faults'].values())} faults, "
                 f"{len(summary['spontaneous_leader_changes'])} spontaneous leader changes, "
+                f"{summary['failovers']} failovers, lost with a primary "
+                f"{summary['lost_with_primary'] or 'nothing'}, "
                 f"violations "
                 f"{summary['violations'] or 'none'}",
                 flush=True,

@@ -7,11 +7,21 @@ and stalls. SIGUSR1: stop starting calls, log ``idle`` once every thread is done
 SIGTERM: the same, then close the backend and exit.
 
 Run by the runner: ``python -m chaos.client URL OWNER LOG --threads 3 --seed 1 ...``.
+
+Through Sentinel (``--address-map real=proxy,...``): the sentinels name the data nodes'
+real addresses, and this process's data connections must go through its fault proxies,
+so redis-py's public ``Sentinel.discover_master`` (sync and asyncio) is wrapped here to
+answer each real address's proxy; the sentinels themselves are reached directly. Test
+code only: the library is unchanged.
+
+A backend ended by StoreHistoryReset (a promoted replica lacked writes this client saw)
+is replaced by a new one, as docs/operations.md tells an application to do.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -21,6 +31,9 @@ import threading
 import time
 import traceback
 from typing import Any
+
+import redis.asyncio.sentinel
+import redis.sentinel
 
 import semaphore_recipes as sr
 
@@ -75,6 +88,35 @@ def _over_admit_by_one() -> None:
 MUTATIONS = {"over_admit": _over_admit_by_one}
 
 
+def parse_address_map(text: str) -> dict[tuple[str, int], tuple[str, int]]:
+    """``host:port=host:port,...`` as {real: proxy} (ValueError if malformed)."""
+    found = {}
+    for pair in filter(None, text.split(",")):
+        real, proxy = pair.split("=")
+        (rhost, rport), (phost, pport) = real.rsplit(":", 1), proxy.rsplit(":", 1)
+        found[(rhost, int(rport))] = (phost, int(pport))
+    return found
+
+
+def route_through_proxies(address_map: dict[tuple[str, int], tuple[str, int]]) -> None:
+    """Make the primary the sentinels name the proxy in front of it (both faces)."""
+    sync_discover: Any = redis.sentinel.Sentinel.discover_master  # (untyped in redis-py)
+    async_discover: Any = redis.asyncio.sentinel.Sentinel.discover_master
+
+    def mapped(address: Any) -> Any:
+        host, port = address
+        return address_map.get((str(host), int(port)), address)
+
+    def discover(self: Any, service_name: str) -> Any:
+        return mapped(sync_discover(self, service_name))
+
+    async def discover_async(self: Any, service_name: str) -> Any:
+        return mapped(await async_discover(self, service_name))
+
+    redis.sentinel.Sentinel.discover_master = discover  # type: ignore[method-assign]
+    redis.asyncio.sentinel.Sentinel.discover_master = discover_async  # type: ignore[method-assign]
+
+
 def classify(exc: BaseException) -> Outcome:
     if isinstance(exc, sr.AcquireTimeout):
         return Outcome.TIMEOUT
@@ -92,12 +134,22 @@ class Worker:
         self.log = log
         self.sem = backend.semaphore(SEMAPHORE, capacity=args.capacity, adopt_capacity=True)
         self.stopping = threading.Event()
+        self.ended = threading.Event()  # StoreHistoryReset: main() opens a new backend
         self.request_bound = args.request_bound
+
+    def reopen(self, backend: Any) -> None:
+        """Go on with a new backend (the old one ended with StoreHistoryReset)."""
+        self.backend = backend
+        self.sem = backend.semaphore(SEMAPHORE, capacity=self.args.capacity, adopt_capacity=True)
+        self.ended.clear()
 
     def run(self, index: int) -> None:
         rng = random.Random(f"{self.args.seed}/{self.log.owner}/{index}")
         writes = 0
         while not self.stopping.is_set():
+            if self.ended.is_set():
+                time.sleep(0.1)  # a new backend is being opened
+                continue
             weight = rng.randint(1, 3)
             timeout = rng.uniform(1.0, 4.0)
             bound = timeout + self.request_bound + CALL_MARGIN
@@ -109,6 +161,8 @@ class Worker:
                 if outcome is Outcome.ERROR:
                     traceback.print_exc()  # into the client's log file, for the post-mortem
                 self.log.end(op, outcome, detail=repr(exc)[:300], w=weight)
+                if isinstance(exc, sr.StoreHistoryReset):
+                    self.ended.set()
                 continue
             self.log.end(op, Outcome.OK, key=permit.key, token=permit.token, w=weight)
             try:
@@ -138,14 +192,38 @@ class Worker:
         self.log.end(op, Outcome.OK, key=permit.key, token=permit.token)
 
 
+def _connect(args: argparse.Namespace, log: OpLog, terminate: threading.Event) -> Any:
+    """A backend, tried again while the cluster restarts (None: given up or told to end)."""
+    connect_until = time.monotonic() + args.connect_within
+    for attempt in itertools.count():  # the cluster may be restarting
+        if terminate.is_set() or time.monotonic() > connect_until:
+            return None
+        try:
+            backend = sr.connect(args.url, owner=args.owner)
+        except sr.BackendUnavailable as exc:
+            log.write({"ev": "connect_failed", "ts": time.time(), "attempt": attempt,
+                       "detail": repr(exc)[:300]})  # fmt: skip
+            time.sleep(0.5)
+            continue
+        log.write({"ev": "connected", "ts": time.time(), "attempt": attempt})
+        return backend
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m chaos.client")
     parser.add_argument("url")
     parser.add_argument("owner")
     parser.add_argument("log")
     parser.add_argument(
-        "--backend", choices=("zookeeper", "etcd", "redis", "postgresql", "mysql"), required=True
+        "--backend",
+        choices=("zookeeper", "etcd", "redis", "redis-sentinel", "postgresql", "mysql"),
+        required=True,
     )
+    parser.add_argument(
+        "--address-map", type=parse_address_map, default={},
+        help="real=proxy,...: the data nodes the sentinels name, and their proxies",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=3)
     parser.add_argument("--seed", default="0")
     parser.add_argument("--capacity", type=int, default=4)
@@ -156,23 +234,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.mutation is not None:
         MUTATIONS[args.mutation]()
+    if args.address_map:
+        route_through_proxies(args.address_map)
     log = OpLog(args.log, args.owner)
     terminate = threading.Event()
     idle = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: terminate.set())
     signal.signal(signal.SIGUSR1, lambda *_: idle.set())
-    backend = None
-    connect_until = time.monotonic() + args.connect_within
-    for attempt in itertools.count():  # the cluster may be restarting
-        if terminate.is_set() or time.monotonic() > connect_until:
-            return
-        try:
-            backend = sr.connect(args.url, owner=args.owner)
-            break
-        except sr.BackendUnavailable as exc:
-            log.write({"ev": "connect_failed", "ts": time.time(), "attempt": attempt,
-                       "detail": repr(exc)[:300]})  # fmt: skip
-            time.sleep(0.5)
+    backend = _connect(args, log, terminate)
     if backend is None:
         return
     worker = Worker(args, backend, log)
@@ -185,13 +254,20 @@ def main(argv: list[str] | None = None) -> None:
     log.write({"ev": "ready", "ts": time.time()})
     while not (terminate.is_set() or idle.is_set()):
         time.sleep(0.1)
+        if worker.ended.is_set():  # StoreHistoryReset: the threads wait for a new backend
+            with contextlib.suppress(Exception):
+                worker.backend.close()
+            backend = _connect(args, log, terminate)
+            if backend is None:
+                break
+            worker.reopen(backend)
     worker.stopping.set()
     for thread in threads:
         thread.join()
     log.write({"ev": "idle", "ts": time.time()})
     while not terminate.is_set():
         time.sleep(0.1)
-    backend.close()
+    worker.backend.close()
     log.write({"ev": "closed", "ts": time.time()})
 
 

@@ -1,6 +1,7 @@
 """The cluster under test: a 3-node ZooKeeper ensemble, a 3-member etcd cluster, one
-persistent Redis primary, one PostgreSQL primary or one MariaDB server from the project's
-harness, with
+persistent Redis primary, a Redis primary and replica under Sentinel
+(chaos/cluster_redis_sentinel.py), one PostgreSQL primary or one MariaDB server from the
+project's harness, with
 what the nemesis and the runner need (kill/restart a member, find the leader, ask each
 member its term and leader, restart everything, write markers, read the history)."""
 
@@ -26,6 +27,7 @@ from semaphore_recipes.devtools.redis_server import RedisServer
 from semaphore_recipes.devtools.zookeeper_server import ZooKeeperEnsemble
 
 from . import history_etcd, history_mysql, history_postgresql, history_redis, history_zk
+from .cluster_redis_sentinel import RedisSentinelTestCluster
 from .layout import (
     CLOCK_KEY,
     DATA_NODE,
@@ -39,13 +41,10 @@ from .layout import (
 )
 from .leaders import MemberView
 from .model import FaultKind, HistoryEvent
+from .timeouts import PROBE_TIMEOUT, REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
 
-# what clients ask of each request (URL parameter); their op logs' bounds build on it
-REQUEST_TIMEOUT = 2.0
-# one member's answer to the leader watch (chaos/leaders.py): short, it polls them in turn
-PROBE_TIMEOUT = 0.5
 # the runner's own statements on PostgreSQL and MariaDB (markers, session expiry, history)
 ADMIN_TIMEOUT = 5
 _SRVR_ZXID = re.compile(r"^Zxid:\s*0x([0-9a-fA-F]+)", re.MULTILINE)
@@ -678,11 +677,21 @@ class MySQLTestCluster:
 
 
 TestCluster = (
-    ZkCluster | EtcdTestCluster | RedisTestCluster | PostgreSQLTestCluster | MySQLTestCluster
+    ZkCluster
+    | EtcdTestCluster
+    | RedisTestCluster
+    | RedisSentinelTestCluster
+    | PostgreSQLTestCluster
+    | MySQLTestCluster
 )
 
 
-def make_cluster(backend: str, workdir: Path, session_timeout: float) -> TestCluster:
+def make_cluster(
+    backend: str, workdir: Path, session_timeout: float, *, wait_replicas: int = 1
+) -> TestCluster:
+    """``wait_replicas``: the URL parameter of ``redis-sentinel``'s clients."""
+    if backend == "redis-sentinel":
+        return RedisSentinelTestCluster(workdir, session_timeout, wait_replicas)
     if backend == "zookeeper":
         return ZkCluster(workdir, session_timeout)
     if backend == "redis":

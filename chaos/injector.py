@@ -24,6 +24,7 @@ from pathlib import Path
 from semaphore_recipes.testing.proxy import FaultProxy
 
 from .cluster import MySQLTestCluster, PostgreSQLTestCluster, TestCluster
+from .cluster_redis_sentinel import RedisSentinelTestCluster
 from .fleet import ClientSlot
 from .model import Fault, FaultKind
 
@@ -132,10 +133,12 @@ class Injector:
     def server_fault(self, kind: FaultKind, rng: random.Random) -> None:
         start = time.time()
         if kind in (FaultKind.KILL_LEADER, FaultKind.KILL_MEMBER):
-            member = (
-                self.cluster.leader() if kind is FaultKind.KILL_LEADER
-                else rng.choice(self.cluster.members)
+            # (under Sentinel a member kill is the replica's: the primary's is a leader kill)
+            members = (
+                self.cluster.replicas() if isinstance(self.cluster, RedisSentinelTestCluster)
+                else self.cluster.members
             )  # fmt: skip
+            member = self.cluster.leader() if kind is FaultKind.KILL_LEADER else rng.choice(members)
             start = time.time()
             self.cluster.kill(member)
             self.stopping.wait(rng.uniform(0.5, 3.0))

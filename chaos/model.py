@@ -170,6 +170,8 @@ class ViolationKind(enum.Enum):
     UNBOUNDED_CALL = "unbounded_call"
     UNEXPECTED_ERROR = "unexpected_error"
     LOST_WRITE = "lost_write"
+    # Redis Sentinel: an acknowledged grant the promoted replica lacked (chaos/runner.py)
+    LOST_GRANT = "lost_grant"
     BAD_HISTORY = "bad_history"
 
 

@@ -21,7 +21,8 @@ import semaphore_recipes as sr
 
 from .checker import END, QUIESCED, CheckParams, CheckResult, check
 from .client import CALL_MARGIN, OpLog, classify
-from .cluster import REQUEST_TIMEOUT, TestCluster, make_cluster
+from .cluster import TestCluster, make_cluster
+from .cluster_redis_sentinel import RedisSentinelTestCluster
 from .fleet import ClientSlot, read_ops, wait_until
 from .layout import SEMAPHORE
 from .leaders import LOG_NAME, LeaderWatch, read_changes, spontaneous
@@ -45,6 +46,7 @@ from .model import (
 )
 from .nemesis import Nemesis
 from .storm import Storm
+from .timeouts import REQUEST_TIMEOUT
 
 CAPACITIES = (3, 4, 5, 6)  # never below the largest weight (3)
 
@@ -62,6 +64,7 @@ class RunConfig:
     keep: bool = False
     mutation: str | None = None  # a deliberate bug in the clients (chaos.client.MUTATIONS)
     storm: bool = False  # overlapping faults on client slots (chaos.storm) or one at a time
+    wait_replicas: int = 1  # redis-sentinel: the clients' URL parameter
 
 
 @dataclass
@@ -74,6 +77,9 @@ class RunReport:
     rundir: Path
     notes: list[str] = field(default_factory=list)
     leader_changes: list[LeaderChange] = field(default_factory=list)  # every election seen
+    # redis-sentinel: failovers, and the commands the new primaries lacked, by kind
+    failovers: int = 0
+    lost_with_primary: Counter[str] = field(default_factory=Counter)
 
     @property
     def spontaneous_leader_changes(self) -> list[LeaderChange]:
@@ -97,6 +103,8 @@ class RunReport:
             "fenced_writes": self.result.fenced_writes,
             "faults": dict(Counter(f.kind.value for f in self.faults)),
             "leader_changes": len(self.leader_changes),
+            "failovers": self.failovers,
+            "lost_with_primary": dict(self.lost_with_primary),
             "spontaneous_leader_changes": [
                 f"{c.old_leader} (term {c.old_term}) -> {c.new_leader} (term {c.new_term}) "
                 f"between {c.start:.3f} and {c.end:.3f}"
@@ -156,7 +164,9 @@ class _Admin:
 def run_once(config: RunConfig, echo: Any = print) -> RunReport:
     rundir = Path(tempfile.mkdtemp(prefix=f"chaos-{config.backend}-", dir=config.workdir))
     started = time.time()
-    cluster = make_cluster(config.backend, rundir, config.session_timeout)
+    cluster = make_cluster(
+        config.backend, rundir, config.session_timeout, wait_replicas=config.wait_replicas
+    )
     slots: list[ClientSlot] = []
     admin: _Admin | None = None
     nemesis: Nemesis | Storm | None = None
@@ -182,7 +192,10 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
         slots = [ClientSlot(i, rundir, upstreams, command) for i in range(config.clients)]
 
         def spawn(slot: ClientSlot) -> None:
-            slot.spawn([cluster.url(slot.proxy_addresses)])
+            args = [cluster.url(slot.proxy_addresses)]
+            if isinstance(cluster, RedisSentinelTestCluster):  # the sentinels name real nodes
+                args = ["--address-map", cluster.address_map(slot.proxy_addresses), *args]
+            slot.spawn(args)
 
         for slot in slots:
             spawn(slot)
@@ -245,6 +258,10 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
         report = RunReport(
             config, result, faults, ops, time.time() - started, rundir, notes, watch.changes
         )
+        if isinstance(cluster, RedisSentinelTestCluster):
+            failovers = cluster.failover_report
+            report.failovers, report.lost_with_primary = failovers.failovers, failovers.lost
+            _lost_grants(ops, failovers.lost_grants, result)
         (rundir / "result.json").write_text(json.dumps(report.summary(), indent=1))
         failed = bool(result.violations)
         if failed:
@@ -274,6 +291,21 @@ def run_once(config: RunConfig, echo: Any = print) -> RunReport:
         log_handler.close()
         if not (failed or config.keep):
             shutil.rmtree(rundir, ignore_errors=True)
+
+
+def _lost_grants(
+    ops: list[ClientOp], lost: frozenset[tuple[str, int]], result: CheckResult
+) -> None:
+    """An acquire that returned its permit while the grant was lost with a killed
+    primary (its held mark among the commands the new primary lacked)."""
+    for op in ops:
+        acknowledged = op.kind is OpKind.ACQUIRE and op.outcome is Outcome.OK
+        if acknowledged and (op.key or "", op.token or 0) in lost:
+            result.add(
+                ViolationKind.LOST_GRANT,
+                f"{op.client}/t{op.thread} acquire at {op.start:.3f} got {op.key} "
+                f"(token {op.token}); its grant was lost with the killed primary",
+            )
 
 
 _EVENT_TYPES = {

@@ -96,7 +96,11 @@ class RedisSentinelSet(ProcessGroup):
     (a fault proxy in front of it, to make replication lag); the sentinels correct a
     replica that replicates from an address other than the primary's once
     ``failover_timeout_ms`` passed, so such a test gives a long one (a failover itself
-    does not wait for it)."""
+    does not wait for it).
+
+    ``persistent`` and ``node_args`` are passed to both data nodes
+    (:class:`~semaphore_recipes.devtools.redis_server.RedisServer`'s ``persistent`` and
+    ``extra_args``)."""
 
     def __init__(
         self,
@@ -105,14 +109,21 @@ class RedisSentinelSet(ProcessGroup):
         binary: str | None = None,
         replica_link: str | None = None,
         failover_timeout_ms: int = FAILOVER_TIMEOUT_MS,
+        persistent: bool = False,
+        node_args: Sequence[str] = (),
     ) -> None:
         super().__init__(workdir=workdir, temp_prefix="redis-sentinel-")
-        first = RedisServer(workdir=self.workdir / "node0", binary=binary)
+        first = RedisServer(
+            workdir=self.workdir / "node0", persistent=persistent, extra_args=node_args,
+            binary=binary,
+        )  # fmt: skip
         self.nodes = [
             first,
             RedisServer(
                 workdir=self.workdir / "node1",
                 replica_of=replica_link or first.host_port,
+                persistent=persistent,
+                extra_args=node_args,
                 binary=binary,
             ),
         ]

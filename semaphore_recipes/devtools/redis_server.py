@@ -7,7 +7,8 @@ production primary), so a restart keeps every entry, lease and counter.
 ``replica_of`` makes it a replica of another server (the ``WAIT`` tests); ``tls``
 adds a TLS port beside the plain one (which the readiness check uses);
 ``cluster_node_timeout_ms`` makes it a Redis Cluster node (:mod:`.redis_cluster` joins
-the nodes). Only the
+the nodes); ``extra_args`` go on its command line last (e.g. ``--auto-aof-rewrite-percentage
+0``: an append-only file that is never rewritten). Only the
 standard library is imported here. Process handling (log, start and stop, cleanup at
 exit, dying with this process) is :class:`~semaphore_recipes.devtools.processes.ManagedProcess`'s.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 
 from .processes import ManagedProcess, ServerNotFound, free_port
 from .programs import ProgramNotFound, find_program
@@ -60,9 +62,11 @@ class RedisServer(ManagedProcess):
         replica_of: str | None = None,
         tls: tuple[str, str, str] | None = None,
         cluster_node_timeout_ms: int | None = None,
+        extra_args: Sequence[str] = (),
         binary: str | None = None,
     ) -> None:
         self.binary = binary or find_redis_server()
+        self.extra_args = tuple(extra_args)
         #: a Redis Cluster node (:mod:`.redis_cluster`): its bus is on port + 10000
         self.cluster_node_timeout_ms = cluster_node_timeout_ms
         cluster = cluster_node_timeout_ms is not None
@@ -122,7 +126,7 @@ class RedisServer(ManagedProcess):
             cert, key, ca = self.tls
             cmd += ["--tls-port", str(self.tls_port), "--tls-cert-file", cert,
                     "--tls-key-file", key, "--tls-ca-cert-file", ca]  # fmt: skip
-        return cmd
+        return [*cmd, *self.extra_args]
 
     def probe_ready(self) -> str | None:
         reply = self.command_reply(b"PING")
