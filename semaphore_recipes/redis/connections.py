@@ -8,8 +8,13 @@ returned to it: a runner takes one, sends, reads the whole reply and gives it ba
 connection whose reply was not read whole is disconnected by the runner before it is
 given back (it reconnects on its next use); one that has something to read when taken
 (the server closed it, or a reply nobody read) is reconnected first, as the pool does.
-A forked child starts with none (its parent's sockets are not its own). ``close``
-disconnects those idle and every one given back after it. :class:`AsyncIdleConnections`
+A connection that fails to connect when taken is kept, disconnected, for the next take:
+redis-py's blocking pool counts every connection it made against its
+``max_connections`` (100 by default), and these are never returned to it, so one
+dropped at each failed connect (a failover, a cut network) would end, after enough of
+them, in "Too many connections" for good (the asyncio pool counts none). A forked
+child starts with none (its parent's sockets are not its own). ``close`` disconnects
+those idle and every one given back after it. :class:`AsyncIdleConnections`
 does the same for the asyncio runner, on one event loop (a cancelled read closes its
 connection: redis-py's asyncio connections do on any exception).
 """
@@ -51,6 +56,7 @@ class IdleConnections:
                 conn.connect()
         except BaseException:
             conn.disconnect()
+            self.give_back(conn)  # (made by the pool, counted there: used again)
             raise
         return conn
 

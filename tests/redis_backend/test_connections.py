@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 import redis
 import redis.asyncio
 
+from semaphore_recipes.devtools.processes import free_port
 from semaphore_recipes.redis.connections import AsyncIdleConnections, IdleConnections
 
 
@@ -95,3 +97,18 @@ def test_the_asyncio_runners_connection_the_server_closed_is_made_anew(
 
     killed, fresh = asyncio.run(scenario())
     assert fresh != killed
+
+
+def test_failed_connects_do_not_use_up_the_pools_connections() -> None:
+    """A take whose connect fails keeps its connection for the next take: redis-py's
+    pool counts every connection it made against ``max_connections``."""
+    port = free_port()  # nobody listens there
+    client = redis.Redis(port=port, max_connections=2, socket_connect_timeout=1)
+    connections = IdleConnections(client)
+    try:
+        for _ in range(5):
+            with pytest.raises(redis.ConnectionError, match="connecting"):
+                connections.take()
+    finally:
+        connections.close()
+        client.close()
