@@ -1,21 +1,26 @@
 """The cluster under test for ``--backend redis-sentinel``: two persistent Redis data
-nodes (a primary and its replica, ``appendfsync always``, the AOF never rewritten by
-the campaign) and three sentinels (semaphore_recipes/devtools/redis_sentinel.py).
+nodes (a primary and its replica, ``appendfsync always``) and three sentinels
+(semaphore_recipes/devtools/redis_sentinel.py).
 
 Members are the two data nodes; the leader is the primary the sentinels name. Server
 faults: a leader kill is a kill -9 of the primary, then the sentinels' failover to the
 replica, then the killed node started again as a replica of the new primary; a member
 kill is a kill -9 of the replica, started again as a replica; a cluster restart kills
-both and starts them from their AOFs, the primary first. Before a killed node is
-started again its ``appendonlydir`` is copied aside: a node that rejoins does a full
-resync, which rewrites its AOF, and the history needs what it had. The history is
-stitched from the primaries' AOFs, epoch by epoch (chaos/history_sentinel.py).
+both and starts them from their AOFs, the primary first.
+
+The history is stitched from the primaries' AOFs, epoch by epoch
+(chaos/history_sentinel.py). A node that rejoins does a full resync, which rewrites its
+AOF: the nodes run with no automatic rewrite and ``aof-disable-auto-gc yes``, so a
+rewrite keeps the files it replaced (as history files of the manifest) and each node's
+``appendonlydir`` holds everything it ever wrote, one segment per (re)sync. An epoch
+is its primary and the segment it was in when promoted (a primary does not resync).
+Nothing has to be copied before a node starts again, nor in a race with a failover the
+campaign did not cause.
 
 The leader watch (chaos/leaders.py) asks each sentinel for its configuration epoch and
 the primary it names: a failover raises the epoch. A failover the campaign did not cause
-(a primary starved of CPU past ``down-after-milliseconds``) is taken as a new epoch too,
-with a copy of the demoted primary's files made at once (best effort: a full resync may
-rewrite them first; the run's problems say so).
+(a primary, or a just promoted one, that answered the sentinels too late on a loaded
+machine) is followed as a new epoch all the same.
 
 Clients reach the sentinels directly; their data connections go through their slot's
 fault proxies, one per data node: the sentinels name real node addresses, so the
@@ -30,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import shutil
 import threading
 import time
 from collections import Counter
@@ -57,14 +61,13 @@ ADMIN_TIMEOUT = 5.0
 ADMIN_WITHIN = 60.0
 # a failover and a rejoin (a full resync of a node's data) on a loaded machine
 FAILOVER_WITHIN = 60.0
-_NODE_ARGS = ("--auto-aof-rewrite-percentage", "0")
-_BASE_EMPTY_BYTES = 200  # an empty RDB-preamble base file is smaller (chaos/history_redis.py)
+_NODE_ARGS = ("--auto-aof-rewrite-percentage", "0", "--aof-disable-auto-gc", "yes")
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Epoch:
     primary: str
-    archive: Path | None = None  # its AOF directory copied at its end (None: the live one)
+    segment: int  # its AOF's base file number when it was promoted
 
 
 @dataclass(frozen=True)
@@ -90,12 +93,9 @@ class RedisSentinelTestCluster:
         self.set = RedisSentinelSet(
             workdir=workdir / "sentinel-set", persistent=True, node_args=_NODE_ARGS
         )
-        self.archive_dir = workdir / "aof-archive"
         self.epochs: list[_Epoch] = []
-        self.problems: list[str] = []
         self.admin: Any = None
         self.failover_report = FailoverReport(0, Counter(), frozenset())
-        self._archives = 0
         self._killed_primary: RedisServer | None = None  # a leader kill in progress
         self._lock = threading.Lock()  # the epochs: the injector's and the watch's threads
 
@@ -143,9 +143,18 @@ class RedisSentinelTestCluster:
                 log.info("admin write failed, again: %r", exc)
                 time.sleep(0.1)
 
+    def _epoch(self, node: RedisServer) -> _Epoch:
+        found = history_sentinel.current_segment(self._aof_dir(node))
+        if found is None:
+            raise RuntimeError(f"no AOF manifest in {self._aof_dir(node)}")
+        return _Epoch(self._name(node), found)
+
+    def _aof_dir(self, node: RedisServer) -> Path:
+        return Path(node.workdir) / "appendonlydir"
+
     def start(self) -> None:
         self.set.start(timeout=60)
-        self.epochs = [_Epoch(self._name(self.set.primary()))]
+        self.epochs = [self._epoch(self.set.primary())]
         sentinels = [(s.host_port.rsplit(":", 1)[0], s.port) for s in self.set.sentinels]
         sentinel_type: Any = redis.sentinel.Sentinel  # (redis-py's Sentinel is untyped)
         self.admin = sentinel_type(sentinels, socket_timeout=PROBE_TIMEOUT).master_for(
@@ -170,21 +179,11 @@ class RedisSentinelTestCluster:
         """The data nodes that are not the primary the sentinels name."""
         return [self._name(node) for node in self.set.replicas()]
 
-    def _archive(self, node: RedisServer) -> Path:
-        """A copy of a stopped node's AOF directory (its files are final)."""
-        self._archives += 1
-        target = self.archive_dir / f"{self._name(node)}-{self._archives}"
-        shutil.copytree(node.workdir / "appendonlydir", target)
-        return target
-
     def kill(self, member: str) -> None:
         node = self._node(member)
         with self._lock:
-            primary = self.epochs[-1].primary == member
             node.kill()
-            archived = self._archive(node)
-            if primary:
-                self.epochs[-1].archive = archived
+            if self.epochs[-1].primary == member:
                 self._killed_primary = node
 
     def revive(self, member: str) -> None:
@@ -194,7 +193,8 @@ class RedisSentinelTestCluster:
         if self._killed_primary is node:
             new = self.set.wait_for_new_primary(node, timeout=FAILOVER_WITHIN)
             with self._lock:
-                self.epochs.append(_Epoch(self._name(new)))
+                if self.epochs[-1].primary != self._name(new):  # (not followed already)
+                    self.epochs.append(self._epoch(new))
                 self._killed_primary = None
         self.set.rejoin(node, timeout=FAILOVER_WITHIN)
 
@@ -202,8 +202,6 @@ class RedisSentinelTestCluster:
         with self._lock:
             for node in self.set.nodes:
                 node.kill()
-            for node in self.set.nodes:
-                self._archive(node)
 
     def start_all(self) -> None:
         """The epoch's primary from its AOF, then the other as its replica (the
@@ -244,31 +242,27 @@ class RedisSentinelTestCluster:
         return views
 
     def _follow(self, primary: str | None) -> None:
+        """A new epoch if ``primary`` (the sentinels' answer) is another node than the
+        epoch's and serves as a primary, outside a leader kill (revive() records its
+        own) and a cluster restart."""
         with self._lock:
             current = self.epochs[-1].primary if self.epochs else None
             if primary is None or current is None or primary == current:
                 return
             if self._killed_primary is not None or not self._node(current).running:
-                return  # the campaign's own failover (revive() records it)
-            old = self._node(current)
-            self.epochs[-1].archive = self._archive(old)
-            self.epochs.append(_Epoch(primary))
-            self.problems.append(
-                f"a failover from {current} to {primary} that no fault caused: {current}'s "
-                "AOF was copied while it ran (a full resync may have rewritten it first)"
-            )
-            log.warning("failover from %s to %s without a fault", current, primary)
+                return
+            node = self._node(primary)
+            info = node.command_reply(b"INFO replication", whole=True) or ""
+            if "role:master" not in info:  # (a poll older than the last failover)
+                return
+            self.epochs.append(self._epoch(node))
+            log.warning("a failover from %s to %s that no leader kill caused", current, primary)
 
     # --- the history -----------------------------------------------------------------
 
     def _epoch_log(self, epoch: _Epoch) -> tuple[history_sentinel.EpochLog, list[str]]:
-        directory = epoch.archive or self._node(epoch.primary).workdir / "appendonlydir"
-        files, problems = history_redis.aof_files(directory)
-        manifest = next(directory.glob("*.manifest"), None)
-        base_has_data = manifest is not None and any(
-            path.stat().st_size > _BASE_EMPTY_BYTES
-            for path in directory.glob("*.base.*")
-            if path.name in manifest.read_text()
+        files, base_has_data, problems = history_sentinel.segment(
+            self._aof_dir(self._node(epoch.primary)), epoch.segment
         )
         commands = list(history_redis.read_commands(files))
         return history_sentinel.EpochLog(epoch.primary, commands, base_has_data), problems
@@ -283,15 +277,14 @@ class RedisSentinelTestCluster:
         with contextlib.suppress(Exception):
             self.admin.close()
         self.set.stop()
-        problems = list(self.problems)
+        problems: list[str] = []
         if named != self.epochs[-1].primary:
             problems.append(f"the sentinels name {named}, the last epoch's primary is "
                             f"{self.epochs[-1].primary}")  # fmt: skip
         logs = []
-        for number, epoch in enumerate(self.epochs, start=1):
+        for epoch in self.epochs:
             epoch_log, epoch_problems = self._epoch_log(epoch)
-            if number == 1:  # (later epochs' base files are resync snapshots)
-                problems += epoch_problems
+            problems += epoch_problems
             logs.append(epoch_log)
         stitched = history_sentinel.stitch(logs)
         problems += stitched.problems

@@ -23,6 +23,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .history_redis import RedisLayout
 
@@ -30,6 +31,7 @@ Command = list[bytes]
 # not history: where a node writes them depends on the node (chaos/history_redis.py
 # ignores them too)
 _UNPLACED = (b"select", b"multi", b"exec")
+_BASE_EMPTY_BYTES = 200  # an empty RDB-preamble base file is smaller
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,45 @@ class Stitched:
     @property
     def lost_commands(self) -> list[Command]:
         return [command for _, commands in self.lost for command in commands]
+
+
+def _manifest(directory: Path) -> list[tuple[str, int, str]]:
+    """(file name, sequence number, type) of each line of ``directory``'s manifest."""
+    manifest = next(directory.glob("*.manifest"), None)
+    if manifest is None:
+        return []
+    found = []
+    for line in manifest.read_text().splitlines():
+        fields = line.split()
+        found.append((fields[fields.index("file") + 1], int(fields[fields.index("seq") + 1]),
+                      fields[fields.index("type") + 1]))  # fmt: skip
+    return found
+
+
+def current_segment(directory: Path) -> int | None:
+    """The sequence number of the AOF's base file in use (a node's segment: a full
+    resync starts a new one), None without a manifest."""
+    return next((seq for _, seq, kind in _manifest(directory) if kind == "b"), None)
+
+
+def segment(directory: Path, base: int) -> tuple[list[Path], bool, list[str]]:
+    """The incremental files of segment ``base`` of an AOF kept whole (``aof-disable-
+    auto-gc yes``: a rewrite keeps the files it replaced, as history): those numbered
+    from ``base`` up to the next base. Also whether its base file holds data, and the
+    problems found."""
+    entries = _manifest(directory)
+    bases = sorted(seq for name, seq, _ in entries if ".base." in name)
+    if base not in bases:
+        return [], False, [f"no AOF base file {base} in {directory}"]
+    later = [seq for seq in bases if seq > base]
+    end = later[0] if later else None
+    files = sorted(
+        (seq, directory / name) for name, seq, _ in entries
+        if ".incr." in name and seq >= base and (end is None or seq < end)
+    )  # fmt: skip
+    base_file = next(directory / name for name, seq, _ in entries
+                     if ".base." in name and seq == base)  # fmt: skip
+    return [path for _, path in files], base_file.stat().st_size > _BASE_EMPTY_BYTES, []
 
 
 def history_commands(commands: Iterable[Command]) -> list[Command]:

@@ -44,10 +44,12 @@ class SentinelServer(RedisServer):
         workdir: str | os.PathLike[str] | None = None,
         binary: str | None = None,
         failover_timeout_ms: int = FAILOVER_TIMEOUT_MS,
+        down_after_ms: int = DOWN_AFTER_MS,
     ) -> None:
         super().__init__(workdir=workdir, binary=binary)
         self.primary = primary
         self.failover_timeout_ms = failover_timeout_ms
+        self.down_after_ms = down_after_ms
         self.conf_path = self.workdir / "sentinel.conf"
 
     @property
@@ -63,7 +65,7 @@ class SentinelServer(RedisServer):
             "bind 127.0.0.1\n"
             f"dir {self.workdir}\n"
             f"sentinel monitor {SERVICE} {host} {port} {QUORUM}\n"
-            f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
+            f"sentinel down-after-milliseconds {SERVICE} {self.down_after_ms}\n"
             f"sentinel failover-timeout {SERVICE} {self.failover_timeout_ms}\n"
             f"sentinel parallel-syncs {SERVICE} 1\n"
         )
@@ -98,9 +100,10 @@ class RedisSentinelSet(ProcessGroup):
     ``failover_timeout_ms`` passed, so such a test gives a long one (a failover itself
     does not wait for it).
 
-    ``persistent`` and ``node_args`` are passed to both data nodes
-    (:class:`~semaphore_recipes.devtools.redis_server.RedisServer`'s ``persistent`` and
-    ``extra_args``)."""
+    ``down_after_ms``: longer where a failover the test did not cause (a node slow to
+    answer on a loaded machine) would spoil it. ``persistent`` and ``node_args`` are
+    passed to both data nodes (:class:`~semaphore_recipes.devtools.redis_server.RedisServer`'s
+    ``persistent`` and ``extra_args``)."""
 
     def __init__(
         self,
@@ -109,6 +112,7 @@ class RedisSentinelSet(ProcessGroup):
         binary: str | None = None,
         replica_link: str | None = None,
         failover_timeout_ms: int = FAILOVER_TIMEOUT_MS,
+        down_after_ms: int = DOWN_AFTER_MS,
         persistent: bool = False,
         node_args: Sequence[str] = (),
     ) -> None:
@@ -129,7 +133,8 @@ class RedisSentinelSet(ProcessGroup):
         ]
         self.sentinels = [
             SentinelServer(primary=first.host_port, workdir=self.workdir / f"sentinel{i}",
-                           binary=binary, failover_timeout_ms=failover_timeout_ms)
+                           binary=binary, failover_timeout_ms=failover_timeout_ms,
+                           down_after_ms=down_after_ms)
             for i in range(3)
         ]  # fmt: skip
 

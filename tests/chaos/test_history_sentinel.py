@@ -5,7 +5,6 @@ lost on purpose."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -72,6 +71,24 @@ def test_an_epoch_that_cannot_be_placed_is_a_problem() -> None:
     assert "base file" in stitch([EpochLog("a", [tick(1)], base_has_data=True)]).problems[0]
 
 
+def test_a_segment_is_its_base_and_the_incremental_files_before_the_next(
+    tmp_path: Path,
+) -> None:
+    """(``aof-disable-auto-gc yes``: a rewrite keeps the files it replaced, as history.)"""
+    (tmp_path / "a.manifest").write_text(
+        "file a.3.base.rdb seq 3 type b\nfile a.2.incr.aof seq 2 type h\n"
+        "file a.2.base.rdb seq 2 type h\nfile a.1.incr.aof seq 1 type h\n"
+        "file a.1.base.rdb seq 1 type h\nfile a.3.incr.aof seq 3 type i\n"
+    )
+    for name, size in (("a.1.base.rdb", 90), ("a.2.base.rdb", 900), ("a.3.base.rdb", 900)):
+        (tmp_path / name).write_bytes(b"x" * size)
+    assert history_sentinel.current_segment(tmp_path) == 3
+    assert history_sentinel.segment(tmp_path, 1) == ([tmp_path / "a.1.incr.aof"], False, [])
+    assert history_sentinel.segment(tmp_path, 2) == ([tmp_path / "a.2.incr.aof"], True, [])
+    assert history_sentinel.segment(tmp_path, 3)[0] == [tmp_path / "a.3.incr.aof"]
+    assert "no AOF base file 4" in history_sentinel.segment(tmp_path, 4)[2][0]
+
+
 def test_lost_commands_by_kind_and_lost_grants() -> None:
     waiting = json.dumps({"w": 1, "l": "ab", "o": "c", "h": False, "t": 7})
     held = json.dumps({"w": 1, "l": "ab", "o": "c", "h": True, "t": 7})
@@ -93,24 +110,35 @@ def test_lost_commands_by_kind_and_lost_grants() -> None:
 @pytest.mark.slow
 def test_a_real_sentinel_set_is_stitched_across_two_failovers(tmp_path: Path) -> None:
     """Writes, the primary killed (one write its replica never got: the replication
-    link black-holed), the killed node rejoins, writes, the new primary killed, rejoins,
-    writes: the stitched history is every write but the lost one, which shows as lost."""
+    link black-holed), the killed node rejoins (a full resync: a new AOF segment), writes,
+    the new primary killed, rejoins, writes: the stitched history of the epochs'
+    segments (as chaos/cluster_redis_sentinel.py keeps them) is every write but the lost
+    one, which shows as lost."""
     import redis
 
     from semaphore_recipes.devtools.redis_sentinel import RedisSentinelSet
+    from semaphore_recipes.devtools.redis_server import RedisServer
     from semaphore_recipes.testing.proxy import FaultProxy
 
     from ..conftest import wait_until
 
     # the first replication through a proxy; a long failover timeout, or the sentinels
-    # point the replica at the primary itself (chaos/cluster_redis_sentinel.py's args)
+    # point the replica at the primary itself; no failover but the test's on a loaded
+    # machine (a node slow to answer for a second)
     sentinel_set = RedisSentinelSet(
-        workdir=tmp_path / "set", failover_timeout_ms=60_000, persistent=True,
-        node_args=("--auto-aof-rewrite-percentage", "0"),
+        workdir=tmp_path / "set", failover_timeout_ms=60_000, down_after_ms=3000,
+        persistent=True,
+        node_args=("--auto-aof-rewrite-percentage", "0", "--aof-disable-auto-gc", "yes"),
     )  # fmt: skip
     proxy = FaultProxy(sentinel_set.nodes[0].host_port).start()
     sentinel_set.nodes[1].replica_of = proxy.address
-    archives: list[Path] = []
+    epochs: list[tuple[RedisServer, int | None]] = []
+
+    def aof(node: RedisServer) -> Path:
+        return Path(node.workdir) / "appendonlydir"
+
+    def promoted(node: RedisServer) -> None:
+        epochs.append((node, history_sentinel.current_segment(aof(node))))
 
     def write(n: int) -> None:
         with redis.Redis(port=sentinel_set.primary().port, socket_timeout=5) as client:
@@ -118,12 +146,11 @@ def test_a_real_sentinel_set_is_stitched_across_two_failovers(tmp_path: Path) ->
 
     def fail_over() -> None:
         old = sentinel_set.kill_primary()
-        archives.append(tmp_path / f"archive{len(archives)}")
-        shutil.copytree(old.workdir / "appendonlydir", archives[-1])
-        sentinel_set.wait_for_new_primary(old)
+        promoted(sentinel_set.wait_for_new_primary(old))
         sentinel_set.rejoin(old)
 
     with proxy, sentinel_set.start():
+        promoted(sentinel_set.primary())
         for n in range(3):
             write(n)
         wait_until(sentinel_set.replicated, timeout=10)
@@ -136,17 +163,19 @@ def test_a_real_sentinel_set_is_stitched_across_two_failovers(tmp_path: Path) ->
         fail_over()
         for n in range(6, 9):
             write(n)
-        last = sentinel_set.primary()
+        assert sentinel_set.primary() is epochs[-1][0]
         sentinel_set.stop()
 
-    def epoch(primary: str, directory: Path) -> EpochLog:
-        files, _ = history_redis.aof_files(directory)
-        return EpochLog(primary, list(history_redis.read_commands(files)))
-
-    out = stitch(
-        [epoch("a", archives[0]), epoch("b", archives[1]),
-         epoch("a", last.workdir / "appendonlydir")]
-    )  # fmt: skip
+    logs = []
+    for node, base in epochs:
+        assert base is not None
+        files, base_has_data, problems = history_sentinel.segment(aof(node), base)
+        assert problems == []
+        logs.append(EpochLog(str(node.port), list(history_redis.read_commands(files)),
+                             base_has_data))  # fmt: skip
+    assert [node for node, _ in epochs] == [*sentinel_set.nodes, sentinel_set.nodes[0]]
+    assert epochs[2][1] != epochs[0][1]  # node 0 resynced in between: a new segment
+    out = stitch(logs)
     assert out.problems == []
     assert out.commands == [cmd("SET", f"k{n}", f"v{n}") for n in range(9)]
     assert out.lost == [(2, [cmd("SET", "k99", "v99")])]
