@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..backend import FencedTransaction, Program
-from ..errors import PermitLost, WriteConflict
+from ..errors import BackendUnavailable, PermitLost, WriteConflict
 from .calls import Arg
 from .scripts import ScriptName
 
@@ -21,7 +21,10 @@ class RedisFencedTransaction(FencedTransaction):
     Keys are plain Redis keys (``backend.data_key`` gives one kept with the semaphore);
     on Redis Cluster only keys of the semaphore's hash slot (ValueError before any I/O).
     A commit whose reply is lost is not sent again (it may have been applied):
-    BackendUnavailable, read back before committing again.
+    BackendUnavailable, read back before committing again. With ``wait_replicas=N`` a
+    commit returns once N replicas have its writes (``WAIT`` on the same connection),
+    as a grant does; fewer within the request timeout: BackendUnavailable (the writes
+    are on the primary, and a failover may lose them).
     """
 
     def __init__(
@@ -47,16 +50,24 @@ class RedisFencedTransaction(FencedTransaction):
         writes: list[Arg] = []
         for write in self.writes:
             writes += [write.kind.value, write.key, write.value]
+        replicas = queue.backend.params.wait_replicas
         if not self.others:
             args: tuple[Arg, ...] = (self.entry_key, self.token, *writes)
-            reply = yield from queue._run_script(ScriptName.FENCE, *args, retry=False)
+            reply = yield from queue._run_script(
+                ScriptName.FENCE, *args, retry=False, replicas=replicas
+            )
         else:
             entries: list[Arg] = [queue.name, self.entry_key]
             for name, key in self.others:
                 entries += [name, key]
             args = (queue.prefix, "", self.token, len(entries) // 2, *entries, *writes)
             where = f"semaphores {queue.name!r} and others on {queue.backend.describe()}"
-            reply = yield from queue.backend.script(ScriptName.FENCE_ALL, args, where, retry=False)
+            reply = yield from queue.backend.script(
+                ScriptName.FENCE_ALL, args, where, retry=False, replicas=replicas
+            )
+        acknowledged = replicas
+        if replicas:
+            reply, acknowledged = reply
         outcome = reply[0]
         if outcome == b"lost":
             raise PermitLost(
@@ -70,4 +81,10 @@ class RedisFencedTransaction(FencedTransaction):
                 key,
                 "its condition failed (create of a key that exists, or "
                 "set/delete of one that does not); nothing was written",
+            )
+        if acknowledged < replicas:
+            raise BackendUnavailable(
+                f"semaphore {queue.name!r}: the fenced writes reached {acknowledged} of the "
+                f"{replicas} replica(s) wait_replicas asks for; they are on the primary, "
+                "which a failover may lose"
             )

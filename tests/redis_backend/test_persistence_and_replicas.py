@@ -128,3 +128,23 @@ def test_wait_replicas_refuses_a_grant_the_replica_lacks_and_keeps_one_it_has(
         with other, pytest.raises(sr.WouldBlock):
             other.semaphore("failover", capacity=1).acquire(blocking=False)
         assert permit.token > 0
+
+
+def test_wait_replicas_waits_for_a_fenced_write_too(
+    primary: RedisServer, replica: RedisServer, link: FaultProxy, prefix: str
+) -> None:
+    """A commit returns once the replica has its writes; while the replica lags it is
+    BackendUnavailable (its writes are on the primary alone)."""
+    url = _url(primary, prefix, session_timeout=10, wait_replicas=1, request_timeout=1)
+    with sr.connect(url) as backend:
+        key = backend.data_key("fenced")
+        with backend.semaphore("fenced", capacity=1).acquire(timeout=5) as permit:
+            link.blackhole()
+            with pytest.raises(sr.BackendUnavailable, match="fenced writes reached 0 of"):
+                permit.transaction().create(key, b"unreplicated").commit()
+            link.cut()  # the replica reconnects and catches up
+            link.restore()
+            permit.transaction().set(key, b"replicated").commit()
+            primary.kill()  # nothing waits for the replica now: it had the write
+            _promote(replica)
+            assert replica.command_reply(f"GET {key}".encode(), whole=True) == "$10\r\nreplicated"
