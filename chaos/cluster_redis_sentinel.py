@@ -61,6 +61,8 @@ ADMIN_TIMEOUT = 5.0
 ADMIN_WITHIN = 60.0
 # a failover and a rejoin (a full resync of a node's data) on a loaded machine
 FAILOVER_WITHIN = 60.0
+# the sentinels count a restarted primary up again (a few of their pings)
+SEEN_UP_WITHIN = 15.0
 _NODE_ARGS = ("--auto-aof-rewrite-percentage", "0", "--aof-disable-auto-gc", "yes")
 
 
@@ -204,16 +206,32 @@ class RedisSentinelTestCluster:
                 node.kill()
 
     def start_all(self) -> None:
-        """The epoch's primary from its AOF, then the other as its replica (the
-        sentinels saw no replica to promote meanwhile)."""
+        """The epoch's primary from its AOF; once every sentinel counts it up again, the
+        other as its replica (a replica up while the sentinels still hold the primary
+        down, a second after its kill, would be promoted: a failover no kill asked for)."""
         primary = self._node(self.epochs[-1].primary)
         primary.replica_of = None
         primary.start(FAILOVER_WITHIN)
+        deadline = time.monotonic() + SEEN_UP_WITHIN
+        while not self._seen_up(primary):
+            if time.monotonic() > deadline:  # (the replica's start then risks a failover)
+                log.warning("the sentinels do not see %s up again", primary.host_port)
+                break
+            time.sleep(0.1)
         for node in self.set.nodes:
             if node is not primary:
                 node.replica_of = primary.host_port
                 node.start(FAILOVER_WITHIN)
         self.set.wait_settled(FAILOVER_WITHIN)
+
+    def _seen_up(self, node: RedisServer) -> bool:
+        """Whether every sentinel names ``node`` as the primary and holds it up."""
+        for sentinel in self.set.sentinels:
+            state = sentinel.master_state()
+            named = f"{state.get('ip')}:{state.get('port')}"
+            if state.get("flags") != "master" or named != node.host_port:
+                return False
+        return True
 
     def wait_healthy(self) -> None:
         for node in self.set.nodes:
