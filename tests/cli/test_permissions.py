@@ -8,7 +8,7 @@ import signal
 import urllib.request
 
 from ..secured import READER, SecuredStore
-from .conftest import Spawned, Spawner, assert_one_line_error, cli, wait_for
+from .conftest import Spawner, assert_one_line_error, cli, listening_address, wait_for
 
 
 def test_status_with_read_only_credentials(secured: SecuredStore) -> None:
@@ -68,7 +68,7 @@ def test_watch_and_exporter_with_read_only_credentials(
         wait_for(lambda: '"used":1' in watcher.stdout().replace(" ", ""), 30, "watch's line")
         doc = json.loads(watcher.stdout().splitlines()[0])
         assert [h["token"] for h in doc["holders"]] == [held.token]
-        address = _listening(exporter)
+        address = listening_address(exporter, "the exporter to listen")
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
             metrics = reply.read().decode()
         assert 'semaphore_recipes_status_up{semaphore="pool"} 1.0' in metrics, metrics
@@ -80,19 +80,3 @@ def test_watch_and_exporter_with_read_only_credentials(
         assert secured.entries("pool") == 1  # the writer's
     finally:
         held.release()
-
-
-def _listening(spawned: Spawned) -> str:
-    found: list[str] = []
-
-    def ready() -> bool:
-        found[:] = [
-            line.split("listening on http://", 1)[1].split()[0]
-            for line in spawned.stderr().splitlines()
-            if "listening on http://" in line
-        ]
-        return bool(found) or spawned.proc.poll() is not None
-
-    wait_for(ready, 30, "the exporter to listen")
-    assert found, spawned.stderr()
-    return found[0]
