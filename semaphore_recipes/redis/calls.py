@@ -214,14 +214,39 @@ def command(
 def pack(*args: Arg) -> bytes:
     """One command in the protocol's encoding, as redis-py's default encoder sends it
     (UTF-8 text, numbers as their ``repr``)."""
-    out = [b"*%d\r\n" % len(args)]
+    return b"*%d\r\n" % len(args) + _packed_args(args)
+
+
+def _packed_args(args: tuple[Arg, ...]) -> bytes:
+    out = []
     for arg in args:
-        if isinstance(arg, str):
+        if arg.__class__ is bytes:  # (the common cases first: checked by exact class)
+            pass
+        elif arg.__class__ is str:
+            arg = arg.encode()
+        elif arg.__class__ is int:
+            arg = b"%d" % arg
+        elif isinstance(arg, str):
             arg = arg.encode()
         elif not isinstance(arg, bytes):
             arg = repr(arg).encode()
-        out += (b"$%d\r\n" % len(arg), arg, b"\r\n")
+        out.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
     return b"".join(out)
+
+
+#: the packed start of an EVALSHA (its length, the verb, the hash and the key count) by
+#: (hash, keys, arguments): the same few for every call of a script
+_EVALSHA_HEADS: dict[tuple[str, int, int], bytes] = {}
+
+
+def evalsha_packed(sha: str, keys: tuple[str, ...], args: tuple[Arg, ...]) -> bytes:
+    """``pack(b"EVALSHA", sha, len(keys), *keys, *args)``, its start made once."""
+    shape = (sha, len(keys), len(args))
+    head = _EVALSHA_HEADS.get(shape)
+    if head is None:
+        head = pack(b"EVALSHA", sha, len(keys))
+        head = _EVALSHA_HEADS[shape] = b"*%d" % (3 + len(keys) + len(args)) + head[2:]
+    return head + _packed_args((*keys, *args))
 
 
 def evalsha_on(
@@ -232,7 +257,7 @@ def evalsha_on(
     whole (no reply in time, an interrupt) is closed: a late reply would be read as
     the next command's; an error reply was read whole, and the connection goes on."""
     try:
-        conn.send_packed_command([pack(b"EVALSHA", sha, len(keys), *keys, *args)])
+        conn.send_packed_command([evalsha_packed(sha, keys, args)])
         if timeout is not None and not conn.can_read(timeout=timeout):
             conn.disconnect()
             raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
@@ -490,7 +515,7 @@ class AsyncRunner:
         assert self._connections is not None  # (one server)
         conn = await self._connections.take()
         try:
-            await conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
+            await conn.send_packed_command([evalsha_packed(sha, (), args)])
             if timeout is None:
                 return await conn.read_response()
             try:

@@ -142,6 +142,8 @@ class RedisQueue(QueueDriver):
         #: tell of capacity changes, so the notifier reads the capacity now and then
         #: (``look_at_capacity``), until an entry of ours makes us one
         self.looks_at_capacity = False
+        #: the lease the scripts know as one of the openers (told of capacity changes)
+        self._opener: str | None = None
 
     def _args(self, *rest: Arg) -> tuple[Arg, ...]:
         return (*self._head, *rest)
@@ -168,7 +170,9 @@ class RedisQueue(QueueDriver):
     ) -> Program[RedisQueue]:
         if create and capacity:
             yield from self.backend.leasing(self.prefix, where=self._where)
-            reply = yield from self._run_script(ScriptName.OPEN, capacity, self.backend.lease)
+            lease = self.backend.lease
+            reply = yield from self._run_script(ScriptName.OPEN, capacity, lease)
+            self._opener = lease
         else:  # writes nothing: a reader may (capacity changes: looked at, see below)
             reply = yield from self._run_script(ScriptName.CONFIG)
             self.looks_at_capacity = True
@@ -216,6 +220,7 @@ class RedisQueue(QueueDriver):
                 nearest_needed(capacity),
                 capacity,
                 "1" if waiter.wants_slots else "",
+                "" if lease == self._opener else "1",
                 deadline=deadline,
                 replicas=replicas,
             )
@@ -228,6 +233,7 @@ class RedisQueue(QueueDriver):
                 yield from self.backend.await_new_lease(lease, deadline)
                 continue
             view = EntryView.parse(reply)
+            self._opener = lease
             waiter.created(entry_id, view.order)
             self.backend.history.note_counter(self.prefix, view.order)  # (the counter's)
             if view.held and acknowledged < replicas:  # the face's cleanup removes it

@@ -68,7 +68,8 @@ use(S)
 local function lease_key(l) return P .. ':lease:' .. l end
 local function tombstone_key(id) return P .. ':s:' .. S .. ':t:' .. id end
 -- The lease joins the semaphore's openers (told of capacity changes): at a writing
--- open, and at each entry made (an open without create writes nothing)
+-- open, and at an entry made by a client that is not one yet (an open without create
+-- writes nothing)
 local function opened_by(l) redis.call('sadd', P .. ':s:' .. S .. ':open', l) end
 -- On Redis Cluster the prefix carries the hash tag (layout.py): one BLPOP cannot span
 -- slots, so a push to an inbox also rings a doorbell on the inbox's own name (inbox.py)
@@ -293,8 +294,9 @@ opened_by(ARGV[4])
 return {cap, ver}
 """,
     # ARGV: P, S, id, lease, weight, owner, limit, capacity to re-create with, '1' for
-    # job slots (else ''). The id is the client's: a retried enqueue whose first reply
-    # was lost finds its entry instead of creating a second one.
+    # job slots (else ''), '1' to make the lease one of the openers (else: it is one).
+    # The id is the client's: a retried enqueue whose first reply was lost finds its
+    # entry instead of creating a second one.
     # -> view, or {'lost'} (the lease is gone)
     ScriptName.ENQUEUE: r"""
 local id, lease = ARGV[3], ARGV[4]
@@ -318,7 +320,7 @@ if not e then
   if first then give_slots(e, {}) end
   redis.call('zadd', QK, order, id)
   redis.call('hset', EK, id, cjson.encode(e))
-  opened_by(lease)
+  if ARGV[10] == '1' then opened_by(lease) end
   if first then return {order, 1, cap, ver, 0, 1, -1, e.x or {}} end
 end
 sweep(id)
