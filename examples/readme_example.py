@@ -34,6 +34,7 @@ def show(sem: sr.Semaphore) -> None:
     inside: dict[str, int] = {}  # name -> permits held
     peak = 0
     granted: list[str] = []  # names in the order their permits came
+    released: list[str] = []
 
     def worker(name: str, permits: int) -> None:
         nonlocal peak
@@ -49,6 +50,8 @@ def show(sem: sr.Semaphore) -> None:
             time.sleep(0.5)
             with lock:
                 del inside[name]
+        with lock:
+            released.append(name)
         print(f"{time.strftime('%X')} {name} released")
 
     threads = []
@@ -57,8 +60,9 @@ def show(sem: sr.Semaphore) -> None:
         t = threading.Thread(target=worker, args=(arrived[i], permits))
         t.start()
         threads.append(t)
-        time.sleep(0.05)  # arrive in order: grants follow this order (FIFO)
-    time.sleep(0.2)
+        # arrive in order: the next worker starts once this one is in the queue (or has
+        # been and gone), so grants must follow this order (FIFO)
+        wait_for_arrival(sem, i + 1, released, lock)
     st = sem.status()
     print(
         f"status: capacity {st.capacity}, used {st.used}, "
@@ -75,6 +79,21 @@ def show(sem: sr.Semaphore) -> None:
         f"done: at most {peak} of {sem.capacity} permits held at once; "
         f"granted in arrival order: {granted == arrived}"
     )
+
+
+def wait_for_arrival(
+    sem: sr.Semaphore, count: int, released: list[str], lock: threading.Lock
+) -> None:
+    """Until ``count`` workers are in the queue or gone from it (those released are
+    counted first: one released after that is still in the status read next)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with lock:
+            gone = len(released)
+        st = sem.status()
+        if len(st.holders) + len(st.waiters) + gone >= count:
+            return
+        time.sleep(0.01)
 
 
 if __name__ == "__main__":

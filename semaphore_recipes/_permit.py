@@ -22,7 +22,7 @@ from .instrumentation import Instrumentation, LostReason, report
 
 log = logging.getLogger("semaphore_recipes")
 
-__all__ = ["PermitBase", "PermitState"]
+__all__ = ["LostEvent", "PermitBase", "PermitState"]
 
 
 class PermitState(enum.Enum):
@@ -164,3 +164,25 @@ class PermitBase:
         if self._unlisten is not None:
             self._unlisten()
             self._unlisten = None
+
+
+class LostEvent(PermitBase):
+    """What both blocking permits share: ``lost``, a :class:`threading.Event` made when
+    first asked for (most permits are released with nobody looking at it, and making
+    one costs a lock and a condition on every acquire)."""
+
+    _lost_event: threading.Event | None = None
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when the permit is gone (never cleared)."""
+        with self._lock:
+            if self._lost_event is None:
+                self._lost_event = threading.Event()
+                if self._state is PermitState.LOST:
+                    self._lost_event.set()
+            return self._lost_event
+
+    def _signal_lost(self) -> None:
+        if self._lost_event is not None:  # (else made set when asked for: under the lock)
+            self._lost_event.set()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from types import TracebackType
@@ -32,7 +31,7 @@ from ._core.program import Program, run_program
 from ._core.protocol import AwaitEvent, BackendFailed, Enqueued, Event, MarkHeld, SessionLost
 from ._core.queue import Entry
 from ._leave import leave
-from ._permit import PermitBase, PermitState
+from ._permit import LostEvent, PermitBase, PermitState
 from .backend import Capability, FencedTransaction, QueueDriver, Waiter
 from .semaphore import Semaphore
 
@@ -330,7 +329,7 @@ class MultiPermitBase(PermitBase):
         return self._backend.transaction_all(entries, self.token)
 
 
-class MultiPermit(MultiPermitBase):
+class MultiPermit(MultiPermitBase, LostEvent):
     """Permits held in several semaphores at once. Release with :meth:`release` or a
     ``with`` block: every entry goes in one request.
 
@@ -341,10 +340,6 @@ class MultiPermit(MultiPermitBase):
 
     def __init__(self, backend: Backend, pairs: Pairs, entries: Mapping[str, Entry]) -> None:
         super().__init__(backend, pairs, entries)
-        self.lost = threading.Event()  #: set when the permit is gone (never cleared)
-
-    def _signal_lost(self) -> None:
-        self.lost.set()
 
     def transaction(self) -> FencedTransaction:
         """A transaction that commits only while *every* entry of this permit is held

@@ -23,7 +23,6 @@ even when the store stops answering.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -37,7 +36,7 @@ from ._core.protocol import AwaitEvent
 from ._core.queue import Entry
 from ._core.status import Status
 from ._leave import leave
-from ._permit import PermitBase, PermitState
+from ._permit import LostEvent, PermitState
 from .backend import (
     FencedTransaction,
     QueueDriver,
@@ -52,16 +51,12 @@ log = logging.getLogger("semaphore_recipes")
 __all__ = ["Permit", "PermitState", "Semaphore"]
 
 
-class Permit(PermitBase):
+class Permit(LostEvent):
     """Permits held in one semaphore. Release with :meth:`release` or a ``with`` block."""
 
     def __init__(self, semaphore: Semaphore, entry: Entry, token: int, owner: str) -> None:
         super().__init__(semaphore, entry, token, owner)
         self.semaphore = semaphore
-        self.lost = threading.Event()  #: set when the permit is gone (never cleared)
-
-    def _signal_lost(self) -> None:
-        self.lost.set()
 
     def transaction(self) -> FencedTransaction:
         """A transaction that commits only while this permit is held: ``create``,

@@ -24,7 +24,7 @@ from semaphore_recipes.testing.store_selection import selected_stores
 from semaphore_recipes.testing.waiters import waiter_thread
 from semaphore_recipes.testing.workers import Workers, workers
 
-from .secured import _secured_etcd, secured  # noqa: F401  (fixtures of the permission tests)
+from .secured import _secured_etcd, _secured_redis, secured  # noqa: F401  (fixtures of the permission tests)
 
 __all__ = [
     "Workers",

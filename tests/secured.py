@@ -3,7 +3,9 @@
 ``writer`` has every right on the test's semaphores, ``reader`` may only read them:
 on etcd, roles on the key prefix of a server with auth enabled (set up over the Auth
 gRPC service); on ZooKeeper, the digest ACL every node gets from the writer's client
-(writer: all, reader: read), as docs/operations.md describes.
+(writer: all, reader: read); on Redis, ACL users on the key pattern: the writer every
+command, the reader the monitoring user of docs/operations.md (the default user is off),
+as docs/operations.md describes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,19 @@ WRITER = ("worker", "w-secret")
 READER = ("reader", "r-secret")
 ETCD_ROOT_PASSWORD = "root-secret"
 ETCD_PREFIX = "/secured/"  # what the etcd roles are granted on
+REDIS_PATTERN = "secured-*"  # the keys the Redis users may touch
+#: the commands of docs/operations.md's Redis ACL lines (after ``-@all``): the worker's,
+#: the read-only monitoring user's, and what both add on Redis Cluster
+REDIS_WORKER_COMMANDS = (
+    "+evalsha +eval +script|load +evalsha_ro +eval_ro +blpop +get +set +del +scan +ping +wait"
+    " +exists +pexpire +pttl +time +incr +rpush"
+    " +hget +hmget +hset +hdel +zadd +zrem +zrange +zrevrangebyscore +zcount"
+    " +sadd +srem +smembers"
+)
+REDIS_MONITOR_COMMANDS = "+ping +evalsha_ro +eval_ro +hmget +hget +zrange +exists"
+REDIS_CLUSTER_COMMANDS = "+cluster|slots +cluster|shards +readonly +command"
+REDIS_CLUSTER_WORKER_COMMANDS = "+spublish +ssubscribe +sunsubscribe +lpop"
+REDIS_ADMIN = ("admin", "a-secret")
 
 
 @dataclass
@@ -147,11 +162,59 @@ def _zookeeper_store(server: Any, namespace: str) -> Iterator[SecuredStore]:
             client.close()
 
 
-@pytest.fixture(params=["zookeeper", "etcd"])
+@pytest.fixture(scope="session")
+def _secured_redis() -> Iterator[Any]:
+    import redis
+
+    from semaphore_recipes.devtools.redis_server import RedisServer
+
+    with RedisServer() as server:
+        admin: Any = redis.Redis(host="127.0.0.1", port=server.port)
+        acl = admin.execute_command
+        acl("ACL", "SETUSER", REDIS_ADMIN[0], "on", f">{REDIS_ADMIN[1]}", "~*", "&*", "+@all")
+        acl("ACL", "SETUSER", WRITER[0], "on", f">{WRITER[1]}", f"~{REDIS_PATTERN}", "+@all")
+        acl("ACL", "SETUSER", READER[0], "on", f">{READER[1]}", f"~{REDIS_PATTERN}",
+            "resetchannels", "-@all", *REDIS_MONITOR_COMMANDS.split())  # fmt: skip
+        acl("ACL", "SETUSER", "default", "off")  # (last: this connection stays the default's)
+        admin.close()
+        yield server
+
+
+def _redis_store(server: Any) -> Iterator[SecuredStore]:
+    import redis
+
+    prefix = f"{REDIS_PATTERN[:-1]}{uuid.uuid4().hex[:10]}"
+    host, port = server.host_port.rsplit(":", 1)
+    admin: Any = redis.Redis(
+        host=host, port=int(port), username=REDIS_ADMIN[0], password=REDIS_ADMIN[1]
+    )
+
+    def url_for(user: str, password: str) -> str:
+        return f"redis://{user}:{password}@{server.host_port}/0?prefix={prefix}&session_timeout=4"
+
+    store = SecuredStore(
+        "redis",
+        url_for,
+        lambda: sr.connect(url_for(*WRITER)),
+        lambda name: bool(admin.exists(f"{prefix}:s:{name}:cfg")),
+        lambda name: int(admin.hlen(f"{prefix}:s:{name}:e")),
+        lambda name: f"semaphore {name!r}",
+        f"outside-{uuid.uuid4().hex[:10]}",  # the users' pattern covers REDIS_PATTERN only
+    )
+    try:
+        yield store
+    finally:
+        store.close()
+        admin.close()
+
+
+@pytest.fixture(params=["zookeeper", "etcd", "redis"])
 def secured(request: pytest.FixtureRequest) -> Iterator[SecuredStore]:
     """A namespace of the test's own on a server with restricted users."""
     if request.param == "etcd":
         yield from _etcd_store(request.getfixturevalue("_secured_etcd"))
+    elif request.param == "redis":
+        yield from _redis_store(request.getfixturevalue("_secured_redis"))
     else:
         yield from _zookeeper_store(
             request.getfixturevalue("zookeeper_server"),

@@ -64,7 +64,19 @@ from ..backend import (
 )
 from ..errors import BackendUnavailable, SemaphoreError, StoreHistoryReset
 from . import multi
-from .calls import TRANSIENT, Arg, AsyncRunner, Pause, SyncRunner, call, command
+from .calls import (
+    REFUSED,
+    TRANSIENT,
+    Arg,
+    AsyncRunner,
+    Command,
+    Pause,
+    SyncRunner,
+    call,
+    command,
+    retried,
+    translate,
+)
 from .history import StoreHistory, counter_key
 from .layout import KeyLayout
 from .lease import LeaseKeeper, new_lease_id
@@ -136,15 +148,13 @@ class RedisBackend(Backend):
         _reachability.refuse_early("Redis", params.contacts)  # refused: now
         try:
             backend = cls(params, owner=owner)
+        except REFUSED as exc:  # (a cluster client asks for COMMAND when made)
+            raise translate(exc, _where(params), params) from exc
         except TRANSIENT as exc:
             said = _reachability.diagnose(*_diagnosis_of(params))
             raise BackendUnavailable(f"{_where(params)}: {exc}: {said}") from exc
         try:
-            backend.keeper.create(
-                backend.lease,
-                backend.first_prefixes(),
-                Deadline(backend.params.connect_timeout, time.monotonic),
-            )
+            backend.run(backend.probe(Deadline(params.connect_timeout, time.monotonic)))
         except BaseException as exc:
             backend._shut()
             if _unreachable(exc):
@@ -160,15 +170,14 @@ class RedisBackend(Backend):
         await _reachability.refuse_early_async("Redis", params.contacts)
         try:  # (a thread: a cluster client maps the slots when made)
             backend = await asyncio.to_thread(cls, params, owner=owner)
+        except REFUSED as exc:
+            raise translate(exc, _where(params), params) from exc
         except TRANSIENT as exc:
             said = await _reachability.diagnose_async(*_diagnosis_of(params))
             raise BackendUnavailable(f"{_where(params)}: {exc}: {said}") from exc
         backend.aio = AsyncRunner(backend.params)
-        bound = Deadline(backend.params.connect_timeout, time.monotonic)
         try:
-            for prefix in backend.first_prefixes():
-                await backend.aio.run(backend.new_lease(prefix, backend.lease, bound))
-            backend.note_leased(backend.lease, backend.first_prefixes())
+            await backend.aio.run(backend.probe(Deadline(params.connect_timeout, time.monotonic)))
         except BaseException as exc:
             backend._shut()
             await backend.aio.close()
@@ -324,10 +333,11 @@ class RedisBackend(Backend):
         return f"{prefix}:inbox:{self.lease}"
 
     # ---- the lease under each key prefix in use (:mod:`.layout`) -----------------------
-    def first_prefixes(self) -> list[str]:
-        """Where a new backend makes its lease: the one prefix of a single primary; none
-        on Redis Cluster (each hash tag's lease comes with its first semaphore)."""
-        return [self.layout.prefix] if self.layout.is_global() else []
+    def probe(self, bound: Deadline) -> Program[None]:
+        """Connect and authenticate, writing nothing (``PING``, sent again within
+        ``bound``): the lease comes with the first step that writes (:meth:`leasing`),
+        so a user with read-only rights can connect."""
+        yield from retried(lambda: Command(("PING",)), self.describe(), bound, params=self.params)
 
     def lease_prefixes(self) -> list[str]:
         """The key prefixes where the current lease exists."""
@@ -343,23 +353,29 @@ class RedisBackend(Backend):
                 self._leased, self._leased_for = set(), lease
             self._leased.update(prefixes)
 
-    def new_lease(self, prefix: str, lease: str, bound: Deadline) -> Program[bool]:
-        """Make lease ``lease`` under ``prefix``: True made, False it existed."""
+    def new_lease(
+        self, prefix: str, lease: str, bound: Deadline, where: str | None = None
+    ) -> Program[bool]:
+        """Make lease ``lease`` under ``prefix``: True made, False it existed (errors
+        name ``where``, by default this backend)."""
         args = (prefix, "", lease, int(self.params.session_timeout * 1000), self.owner)
-        made = yield from call(ScriptName.NEW_LEASE, args, where=self.describe(),
+        made = yield from call(ScriptName.NEW_LEASE, args, where=where or self.describe(),
                                bound=bound, params=self.params)  # fmt: skip
         return bool(made)
 
-    def leasing(self, prefix: str, deadline: Deadline | None = None) -> Program[None]:
-        """Make sure the current lease exists under ``prefix`` (a semaphore's first use
-        of a hash tag on Redis Cluster; nothing to send otherwise). A lease id found
-        taken is ours: a reply lost on the way, the id being random."""
+    def leasing(
+        self, prefix: str, deadline: Deadline | None = None, where: str | None = None
+    ) -> Program[None]:
+        """Make sure the current lease exists under ``prefix``: made by the first step
+        that writes there (a semaphore's creating open or first entry: a client that
+        only reads makes none; on Redis Cluster, one per hash tag in use). A lease id
+        found taken is ours: a reply lost on the way, the id being random."""
         lease = self.lease
         with self._state_lock:
             if lease == self._leased_for and prefix in self._leased:
                 return
         bound = deadline or Deadline(self.request_timeout, time.monotonic)
-        yield from self.new_lease(prefix, lease, bound)
+        yield from self.new_lease(prefix, lease, bound, where)
         self.note_leased(lease, [prefix])
 
     # ---- the session, as the keeper finds it -----------------------------------------------
@@ -501,8 +517,11 @@ class RedisBackend(Backend):
 
     def _end_lease(self) -> Program[None]:
         """Delete the lease (our entries are dead at once), then let each open queue
-        admit the entries that now fit."""
+        admit the entries that now fit. No lease made: no entry of ours, nothing to
+        write (a reader's close)."""
         bound = Deadline(self.request_timeout, time.monotonic)
+        if not self.lease_prefixes():
+            return
         for prefix in self.lease_prefixes():
             yield from call(ScriptName.END_LEASE, (prefix, "", self.lease),
                             where=self.describe(), bound=bound, params=self.params)  # fmt: skip

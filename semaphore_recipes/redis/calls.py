@@ -35,9 +35,10 @@ from ..errors import (
 from .clients import async_client, close_async, close_sync, sync_client
 from .connections import AsyncIdleConnections, IdleConnections
 from .params import RedisParams
-from .scripts import SCRIPTS, ScriptName
+from .scripts import READ_ONLY, SCRIPTS, ScriptName
 
 __all__ = [
+    "REFUSED",
     "AsyncRunner",
     "Command",
     "Eval",
@@ -46,6 +47,7 @@ __all__ = [
     "SyncRunner",
     "call",
     "command",
+    "retried",
     "translate",
 ]
 
@@ -103,6 +105,8 @@ class Soon:
 
 
 TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+#: a server's refusal (an ACL, a bad argument): sending it again does not help
+REFUSED = redis.exceptions.ResponseError
 
 
 #: what a server that wants a password answers a client that sent none
@@ -124,7 +128,8 @@ def translate(exc: BaseException, where: str, params: RedisParams | None = None)
             )
         return AuthenticationFailed("redis", user, server, text)
     if isinstance(exc, redis.exceptions.NoPermissionError) or (
-        "NOPERM" in text or "can't run this command" in text  # (inside a script)
+        # (inside a script: a command, or a key outside the user's patterns)
+        "NOPERM" in text or "can't run this command" in text or "can't access" in text
     ):
         return PermissionDenied("redis", user, where, text)
     if "DB index is out of range" in text:
@@ -156,12 +161,30 @@ def call(
     timeout) and of the time left. When the bound passes:
     AcquireTimeout if it is a waiting acquire's deadline (``waiting``), else
     BackendUnavailable. ``params``: the URL's (:func:`translate`)."""
+
+    def request() -> Eval:
+        # (half the time left: the WAIT's reply must beat the socket's timeout)
+        wait_ms = (int(bound.cap(max_wait) * 500) or 1) if replicas else 0
+        timeout = bound.remaining() if waiting else None
+        return Eval(name, args, replicas, wait_ms, timeout)
+
+    return (yield from retried(request, where, bound, waiting=waiting, retry=retry, params=params))
+
+
+def retried(
+    request: Callable[[], Eval | Command],
+    where: str,
+    bound: Deadline,
+    *,
+    waiting: bool = False,
+    retry: bool = True,
+    params: RedisParams | None = None,
+) -> Program[Any]:
+    """Send ``request()`` until it is answered: :func:`call`'s policy (a refusal or
+    a wrong password is not sent again)."""
     while True:
         try:
-            # (half the time left: the WAIT's reply must beat the socket's timeout)
-            wait_ms = (int(bound.cap(max_wait) * 500) or 1) if replicas else 0
-            timeout = bound.remaining() if waiting else None
-            return (yield Eval(name, args, replicas, wait_ms, timeout))
+            return (yield request())
         except TRANSIENT as exc:
             if (
                 not retry
@@ -191,14 +214,39 @@ def command(
 def pack(*args: Arg) -> bytes:
     """One command in the protocol's encoding, as redis-py's default encoder sends it
     (UTF-8 text, numbers as their ``repr``)."""
-    out = [b"*%d\r\n" % len(args)]
+    return b"*%d\r\n" % len(args) + _packed_args(args)
+
+
+def _packed_args(args: tuple[Arg, ...]) -> bytes:
+    out = []
     for arg in args:
-        if isinstance(arg, str):
+        if arg.__class__ is bytes:  # (the common cases first: checked by exact class)
+            pass
+        elif arg.__class__ is str:
+            arg = arg.encode()
+        elif arg.__class__ is int:
+            arg = b"%d" % arg
+        elif isinstance(arg, str):
             arg = arg.encode()
         elif not isinstance(arg, bytes):
             arg = repr(arg).encode()
-        out += (b"$%d\r\n" % len(arg), arg, b"\r\n")
+        out.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
     return b"".join(out)
+
+
+#: the packed start of an EVALSHA (its length, the verb, the hash and the key count) by
+#: (hash, keys, arguments): the same few for every call of a script
+_EVALSHA_HEADS: dict[tuple[str, int, int], bytes] = {}
+
+
+def evalsha_packed(sha: str, keys: tuple[str, ...], args: tuple[Arg, ...]) -> bytes:
+    """``pack(b"EVALSHA", sha, len(keys), *keys, *args)``, its start made once."""
+    shape = (sha, len(keys), len(args))
+    head = _EVALSHA_HEADS.get(shape)
+    if head is None:
+        head = pack(b"EVALSHA", sha, len(keys))
+        head = _EVALSHA_HEADS[shape] = b"*%d" % (3 + len(keys) + len(args)) + head[2:]
+    return head + _packed_args((*keys, *args))
 
 
 def evalsha_on(
@@ -209,7 +257,7 @@ def evalsha_on(
     whole (no reply in time, an interrupt) is closed: a late reply would be read as
     the next command's; an error reply was read whole, and the connection goes on."""
     try:
-        conn.send_packed_command([pack(b"EVALSHA", sha, len(keys), *keys, *args)])
+        conn.send_packed_command([evalsha_packed(sha, keys, args)])
         if timeout is not None and not conn.can_read(timeout=timeout):
             conn.disconnect()
             raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s")
@@ -221,6 +269,12 @@ def evalsha_on(
         raise
 
 
+def lacks_read_only_verbs(exc: redis.exceptions.ResponseError) -> bool:
+    """Whether ``exc`` is a server before Redis 7 refusing ``EVALSHA_RO``/``EVAL_RO``:
+    the runner then sends the read-only scripts as ``EVALSHA`` (they only read)."""
+    return "unknown command" in str(exc).lower()
+
+
 def no_retries() -> Retry:
     """The client's own retries are off: :func:`call` decides what is sent again."""
     return Retry(NoBackoff(), 0)
@@ -230,7 +284,8 @@ def routing(eval_: Eval) -> tuple[str, ...]:
     """The keys an EVALSHA of ``eval_`` declares: on Redis Cluster the counter of its
     prefix (the first argument), which routes the call to that prefix's slot
     (:mod:`.layout`); the scripts read only ``ARGV``."""
-    return (f"{eval_.args[0]!s}:seq",)
+    prefix = eval_.args[0]
+    return (f"{prefix.decode() if isinstance(prefix, bytes) else prefix}:seq",)
 
 
 class SyncRunner:
@@ -241,6 +296,7 @@ class SyncRunner:
         self.client: Any = sync_client(params, no_retries())
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._socket_timeout = params.request_timeout
+        self._read_only_verbs = True  # (False: a server before Redis 7 has no EVALSHA_RO)
         # (one server: a cluster's calls go through its client, which follows the slots)
         self._connections: IdleConnections | None = (
             None if params.cluster else IdleConnections(self.client)
@@ -258,6 +314,13 @@ class SyncRunner:
     def _answer(self, pending: object) -> object:
         if isinstance(pending, Eval):
             keys = routing(pending) if self.cluster else ()
+            if pending.name in READ_ONLY and self._read_only_verbs:
+                try:
+                    return self._read_only(self._scripts[pending.name], keys, pending.args)
+                except redis.exceptions.ResponseError as exc:
+                    if not lacks_read_only_verbs(exc):
+                        raise
+                    self._read_only_verbs = False
             if not pending.replicas:
                 script = self._scripts[pending.name]
                 try:
@@ -286,6 +349,15 @@ class SyncRunner:
         except SemaphoreError:
             pending.failed()
         return None
+
+    def _read_only(self, script: Any, keys: tuple[str, ...], args: tuple[Arg, ...]) -> Any:
+        """A script of :data:`.scripts.READ_ONLY` as ``EVALSHA_RO`` (``EVAL_RO`` with its
+        source when the server does not have it: no ``SCRIPT LOAD``, a write a reader
+        may not make), within the socket's timeout (the request timeout)."""
+        try:
+            return self.client.execute_command("EVALSHA_RO", script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return self.client.execute_command("EVAL_RO", script.script, len(keys), *keys, *args)
 
     def _evalsha_on_node(
         self, sha: str, keys: tuple[str, ...], args: tuple[Arg, ...], timeout: float | None
@@ -339,6 +411,7 @@ class AsyncRunner:
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
         self._closed = False
+        self._read_only_verbs = True  # (as the SyncRunner's)
 
     async def run(self, program: Program[T]) -> T:
         return await run_program_async(program, self._answer)
@@ -346,6 +419,13 @@ class AsyncRunner:
     async def _answer(self, pending: object) -> object:
         if isinstance(pending, Eval):
             keys = routing(pending) if self.cluster else ()
+            if pending.name in READ_ONLY and self._read_only_verbs:
+                try:
+                    return await self._read_only(self._scripts[pending.name], keys, pending.args)
+                except redis.exceptions.ResponseError as exc:
+                    if not lacks_read_only_verbs(exc):
+                        raise
+                    self._read_only_verbs = False
             if pending.replicas and self.cluster:
                 return await self._with_wait_on_node(pending, keys)
             if not pending.replicas:
@@ -374,6 +454,14 @@ class AsyncRunner:
         assert isinstance(pending, Soon)
         asyncio.get_running_loop().call_soon(self._start, pending)
         return None
+
+    async def _read_only(self, script: Any, keys: tuple[str, ...], args: tuple[Arg, ...]) -> Any:
+        """As :meth:`SyncRunner._read_only`, awaited."""
+        client = self.client
+        try:
+            return await client.execute_command("EVALSHA_RO", script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return await client.execute_command("EVAL_RO", script.script, len(keys), *keys, *args)
 
     async def _with_wait_on_node(self, pending: Eval, keys: tuple[str, ...]) -> object:
         """The script then ``WAIT`` on one connection of the node serving ``keys`` (a
@@ -427,7 +515,7 @@ class AsyncRunner:
         assert self._connections is not None  # (one server)
         conn = await self._connections.take()
         try:
-            await conn.send_packed_command([pack(b"EVALSHA", sha, 0, *args)])
+            await conn.send_packed_command([evalsha_packed(sha, (), args)])
             if timeout is None:
                 return await conn.read_response()
             try:

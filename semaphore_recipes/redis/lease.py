@@ -162,7 +162,7 @@ class LeaseKeeper:
             self.backend.history_restarted(went_back)
             return
         lease = new_lease_id()
-        prefixes = self.backend.lease_prefixes() or self.backend.first_prefixes()
+        prefixes = self.backend.lease_prefixes()  # (none yet: made when first needed)
         try:
             self.create(lease, prefixes, Deadline(self.backend.request_timeout, time.monotonic))
         except Exception as exc:  # unreachable still: tell now, make the lease later

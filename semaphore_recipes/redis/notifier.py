@@ -5,10 +5,13 @@ Cluster one per hash tag) for each of its entries they admit, and for each of it
 entries someone else removed: a release wakes exactly the waiters it admits, never the
 others (no herd). One thread per backend reads the inbox (:mod:`.inbox`: ``BLPOP``, or
 the doorbells of a cluster) on a connection of its own and hands each message to its
-queue. The same thread runs the timed looks (``CHECK``) of waiters that depend
-on a lease: a crashed holder's lease expires without any script running, and only a
-look notices. After the connection was lost, every waiting entry looks once (a list
-keeps its messages while we are away, but the lease, and its inbox, may have expired).
+queue. A semaphore opened without writing (``create=False``, a read-only user) is not
+told of capacity changes: the thread reads its capacity each ``CAPACITY_LOOK`` until an
+entry of ours makes the client one of its openers. The same thread runs the timed
+looks (``CHECK``) of waiters that depend on a lease: a crashed holder's lease expires
+without any script running, and only a look notices. After the connection was lost,
+every waiting entry looks once (a list keeps its messages while we are away, but the
+lease, and its inbox, may have expired).
 A primary demoted by a Sentinel failover ends a waiting ``BLPOP`` with ``UNBLOCKED``:
 taken as a lost connection (the next read, refused with ``READONLY``, reconnects to the
 new primary).
@@ -44,6 +47,8 @@ POLL = 0.5
 STOP_WAIT = 0.2
 #: the pause after the connection failed, before reading again
 RECONNECT_PAUSE = 0.2
+#: how often a semaphore opened without writing reads its capacity (it is not told)
+CAPACITY_LOOK = 1.0
 
 
 class Notifier:
@@ -60,6 +65,7 @@ class Notifier:
         self._lock = threading.Lock()
         self._timers: list[tuple[float, int, RedisQueue, str]] = []
         self._seq = itertools.count()
+        self._next_capacity_look = time.monotonic() + CAPACITY_LOOK
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="semaphore-recipes-redis-notifier", daemon=True
@@ -104,6 +110,7 @@ class Notifier:
                     missed = False
                 for queue, entry_id in ready:
                     self.runner.run(queue.check(entry_id))
+                self._look_at_capacities()
                 inboxes = [self.backend.inbox_key(p) for p in self.backend.lease_prefixes()]
                 if not inboxes:  # (Redis Cluster, before the first semaphore's lease)
                     self._stop.wait(wait)
@@ -122,6 +129,16 @@ class Notifier:
                 continue
             for raw in messages:
                 self._deliver(raw)
+
+    def _look_at_capacities(self) -> None:
+        """Once a ``CAPACITY_LOOK``: the capacity of each semaphore opened without
+        writing (``RedisQueue.looks_at_capacity``), read."""
+        if time.monotonic() < self._next_capacity_look:
+            return
+        self._next_capacity_look = time.monotonic() + CAPACITY_LOOK
+        for queue in self.backend.queues():
+            if queue.looks_at_capacity:
+                self.runner.run(queue.look_at_capacity())
 
     def _deliver(self, raw: bytes) -> None:
         message = decode_message(raw)

@@ -138,6 +138,12 @@ class RedisQueue(QueueDriver):
         self._where = f"semaphore {name!r} on {backend.describe()}"
         self._routes: dict[str, _Route] = {}
         self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
+        #: opened without writing (``create=False``): not among the openers the scripts
+        #: tell of capacity changes, so the notifier reads the capacity now and then
+        #: (``look_at_capacity``), until an entry of ours makes us one
+        self.looks_at_capacity = False
+        #: the lease the scripts know as one of the openers (told of capacity changes)
+        self._opener: str | None = None
 
     def _args(self, *rest: Arg) -> tuple[Arg, ...]:
         return (*self._head, *rest)
@@ -162,9 +168,14 @@ class RedisQueue(QueueDriver):
     def open(
         self, capacity: int | None, *, adopt_capacity: bool, create: bool
     ) -> Program[RedisQueue]:
-        requested = capacity if create and capacity else ""
-        yield from self.backend.leasing(self.prefix)  # (Redis Cluster: a new tag's lease)
-        reply = yield from self._run_script(ScriptName.OPEN, requested, self.backend.lease)
+        if create and capacity:
+            yield from self.backend.leasing(self.prefix, where=self._where)
+            lease = self.backend.lease
+            reply = yield from self._run_script(ScriptName.OPEN, capacity, lease)
+            self._opener = lease
+        else:  # writes nothing: a reader may (capacity changes: looked at, see below)
+            reply = yield from self._run_script(ScriptName.CONFIG)
+            self.looks_at_capacity = True
         if not reply:
             raise SemaphoreNotFound(self.name, self.backend.describe())
         stored, version = int(reply[0]), int(reply[1])
@@ -172,6 +183,13 @@ class RedisQueue(QueueDriver):
         if capacity is not None and stored != capacity and not adopt_capacity:
             raise CapacityMismatch(self.name, capacity, stored)
         return self
+
+    def look_at_capacity(self) -> Program[None]:
+        """Read the stored capacity (the notifier's look for an open that wrote nothing);
+        a missing semaphore is left to the next call to find."""
+        reply = yield from self._run_script(ScriptName.CONFIG)
+        if reply:
+            self.apply_capacity(int(reply[0]), int(reply[1]))
 
     def set_capacity(self, capacity: int) -> Program[None]:
         validate_capacity(capacity)  # (before any I/O: when the program is made)
@@ -186,7 +204,7 @@ class RedisQueue(QueueDriver):
         self.backend.check_open()  # (before an entry id is chosen: nothing to abandon)
         self.drop_route(waiter.entry_id)
         while True:
-            yield from self.backend.leasing(self.prefix, deadline)
+            yield from self.backend.leasing(self.prefix, deadline, self._where)
             lease = self.backend.lease
             # (the backend's counter: two semaphore objects of one name share the queue)
             entry_id = f"{lease}.{self.name}.{self.backend.new_id()}"
@@ -202,6 +220,7 @@ class RedisQueue(QueueDriver):
                 nearest_needed(capacity),
                 capacity,
                 "1" if waiter.wants_slots else "",
+                "" if lease == self._opener else "1",
                 deadline=deadline,
                 replicas=replicas,
             )
@@ -214,6 +233,7 @@ class RedisQueue(QueueDriver):
                 yield from self.backend.await_new_lease(lease, deadline)
                 continue
             view = EntryView.parse(reply)
+            self._opener = lease
             waiter.created(entry_id, view.order)
             self.backend.history.note_counter(self.prefix, view.order)  # (the counter's)
             if view.held and acknowledged < replicas:  # the face's cleanup removes it
@@ -234,7 +254,9 @@ class RedisQueue(QueueDriver):
         """The Enqueue step's answer for our entry ``entry_id`` created as ``view`` says:
         admitted by the script, or by a message that overtook its reply (then it lists
         nothing before us), with the job slots it asked for (else BackendUnavailable:
-        :meth:`missing_slots`); a waiter gets its look timed."""
+        :meth:`missing_slots`); a waiter gets its look timed. The script that made the
+        entry made our lease one of the semaphore's openers."""
+        self.looks_at_capacity = False
         with self._lock:
             route = self._routes.get(entry_id)
             admitted = view.held or (route is not None and route.admitted)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["SCRIPTS", "ScriptName"]
+__all__ = ["READ_ONLY", "SCRIPTS", "ScriptName"]
 
 _COMMON = r"""
 local P, S = ARGV[1], ARGV[2]
@@ -67,6 +67,10 @@ end
 use(S)
 local function lease_key(l) return P .. ':lease:' .. l end
 local function tombstone_key(id) return P .. ':s:' .. S .. ':t:' .. id end
+-- The lease joins the semaphore's openers (told of capacity changes): at a writing
+-- open, and at an entry made by a client that is not one yet (an open without create
+-- writes nothing)
+local function opened_by(l) redis.call('sadd', P .. ':s:' .. S .. ':open', l) end
 -- On Redis Cluster the prefix carries the hash tag (layout.py): one BLPOP cannot span
 -- slots, so a push to an inbox also rings a doorbell on the inbox's own name (inbox.py)
 local CLUSTERED = string.find(P, '{', 1, true) ~= nil
@@ -267,6 +271,7 @@ class ScriptName(enum.Enum):
     REMOVE = "remove"
     SET_CAPACITY = "set_capacity"
     STATUS = "status"
+    CONFIG = "config"
     FENCE = "fence"
     RENEW = "renew"
     NEW_LEASE = "new_lease"
@@ -275,22 +280,23 @@ class ScriptName(enum.Enum):
 
 
 _BODIES = {
-    # ARGV: P, S, capacity ('' to only open), lease. The lease joins the semaphore's
-    # openers: a capacity change is told to each. -> {capacity, version} or {} when missing
+    # ARGV: P, S, capacity, lease. Creates the semaphore if it is missing; the lease
+    # joins the semaphore's openers: a capacity change is told to each.
+    # -> {capacity, version}
     ScriptName.OPEN: r"""
 local cap, ver = config()
 if not cap then
-  if ARGV[3] == '' then return {} end
   cap = tonumber(ARGV[3])
   ver = redis.call('incr', P .. ':seq')
   redis.call('hset', CK, 'capacity', ARGV[3], 'version', ver)
 end
-redis.call('sadd', P .. ':s:' .. S .. ':open', ARGV[4])
+opened_by(ARGV[4])
 return {cap, ver}
 """,
     # ARGV: P, S, id, lease, weight, owner, limit, capacity to re-create with, '1' for
-    # job slots (else ''). The id is the client's: a retried enqueue whose first reply
-    # was lost finds its entry instead of creating a second one.
+    # job slots (else ''), '1' to make the lease one of the openers (else: it is one).
+    # The id is the client's: a retried enqueue whose first reply was lost finds its
+    # entry instead of creating a second one.
     # -> view, or {'lost'} (the lease is gone)
     ScriptName.ENQUEUE: r"""
 local id, lease = ARGV[3], ARGV[4]
@@ -314,6 +320,7 @@ if not e then
   if first then give_slots(e, {}) end
   redis.call('zadd', QK, order, id)
   redis.call('hset', EK, id, cjson.encode(e))
+  if ARGV[10] == '1' then opened_by(lease) end
   if first then return {order, 1, cap, ver, 0, 1, -1, e.x or {}} end
 end
 sweep(id)
@@ -360,6 +367,7 @@ if found == 0 then
     local e = {w = tonumber(ARGV[i + 1]), l = lease, o = ARGV[5], h = false, s = now(), t = order}
     redis.call('zadd', QK, order, id)
     redis.call('hset', EK, id, cjson.encode(e))
+    opened_by(lease)
   end
 end
 local out = {}
@@ -446,6 +454,13 @@ for _, lease in ipairs(redis.call('smembers', OK)) do
 end
 return ver
 """,
+    # ARGV: P, S. -> {capacity, version}, {} when missing (reads only: an open without
+    # create, and the look of a reader at the capacity)
+    ScriptName.CONFIG: r"""
+local cap, ver = config()
+if not cap then return {} end
+return {cap, ver}
+""",
     # ARGV: P, S. -> {} when missing, else
     # {capacity, version, id1, owner1, w1, t1, h1, s1, slots1, ...} (live entries in queue
     # order, slots as {index, token, ...}; reads only)
@@ -510,6 +525,10 @@ redis.call('del', CK, QK, EK, P .. ':s:' .. S .. ':open')
 return 1
 """,
 }
+
+#: The scripts that only read: run as ``EVALSHA_RO``, so a user with read-only rights
+#: may run them (docs/operations.md, read-only monitoring) and Redis refuses any write.
+READ_ONLY = frozenset({ScriptName.STATUS, ScriptName.CONFIG})
 
 #: The source of each script (the common functions first).
 SCRIPTS: dict[ScriptName, str] = {name: _COMMON + body for name, body in _BODIES.items()}

@@ -51,20 +51,22 @@ class RedisFencedTransaction(FencedTransaction):
         for write in self.writes:
             writes += [write.kind.value, write.key, write.value]
         replicas = queue.backend.params.wait_replicas
+        keys = ", ".join(write.key for write in self.writes)
         if not self.others:
-            args: tuple[Arg, ...] = (self.entry_key, self.token, *writes)
-            reply = yield from queue._run_script(
-                ScriptName.FENCE, *args, retry=False, replicas=replicas
-            )
+            args: tuple[Arg, ...] = (queue.prefix, queue.name, self.entry_key, self.token)
+            where = f"keys {keys} of semaphore {queue.name!r} on {queue.backend.describe()}"
+            script = ScriptName.FENCE
         else:
             entries: list[Arg] = [queue.name, self.entry_key]
             for name, key in self.others:
                 entries += [name, key]
-            args = (queue.prefix, "", self.token, len(entries) // 2, *entries, *writes)
-            where = f"semaphores {queue.name!r} and others on {queue.backend.describe()}"
-            reply = yield from queue.backend.script(
-                ScriptName.FENCE_ALL, args, where, retry=False, replicas=replicas
-            )
+            args = (queue.prefix, "", self.token, len(entries) // 2, *entries)
+            where = f"keys {keys} of semaphores {queue.name!r} and others on "
+            where += queue.backend.describe()
+            script = ScriptName.FENCE_ALL
+        reply = yield from queue.backend.script(
+            script, (*args, *writes), where, retry=False, replicas=replicas
+        )
         acknowledged = replicas
         if replicas:
             reply, acknowledged = reply

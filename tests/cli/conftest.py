@@ -170,6 +170,23 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+def listening_address(spawned: Spawned, what: str) -> str:
+    """The ``host:port`` a spawned server (``hold``, ``exporter``) says it listens on."""
+    found: list[str] = []
+
+    def ready() -> bool:
+        found[:] = [
+            line.split("listening on http://", 1)[1].split()[0]
+            for line in spawned.stderr().splitlines()
+            if "listening on http://" in line
+        ]
+        return bool(found) or spawned.proc.poll() is not None
+
+    wait_for(ready, 30, what)
+    assert found, spawned.stderr()
+    return found[0]
+
+
 #: the stores whose harness lists their semaphores and entries from their tables
 SQL_STORES = ("postgresql", "mysql")
 

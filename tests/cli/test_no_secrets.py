@@ -27,7 +27,7 @@ import semaphore_recipes as sr
 from semaphore_recipes.backend import redact_url
 from tests.secured import ETCD_PREFIX, ETCD_ROOT_PASSWORD
 
-from .conftest import CLI, Spawner, clean_env, wait_for
+from .conftest import CLI, Spawner, clean_env, listening_address, wait_for
 
 PW = "s3cretPW-zz"
 USER = f"nosecrets-{uuid.uuid4().hex[:6]}"
@@ -230,22 +230,6 @@ def _get(url: str) -> str:
         return str(reply.read().decode())
 
 
-def _listening(spawned: Any, what: str) -> str:
-    found: list[str] = []
-
-    def ready() -> bool:
-        found[:] = [
-            line.split("listening on http://", 1)[1].split()[0]
-            for line in spawned.stderr().splitlines()
-            if "listening on http://" in line
-        ]
-        return bool(found) or spawned.proc.poll() is not None
-
-    wait_for(ready, 30, what)
-    assert found, spawned.stderr()
-    return found[0]
-
-
 def _watch_on_a_terminal(url: str, name: str) -> str:
     """``watch`` with a terminal as stdout (its header names the URL) until Ctrl-C."""
     leader, follower = pty.openpty()
@@ -292,10 +276,10 @@ def test_no_command_shows_the_password(locked: Locked, spawn: Spawner, tmp_path:
     watcher = spawn("watch", "--url", url, "-vv", "--interval", "0.2", f"{name}-missing")
     hold = spawn("hold", "--url", url, "-vv", "-c", "3", "--listen", "127.0.0.1:0", name)
     exporter = spawn("exporter", "--url", url, "-vv", "--listen", "127.0.0.1:0", name)
-    address = _listening(hold, "the sidecar to listen")
+    address = listening_address(hold, "the sidecar to listen")
     wait_for(lambda: "holding" in hold.stderr(), 30, "the sidecar to hold")
     out += [_get(f"http://{address}/status"), _get(f"http://{address}/metrics")]
-    out.append(_get(f"http://{_listening(exporter, 'the exporter')}/metrics"))
+    out.append(_get(f"http://{listening_address(exporter, 'the exporter')}/metrics"))
     wait_for(lambda: "no such semaphore" in watcher.stdout(), 30, "watch's first lines")
     for spawned in (hold, exporter, watcher):
         spawned.proc.send_signal(signal.SIGTERM if spawned is not watcher else signal.SIGINT)

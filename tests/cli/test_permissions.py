@@ -1,12 +1,14 @@
-"""The CLI with restricted users: ``status`` needs only read permission; a refusal
-exits 77 (EX_NOPERM) with one line naming the user."""
+"""The CLI with restricted users: ``status``, ``watch`` and ``exporter`` need only read
+permission; a refusal exits 77 (EX_NOPERM) with one line naming the user."""
 
 from __future__ import annotations
 
 import json
+import signal
+import urllib.request
 
 from ..secured import READER, SecuredStore
-from .conftest import assert_one_line_error, cli
+from .conftest import Spawner, assert_one_line_error, cli, listening_address, wait_for
 
 
 def test_status_with_read_only_credentials(secured: SecuredStore) -> None:
@@ -51,3 +53,30 @@ def test_wrong_password_exits_77(secured: SecuredStore) -> None:
     assert_one_line_error(result)
     assert f"'{READER[0]}'" in result.stderr
     assert "bad-pw-x9" not in result.stderr  # the password is never shown
+
+
+def test_watch_and_exporter_with_read_only_credentials(
+    secured: SecuredStore, spawn: Spawner
+) -> None:
+    """The monitoring commands need only read: ``watch`` shows the holder, the
+    exporter's scrape reports the semaphore up with its use; the reader leaves no
+    trace in the store."""
+    held = secured.writer().semaphore("pool", 2).acquire()
+    try:
+        watcher = spawn("watch", "pool", "--json", "--interval", "0.2", "--url", secured.reader_url)
+        exporter = spawn("exporter", "pool", "--listen", "127.0.0.1:0", "--url", secured.reader_url)
+        wait_for(lambda: '"used":1' in watcher.stdout().replace(" ", ""), 30, "watch's line")
+        doc = json.loads(watcher.stdout().splitlines()[0])
+        assert [h["token"] for h in doc["holders"]] == [held.token]
+        address = listening_address(exporter, "the exporter to listen")
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+            metrics = reply.read().decode()
+        assert 'semaphore_recipes_status_up{semaphore="pool"} 1.0' in metrics, metrics
+        assert 'semaphore_recipes_permits_in_use{semaphore="pool"} 1.0' in metrics, metrics
+        for spawned in (watcher, exporter):
+            spawned.proc.send_signal(signal.SIGINT)
+            assert spawned.wait(15) == 0, spawned.stderr()
+            assert "refused" not in spawned.stderr(), spawned.stderr()
+        assert secured.entries("pool") == 1  # the writer's
+    finally:
+        held.release()

@@ -1,6 +1,7 @@
 """Read-only use and permission errors, against real servers with restricted users.
 
-A reader (etcd role with READ on the prefix only; ZooKeeper ACL with read only) can
+A reader (etcd role with READ on the prefix only; ZooKeeper ACL with read only; the
+Redis monitoring user of docs/operations.md) can
 open a semaphore with ``create=False`` and read its status, and nothing else; every
 refusal is the library's PermissionDenied (a PermissionError) naming the user and the
 path or key. Bad credentials fail at connect with AuthenticationFailed.
@@ -106,8 +107,9 @@ def test_a_reader_sees_capacity_changes(secured: SecuredStore) -> None:
 
 def test_a_wrong_password(secured: SecuredStore) -> None:
     secured.writer().semaphore("pool", 2)
-    if secured.kind == "etcd":
-        # etcd checks the password when the client logs in: at connect, no retries
+    if secured.kind in ("etcd", "redis"):
+        # etcd checks the password when the client logs in, Redis when it connects: at
+        # connect, no retries
         with pytest.raises(sr.AuthenticationFailed) as err:
             secured.reader(password="bad-pw-x9")
         assert isinstance(err.value, sr.PermissionDenied)
@@ -124,6 +126,12 @@ def test_a_wrong_password(secured: SecuredStore) -> None:
 def test_anonymous_access_is_refused(secured: SecuredStore) -> None:
     secured.writer().semaphore("pool", 2)
     url = secured.reader_url.split("?")[0]
+    if secured.kind == "redis":  # a connection is the default user's, off here: at connect
+        url = url.replace(secured.reader_url.split("@")[0] + "@", "redis://")
+        with pytest.raises(sr.AuthenticationFailed) as refused:
+            sr.connect(url)
+        assert refused.value.user == "default"
+        return
     with sr.connect(url) as anonymous, pytest.raises(sr.PermissionDenied) as err:
         anonymous.semaphore("pool", create=False).status()
     assert err.value.user is None

@@ -1,4 +1,5 @@
-"""The ACL user docs/operations.md gives works, and one missing a command is refused."""
+"""The ACL users docs/operations.md gives work (the worker's, the monitoring user's), and
+one missing a command is refused."""
 
 from __future__ import annotations
 
@@ -9,13 +10,9 @@ import pytest
 
 import semaphore_recipes as sr
 
-#: the commands of docs/operations.md's ACL line (after ``-@all``)
-DOCUMENTED = (
-    "+evalsha +eval +script|load +blpop +get +set +del +scan +ping +wait"
-    " +exists +pexpire +pttl +time +incr +rpush"
-    " +hget +hmget +hset +hdel +zadd +zrem +zrange +zrevrangebyscore +zcount"
-    " +sadd +srem +smembers"
-)
+from ..secured import REDIS_WORKER_COMMANDS
+
+DOCUMENTED = REDIS_WORKER_COMMANDS
 
 
 def _user(admin: Any, prefix: str, commands: str) -> tuple[str, str]:
@@ -54,17 +51,21 @@ def test_the_documented_acl_user_can_do_everything(
         redis_admin.execute_command("ACL", "DELUSER", name)
 
 
-def test_a_wrong_password_and_a_missing_command_are_refused_at_connect(
+def test_a_wrong_password_is_refused_at_connect_a_missing_command_at_its_use(
     redis_server: Any, redis_admin: Any, redis_prefix: str
 ) -> None:
+    """Connecting writes nothing (a read-only user may): a command the user lacks is
+    refused at the first step that sends it, naming the semaphore."""
     where = f"{redis_server.host_port}/0?prefix={redis_prefix}&connect_timeout=2"
     name, _ = _user(redis_admin, redis_prefix, DOCUMENTED)
     lacking, password = _user(redis_admin, redis_prefix, DOCUMENTED.replace("+evalsha ", ""))
     try:
         with pytest.raises(sr.AuthenticationFailed):
             sr.connect(f"redis://{name}:wrong@{where}")
-        with pytest.raises(sr.PermissionDenied) as refused:
-            sr.connect(f"redis://{lacking}:{password}@{where}")
+        url = f"redis://{lacking}:{password}@{where}"
+        with sr.connect(url) as backend, pytest.raises(sr.PermissionDenied) as refused:
+            backend.semaphore("acl", capacity=1)
         assert not isinstance(refused.value, sr.AuthenticationFailed)
+        assert refused.value.user == lacking and "semaphore 'acl'" in str(refused.value)
     finally:
         redis_admin.execute_command("ACL", "DELUSER", name, lacking)

@@ -52,7 +52,10 @@ def test_a_refusal_names_the_urls_user_and_the_server_once(locked_redis: str) ->
             f"redis at {locked_redis}/0 refused the credentials of user {user!r}: "
         ), str(refused)
         assert "anonymous" not in str(refused)
-    lacking = _refusal(f"redis://lacking:{PASSWORD}@{where}")
+    url = f"redis://lacking:{PASSWORD}@{where}"  # (connecting writes nothing)
+    with sr.connect(url) as backend, pytest.raises(sr.PermissionDenied) as at_use:
+        backend.semaphore("s", capacity=1)
+    lacking = at_use.value
     assert not isinstance(lacking, sr.AuthenticationFailed)
     assert lacking.user == "lacking" and "user 'lacking'" in str(lacking), str(lacking)
     assert str(lacking).count("redis at") == 1, str(lacking)

@@ -112,3 +112,27 @@ def test_failed_connects_do_not_use_up_the_pools_connections() -> None:
     finally:
         connections.close()
         client.close()
+
+
+def test_the_packed_evalsha_is_what_redis_py_sends() -> None:
+    """The runners encode EVALSHA themselves (its start made once per shape): byte for
+    byte what redis-py's own encoder makes of the same arguments."""
+    from semaphore_recipes.redis.calls import evalsha_packed
+
+    class Text(str):
+        pass
+
+    encoder: Any = redis.Redis().get_encoder()
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    cases: list[tuple[tuple[str, ...], tuple[Any, ...]]] = [
+        ((), (b"P", b"name", "id.1", "lease", 1, "owner", 0, 12, "")),
+        (("P:{t}:seq",), ("P:{t}", "n", -3, 2.5, Text("sub"), "é", b"\x00\r\n")),
+        ((), ()),
+    ]
+    for keys, args in cases:
+        for _ in range(2):  # (the second time from the cached start)
+            words = [b"EVALSHA", sha, len(keys), *keys, *args]
+            expected = b"*%d\r\n" % len(words) + b"".join(
+                b"$%d\r\n%b\r\n" % (len(encoder.encode(w)), encoder.encode(w)) for w in words
+            )
+            assert evalsha_packed(sha, keys, args) == expected

@@ -43,11 +43,17 @@ class Scripts:
         self.admin.delete(f"{self.prefix}:lease:{lease}")
 
     def enqueue(
-        self, entry_id: str, lease: str, weight: int = 1, capacity: int = 2, slots: bool = False
+        self,
+        entry_id: str,
+        lease: str,
+        weight: int = 1,
+        capacity: int = 2,
+        slots: bool = False,
+        opener: bool = False,
     ) -> list[Any]:
-        reply: list[Any] = self.run(
-            ScriptName.ENQUEUE, entry_id, lease, weight, "owner", 64, capacity, "1" if slots else ""
-        )
+        """ENQUEUE; ``opener``: the lease joins the openers told of capacity changes."""
+        args = (entry_id, lease, weight, "owner", 64, capacity, "1" if slots else "")
+        reply: list[Any] = self.run(ScriptName.ENQUEUE, *args, "1" if opener else "")
         return reply
 
     def enqueue_all(self, entry_id: str, lease: str, **weights: tuple[int, int]) -> list[Any]:
@@ -215,13 +221,18 @@ def test_a_capacity_decrease_keeps_the_holders_and_admits_nobody(scripts: Script
         scripts.lease(lease)
     scripts.enqueue("a.1", "a", capacity=2)
     scripts.enqueue("b.1", "b", capacity=2)
-    scripts.enqueue("c.1", "c", capacity=2)
+    scripts.enqueue("c.1", "c", capacity=2, opener=True)
     scripts.run(ScriptName.SET_CAPACITY, 1)
     scripts.run(ScriptName.REMOVE, "a.1", "a")
     assert scripts.held("b.1") and not scripts.held("c.1")  # b alone fills capacity 1
     version = scripts.run(ScriptName.SET_CAPACITY, 2)
     assert scripts.held("c.1")
-    assert scripts.inbox("c") == [{"x": "admitted", "n": "s", "k": "c.1", "c": 2, "v": version}]
+    told = scripts.inbox("c")  # (its enqueue made its lease an opener: told of capacities)
+    assert [m for m in told if m["x"] == "admitted"] == [
+        {"x": "admitted", "n": "s", "k": "c.1", "c": 2, "v": version}
+    ]
+    assert [m["c"] for m in told if m["x"] == "capacity"] == [1, 2]
+    assert scripts.inbox("b") == []  # not an opener: admitted before, told nothing
 
 
 def test_the_fence_checks_entry_token_admission_and_lease_before_writing(
