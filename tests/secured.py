@@ -10,6 +10,7 @@ as docs/operations.md describes.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -220,3 +221,29 @@ def secured(request: pytest.FixtureRequest) -> Iterator[SecuredStore]:
             request.getfixturevalue("zookeeper_server"),
             request.getfixturevalue("sr_namespace"),
         )
+
+
+@contextlib.contextmanager
+def redis_users_on_every_node(
+    ports: list[int], prefix: str, rights: dict[str, str]
+) -> Iterator[tuple[dict[str, str], str]]:
+    """Users ``kind-<random>`` (one per ``rights`` key: ``worker``, ``monitor``) with
+    those rights on ``prefix``'s keys, made on each node of ``ports`` (ACLs are per
+    node) and deleted after: ({kind: user name}, their password)."""
+    import redis
+
+    suffix, password = uuid.uuid4().hex[:6], uuid.uuid4().hex
+    names = {kind: f"{kind}-{suffix}" for kind in rights}
+    admins: list[Any] = [redis.Redis(host="127.0.0.1", port=port) for port in ports]
+    try:
+        for admin in admins:
+            for kind, commands in rights.items():
+                admin.execute_command(
+                    "ACL", "SETUSER", names[kind], "on", f">{password}", f"~{prefix}:*",
+                    "resetchannels", "-@all", *commands.split(),
+                )  # fmt: skip
+        yield names, password
+    finally:
+        for admin in admins:
+            admin.execute_command("ACL", "DELUSER", *names.values())
+            admin.close()

@@ -5,7 +5,6 @@ is refused an acquire."""
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,41 +17,25 @@ from ..secured import (
     REDIS_CLUSTER_WORKER_COMMANDS,
     REDIS_MONITOR_COMMANDS,
     REDIS_WORKER_COMMANDS,
+    redis_users_on_every_node,
 )
 
 
 @pytest.fixture
 def users(redis_cluster: Any, redis_prefix: str) -> Iterator[dict[str, str]]:
     """URLs of a worker and a monitoring user made on every node (ACLs are per node)."""
-    import redis
-
-    suffix, password = uuid.uuid4().hex[:6], uuid.uuid4().hex
-    lines = {
-        f"worker-{suffix}": (
-            f"&{redis_prefix}:*",
-            REDIS_WORKER_COMMANDS,
-            REDIS_CLUSTER_WORKER_COMMANDS,
-            REDIS_CLUSTER_COMMANDS,
-        ),
-        f"monitor-{suffix}": (REDIS_MONITOR_COMMANDS, REDIS_CLUSTER_COMMANDS),
+    rights = {
+        "worker": f"&{redis_prefix}:* {REDIS_WORKER_COMMANDS} {REDIS_CLUSTER_WORKER_COMMANDS}"
+        f" {REDIS_CLUSTER_COMMANDS}",
+        "monitor": f"{REDIS_MONITOR_COMMANDS} {REDIS_CLUSTER_COMMANDS}",
     }
-    admins: list[Any] = [redis.Redis(host="127.0.0.1", port=n.port) for n in redis_cluster.nodes]
-    for admin in admins:
-        for name, rights in lines.items():
-            admin.execute_command(
-                "ACL", "SETUSER", name, "on", f">{password}", f"~{redis_prefix}:*",
-                "resetchannels", "-@all", *" ".join(rights).split(),
-            )  # fmt: skip
+    ports = [node.port for node in redis_cluster.nodes]
     nodes = ",".join(redis_cluster.startup_nodes[: redis_cluster.primaries])
-    try:
+    with redis_users_on_every_node(ports, redis_prefix, rights) as (names, password):
         yield {
-            name.split("-")[0]: f"redis+cluster://{name}:{password}@{nodes}?prefix={redis_prefix}"
-            for name in lines
+            kind: f"redis+cluster://{name}:{password}@{nodes}?prefix={redis_prefix}"
+            for kind, name in names.items()
         }
-    finally:
-        for admin in admins:
-            admin.execute_command("ACL", "DELUSER", *lines)
-            admin.close()
 
 
 def test_the_documented_users_on_every_node(users: dict[str, str]) -> None:

@@ -4,7 +4,6 @@ status through the sentinels and is refused an acquire."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,39 +11,24 @@ import pytest
 
 import semaphore_recipes as sr
 
-from ..secured import REDIS_MONITOR_COMMANDS, REDIS_WORKER_COMMANDS
+from ..secured import REDIS_MONITOR_COMMANDS, REDIS_WORKER_COMMANDS, redis_users_on_every_node
 
 
 @pytest.fixture
 def users(redis_sentinel_set: Any, redis_prefix: str) -> Iterator[dict[str, str]]:
     """URLs of a worker and a monitoring user made on every data node."""
-    import redis
-
     nodes = getattr(redis_sentinel_set, "nodes", None)
     if nodes is None:
         pytest.skip("an external Sentinel set: its nodes are not ours to add users to")
-    suffix, password = uuid.uuid4().hex[:6], uuid.uuid4().hex
-    lines = {f"worker-{suffix}": REDIS_WORKER_COMMANDS, f"monitor-{suffix}": REDIS_MONITOR_COMMANDS}
-    admins: list[Any] = [redis.Redis(host="127.0.0.1", port=node.port) for node in nodes]
-    for admin in admins:
-        for name, commands in lines.items():
-            admin.execute_command(
-                "ACL", "SETUSER", name, "on", f">{password}", f"~{redis_prefix}:*",
-                "resetchannels", "-@all", *commands.split(),
-            )  # fmt: skip
+    rights = {"worker": REDIS_WORKER_COMMANDS, "monitor": REDIS_MONITOR_COMMANDS}
     sentinels, service = redis_sentinel_set.sentinel_hosts, redis_sentinel_set.service
-    try:
+    ports = [node.port for node in nodes]
+    with redis_users_on_every_node(ports, redis_prefix, rights) as (names, password):
         yield {
-            name.split("-")[0]: (
-                f"redis+sentinel://{name}:{password}@{sentinels}/{service}/0"
-                f"?prefix={redis_prefix}&session_timeout=4"
-            )
-            for name in lines
+            kind: f"redis+sentinel://{name}:{password}@{sentinels}/{service}/0"
+            f"?prefix={redis_prefix}&session_timeout=4"
+            for kind, name in names.items()
         }
-    finally:
-        for admin in admins:
-            admin.execute_command("ACL", "DELUSER", *lines)
-            admin.close()
 
 
 def test_the_documented_users_through_the_sentinels(users: dict[str, str]) -> None:
