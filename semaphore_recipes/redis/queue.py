@@ -138,10 +138,6 @@ class RedisQueue(QueueDriver):
         self._where = f"semaphore {name!r} on {backend.describe()}"
         self._routes: dict[str, _Route] = {}
         self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
-        #: opened without writing (``create=False``): not among the openers the scripts
-        #: tell of capacity changes, so the notifier reads the capacity now and then
-        #: (``look_at_capacity``), until an entry of ours makes us one
-        self.looks_at_capacity = False
         #: the lease the scripts know as one of the openers (told of capacity changes)
         self._opener: str | None = None
 
@@ -175,7 +171,6 @@ class RedisQueue(QueueDriver):
             self._opener = lease
         else:  # writes nothing: a reader may (capacity changes: looked at, see below)
             reply = yield from self._run_script(ScriptName.CONFIG)
-            self.looks_at_capacity = True
         if not reply:
             raise SemaphoreNotFound(self.name, self.backend.describe())
         stored, version = int(reply[0]), int(reply[1])
@@ -183,6 +178,13 @@ class RedisQueue(QueueDriver):
         if capacity is not None and stored != capacity and not adopt_capacity:
             raise CapacityMismatch(self.name, capacity, stored)
         return self
+
+    @property
+    def looks_at_capacity(self) -> bool:
+        """Not among the openers the scripts tell of capacity changes (opened without
+        writing, or our lease changed since it joined): the notifier reads the capacity
+        now and then (:meth:`look_at_capacity`) until an entry of ours makes us one."""
+        return self._opener != self.backend.lease
 
     def look_at_capacity(self) -> Program[None]:
         """Read the stored capacity (the notifier's look for an open that wrote nothing);
@@ -256,7 +258,7 @@ class RedisQueue(QueueDriver):
         nothing before us), with the job slots it asked for (else BackendUnavailable:
         :meth:`missing_slots`); a waiter gets its look timed. The script that made the
         entry made our lease one of the semaphore's openers."""
-        self.looks_at_capacity = False
+        self._opener = self.backend.lease
         with self._lock:
             route = self._routes.get(entry_id)
             admitted = view.held or (route is not None and route.admitted)
