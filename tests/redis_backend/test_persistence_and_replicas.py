@@ -111,7 +111,9 @@ def test_without_wait_replicas_a_failover_can_lose_a_grant(
 def test_wait_replicas_refuses_a_grant_the_replica_lacks_and_keeps_one_it_has(
     primary: RedisServer, replica: RedisServer, link: FaultProxy, prefix: str
 ) -> None:
-    url = _url(primary, prefix, session_timeout=10, wait_replicas=1, request_timeout=1)
+    # (request_timeout 3: WAIT gets 1.5 s; the link runs through a Python proxy on a
+    # loaded machine, and 0.5 s once refused a grant the replica was about to have)
+    url = _url(primary, prefix, session_timeout=10, wait_replicas=1, request_timeout=3)
     with sr.connect(url) as backend:
         sem = backend.semaphore("failover", capacity=1)
         link.blackhole()
@@ -135,7 +137,9 @@ def test_wait_replicas_waits_for_a_fenced_write_too(
 ) -> None:
     """A commit returns once the replica has its writes; while the replica lags it is
     BackendUnavailable (its writes are on the primary alone)."""
-    url = _url(primary, prefix, session_timeout=10, wait_replicas=1, request_timeout=1)
+    # (request_timeout 3: WAIT gets 1.5 s; the link runs through a Python proxy on a
+    # loaded machine, and 0.5 s once refused a grant the replica was about to have)
+    url = _url(primary, prefix, session_timeout=10, wait_replicas=1, request_timeout=3)
     with sr.connect(url) as backend:
         key = backend.data_key("fenced")
         with backend.semaphore("fenced", capacity=1).acquire(timeout=5) as permit:
