@@ -32,7 +32,9 @@ Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md s
     acquire's enqueue still on its way): an enqueue of that id makes nothing
     (``{'abandoned'}``); it lasts as long as the client's lease.
 
-Every script that changes the queue ends with ``sweep``: walking from the head, it
+Every script that changes the queue ends with ``sweep`` (a removal that leaves the queue
+empty and an enqueue admitted at once into an empty one return before: nothing is left
+to admit, and they then never make the sweep's functions): walking from the head, it
 removes dead entries, counts the holders, and admits each waiter whose prefix sum fits
 the capacity, marking it held and notifying its client; it stops at the first waiter
 that does not fit. An admitted entry that asked for job slots is given them there:
@@ -53,7 +55,11 @@ import enum
 
 __all__ = ["READ_ONLY", "SCRIPTS", "ScriptName"]
 
-_COMMON = r"""
+# The functions every script makes first: those of the entry itself. The queue's (the
+# sweep and the views, :data:`_QUEUE`) come after a script's fast part: Redis runs a
+# script's whole chunk at every call, each `local function` making a closure then, so
+# an uncontended enqueue or release that returns early never makes them.
+_HEAD = r"""
 local P, S = ARGV[1], ARGV[2]
 local QK, EK, CK
 -- Point the functions below at semaphore `s` (the scripts over several queues move
@@ -94,19 +100,36 @@ local function config()
   if not c[1] then return nil, nil end
   return tonumber(c[1]), tonumber(c[2])
 end
-local function notify(id, e, cap, ver)
-  local box = P .. ':inbox:' .. e.l
-  local told = {x = 'admitted', n = S, k = id, c = cap, v = ver, z = e.x}
-  redis.call('rpush', box, cjson.encode(told))
-  local ttl = redis.call('pttl', lease_key(e.l))
-  if ttl > 0 then redis.call('pexpire', box, ttl) end
-  ring(box)
-end
--- Job slots: `used` gets the indices the holder `e` holds.
-local function note_slots(used, e)
-  if e.x then
-    for i = 1, #e.x, 2 do used[e.x[i]] = true end
+-- Remove entry `id` (if there) for the client of `lease`; an entry of another client
+-- is reported to its client. -> 1 if it was there
+local function remove_entry(id, lease)
+  -- The caller's own entry (ids are `lease.name.n`, and a lease has no dot): removed
+  -- without reading it, as nobody else is told
+  local own = lease ~= '' and string.sub(id, 1, #lease + 1) == lease .. '.'
+  local e = nil
+  if not own then
+    e = entry(id)
+  elseif redis.call('hdel', EK, id) == 1 then
+    redis.call('zrem', QK, id)
+    return 1
   end
+  if not e then
+    -- Its own client removes an id not made yet: an abandoned acquire whose enqueue
+    -- is still on its way (sent on a connection its cancellation closed; another may
+    -- overtake it). The id is never made after: a tombstone as long as the lease.
+    local ttl = own and redis.call('pttl', lease_key(lease)) or -1
+    if ttl > 0 then
+      redis.call('set', tombstone_key(id), '1', 'PX', ttl)
+    end
+    return 0
+  end
+  drop(id)
+  if e.l ~= lease then
+    local box = P .. ':inbox:' .. e.l
+    redis.call('rpush', box, cjson.encode({x = 'deleted', n = S, k = id}))
+    ring(box)
+  end
+  return 1
 end
 -- The entry `e`, being admitted, gets its weight's lowest indices not in `used` (every
 -- live holder's), if it asked for slots (`z`), each with a token from the counter.
@@ -121,6 +144,23 @@ local function give_slots(e, used)
     x[#x + 1] = redis.call('incr', P .. ':seq')
   end
   e.x = x
+end
+"""
+
+_QUEUE = r"""
+local function notify(id, e, cap, ver)
+  local box = P .. ':inbox:' .. e.l
+  local told = {x = 'admitted', n = S, k = id, c = cap, v = ver, z = e.x}
+  redis.call('rpush', box, cjson.encode(told))
+  local ttl = redis.call('pttl', lease_key(e.l))
+  if ttl > 0 then redis.call('pexpire', box, ttl) end
+  ring(box)
+end
+-- Job slots: `used` gets the indices the holder `e` holds.
+local function note_slots(used, e)
+  if e.x then
+    for i = 1, #e.x, 2 do used[e.x[i]] = true end
+  end
 end
 -- Admit the longest prefix that fits (dead entries on the way are removed), notifying
 -- each newly admitted entry's client but `quiet` (the caller, who learns from the reply).
@@ -213,28 +253,6 @@ local function view(id, e, limit)
   out[7] = check_in(pred, holders)
   return out
 end
--- Remove entry `id` (if there) for the client of `lease`; an entry of another client
--- is reported to its client. -> 1 if it was there
-local function remove_entry(id, lease)
-  local e = entry(id)
-  if not e then
-    -- Its own client removes an id not made yet: an abandoned acquire whose enqueue
-    -- is still on its way (sent on a connection its cancellation closed; another may
-    -- overtake it). The id is never made after: a tombstone as long as the lease.
-    local ttl = lease ~= '' and redis.call('pttl', lease_key(lease)) or -1
-    if ttl > 0 and string.sub(id, 1, #lease + 1) == lease .. '.' then
-      redis.call('set', tombstone_key(id), '1', 'PX', ttl)
-    end
-    return 0
-  end
-  drop(id)
-  if e.l ~= lease then
-    local box = P .. ':inbox:' .. e.l
-    redis.call('rpush', box, cjson.encode({x = 'deleted', n = S, k = id}))
-    ring(box)
-  end
-  return 1
-end
 -- Is `id` a live, admitted entry created with `token`? (a fenced transaction's fence)
 local function fenced(id, token)
   local e = entry(id)
@@ -279,7 +297,7 @@ class ScriptName(enum.Enum):
     DELETE_SEMAPHORE = "delete_semaphore"
 
 
-_BODIES = {
+_BODIES: dict[ScriptName, str | tuple[str, str]] = {
     # ARGV: P, S, capacity, lease. Creates the semaphore if it is missing; the lease
     # joins the semaphore's openers: a capacity change is told to each.
     # -> {capacity, version}
@@ -298,7 +316,8 @@ return {cap, ver}
     # The id is the client's: a retried enqueue whose first reply was lost finds its
     # entry instead of creating a second one.
     # -> view, or {'lost'} (the lease is gone)
-    ScriptName.ENQUEUE: r"""
+    ScriptName.ENQUEUE: (
+        r"""
 local id, lease = ARGV[3], ARGV[4]
 if redis.call('exists', lease_key(lease)) == 0 then return {'lost'} end
 local cap, ver = config()
@@ -323,9 +342,12 @@ if not e then
   if ARGV[10] == '1' then opened_by(lease) end
   if first then return {order, 1, cap, ver, 0, 1, -1, e.x or {}} end
 end
+""",
+        r"""
 sweep(id)
 return view(id, entry(id), tonumber(ARGV[7]))
 """,
+    ),
     # ARGV: P, '', id, lease, owner, then per semaphore: name, weight, limit, capacity
     # to re-create with. One entry `id` in every queue, all with one order from the
     # counter (their token): any two requests are ordered alike in every queue, and no
@@ -427,12 +449,18 @@ return {'wait', -1}
     # 'later' to leave the sweep to a script of its own (an abandon's: see
     # RedisQueue.abandon). An entry removed by anyone but its own client is
     # reported to that client. -> 1 if the entry was there
-    ScriptName.REMOVE: r"""
+    ScriptName.REMOVE: (
+        r"""
 local found = 0
 if ARGV[3] ~= '' then found = remove_entry(ARGV[3], ARGV[4]) end
-if ARGV[5] ~= 'later' then sweep(nil) end
+-- (an empty queue admits nothing: the release that empties it returns here)
+if ARGV[5] == 'later' or #redis.call('zrange', QK, 0, 0) == 0 then return found end
+""",
+        r"""
+sweep(nil)
 return found
 """,
+    ),
     # ARGV: P, S, capacity. Every live client that opened the semaphore is told (a
     # rare administrative event: the openers, not the waiters). -> the new version
     ScriptName.SET_CAPACITY: r"""
@@ -530,5 +558,13 @@ return 1
 #: may run them (docs/operations.md, read-only monitoring) and Redis refuses any write.
 READ_ONLY = frozenset({ScriptName.STATUS, ScriptName.CONFIG})
 
-#: The source of each script (the common functions first).
-SCRIPTS: dict[ScriptName, str] = {name: _COMMON + body for name, body in _BODIES.items()}
+
+def _source(body: str | tuple[str, str]) -> str:
+    """A script's whole source: the entry's functions, its fast part (a body given as a
+    pair), the queue's functions, the rest."""
+    fast, rest = body if isinstance(body, tuple) else ("", body)
+    return _HEAD + fast + _QUEUE + rest
+
+
+#: The source of each script.
+SCRIPTS: dict[ScriptName, str] = {name: _source(body) for name, body in _BODIES.items()}
