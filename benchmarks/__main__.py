@@ -1,7 +1,8 @@
 """Benchmarks of semaphore-recipes, its peers and the raw floors, in one run.
 
 Without addresses it starts its own ZooKeeper and etcd on loopback (and stops them).
-Progress goes to stderr; the markdown report to stdout and ``OUT/benchmarks.md``, plots
+Progress goes to stderr; the markdown report to stdout and ``OUT/benchmarks.md`` (only
+to stdout for ``--only`` without ``--out``: a part would replace the whole page), plots
 to ``OUT/bench-latency.png`` and ``OUT/bench-herd.png``. Exit status 1 when a
 measurement failed (a skip for a missing optional package is not a failure).
 """
@@ -74,8 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--out",
         metavar="DIR",
-        default=str(ROOT / "docs"),
-        help="where benchmarks.md and the PNGs go (default: docs/)",
+        help="where benchmarks.md and the PNGs go (default: docs/, unless --only is given:"
+        " a part of the measurements would replace the whole page, so it is only printed)",
     )
     ap.add_argument(
         "--only", metavar="NAME,...", help=f"run only these measurements: {','.join(MEASUREMENTS)}"
@@ -175,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     sizes = TINY if args.tiny else FULL
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) if args.out else None if args.only else ROOT / "docs"
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
     work_dir = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="sr-bench-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     results = Results()
@@ -225,11 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
-    plots.write(results, out)
+    if out is not None:
+        plots.write(results, out)
     elapsed = time.monotonic() - started
     results.notes.append(f"Total run time: {elapsed:.0f} s; load average at the end {load()}.")
     text = report.render(results, env, command, args.tiny, sizes.capacity)
-    (out / "benchmarks.md").write_text(text + "\n")
+    if out is not None:
+        (out / "benchmarks.md").write_text(text + "\n")
     print(text)
     for what, why in results.errors:
         print(f"ERROR {what}: {why}", file=sys.stderr)
