@@ -30,6 +30,7 @@ from ._core.names import validate_name, validate_permits
 from ._core.program import Program, run_program
 from ._core.protocol import AwaitEvent, BackendFailed, Enqueued, Event, MarkHeld, SessionLost
 from ._core.queue import Entry
+from ._inbox import Inbox
 from ._leave import leave
 from ._permit import LostEvent, PermitBase, PermitState
 from .backend import Capability, FencedTransaction, QueueDriver, Waiter
@@ -51,7 +52,7 @@ class AcquireAllInbox:
     ``ring``: called after each post (the asyncio face wakes its parked task with it)."""
 
     def __init__(self, ring: Callable[[], None] | None = None) -> None:
-        self._events: queue.SimpleQueue[tuple[QueueWaiter, int, Event]] = queue.SimpleQueue()
+        self._events: Inbox[tuple[QueueWaiter, int, Event]] = Inbox()
         self._ring = ring
 
     def put(self, waiter: QueueWaiter, generation: int, event: Event) -> None:

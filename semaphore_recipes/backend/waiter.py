@@ -23,6 +23,7 @@ from .._core.protocol import (
     StoreAdmitted,
 )
 from .._core.queue import Entry
+from .._inbox import Inbox
 from ..errors import BackendUnavailable
 
 #: What a driver posts to a waiter itself; a deletion goes through
@@ -68,7 +69,7 @@ class Waiter:
         #: the acquire asked for job slots (``slot=True``): a store that decides them at
         #: admission (``Capabilities.admission_slots``) gives them in the admitting write
         self.wants_slots = False
-        self._inbox: queue.SimpleQueue[tuple[int, Event]] = queue.SimpleQueue()
+        self._inbox: Inbox[tuple[int, Event]] = Inbox()
         self._views: ViewKeeper | None = None  # the driver it is registered with
 
     def bind(self, views: ViewKeeper) -> None:

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from .._inbox import Inbox
 from .calls import TRANSIENT
 
 __all__ = ["InboxDoorbells", "InboxList", "InboxReader"]
@@ -122,7 +123,7 @@ class InboxDoorbells:
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self._rung: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._rung: Inbox[str | None] = Inbox()
         self._listeners: dict[str, _Listener] = {}  # node name -> its listener
         self._broken = threading.Event()
 

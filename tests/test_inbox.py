@@ -1,0 +1,81 @@
+"""The waiters' inbox (``semaphore_recipes._inbox``): a timed take never waits past its
+deadline, whatever happens between its first look and its wait."""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+
+import pytest
+
+from semaphore_recipes import _inbox
+from semaphore_recipes._inbox import Inbox
+
+
+def test_items_come_out_in_the_order_they_went_in() -> None:
+    inbox: Inbox[int] = Inbox()
+    for i in range(5):
+        inbox.put(i)
+    assert [inbox.get_nowait(), inbox.get(timeout=0), inbox.get(), inbox.get(1.0)] == [0, 1, 2, 3]
+    assert inbox.get_nowait() == 4
+    with pytest.raises(queue.Empty):
+        inbox.get_nowait()
+
+
+def test_a_deadline_passed_before_the_wait_is_empty_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hang this module exists for: the thread loses the CPU between the deadline's
+    start and the wait, longer than the timeout (queue.SimpleQueue before 3.13 then
+    waits with a negative time, for good). Here the clock jumps by a second there."""
+    ticks = itertools.count()
+    monkeypatch.setattr(_inbox.time, "monotonic", lambda: float(next(ticks)))
+    inbox: Inbox[int] = Inbox()
+    inbox.put(1)
+    inbox.get_nowait()  # (empty again: SimpleQueue's lock was left free in this state)
+    outcome: list[object] = []
+
+    def take() -> None:
+        try:
+            outcome.append(inbox.get(timeout=0.5))
+        except queue.Empty as exc:
+            outcome.append(exc)
+
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    taker.join(5)
+    assert not taker.is_alive(), "a timed get waited past its deadline"
+    assert len(outcome) == 1 and isinstance(outcome[0], queue.Empty)
+
+
+def test_tiny_timeouts_on_an_empty_inbox_all_end() -> None:
+    inbox: Inbox[int] = Inbox()
+    done = threading.Event()
+
+    def takes() -> None:
+        for i in range(3000):
+            inbox.put(i)
+            inbox.get_nowait()
+            with pytest.raises(queue.Empty):
+                inbox.get(timeout=1e-6 * (i % 30))
+        done.set()
+
+    threading.Thread(target=takes, daemon=True).start()
+    assert done.wait(30), "a timed get of a few microseconds did not end"
+
+
+def test_a_put_wakes_a_waiting_get() -> None:
+    inbox: Inbox[str] = Inbox()
+    got: list[str] = []
+    taker = threading.Thread(target=lambda: got.append(inbox.get(timeout=30)), daemon=True)
+    untimed = threading.Thread(target=lambda: got.append(inbox.get()), daemon=True)
+    taker.start()
+    untimed.start()
+    time.sleep(0.05)  # (both waiting, most likely; the result is the same if not)
+    inbox.put("a")
+    inbox.put("b")
+    taker.join(5)
+    untimed.join(5)
+    assert sorted(got) == ["a", "b"]
