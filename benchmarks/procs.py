@@ -59,7 +59,7 @@ class Worker:
             text=True,
             bufsize=1,
         )
-        self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._lines: queue.Queue[str | None] = queue.Queue()  # (SimpleQueue: see _inbox.py)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
