@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections import deque
+from time import monotonic
 from typing import Generic, TypeVar
 
 __all__ = ["Inbox"]
@@ -47,7 +47,7 @@ class Inbox(Generic[T]):
             return self._items.popleft()
         except IndexError:
             pass
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else monotonic() + timeout
         with self._posted:
             while True:
                 try:
@@ -57,7 +57,7 @@ class Inbox(Generic[T]):
                 if deadline is None:
                     self._posted.wait()
                     continue
-                left = deadline - time.monotonic()
+                left = deadline - monotonic()
                 if left <= 0:
                     raise queue.Empty
                 self._posted.wait(left)

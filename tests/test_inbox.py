@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from semaphore_recipes import _inbox
 from semaphore_recipes._inbox import Inbox
 
 
@@ -31,7 +30,7 @@ def test_a_deadline_passed_before_the_wait_is_empty_at_once(
     start and the wait, longer than the timeout (queue.SimpleQueue before 3.13 then
     waits with a negative time, for good). Here the clock jumps by a second there."""
     ticks = itertools.count()
-    monkeypatch.setattr(_inbox.time, "monotonic", lambda: float(next(ticks)))
+    monkeypatch.setattr("semaphore_recipes._inbox.monotonic", lambda: float(next(ticks)))
     inbox: Inbox[int] = Inbox()
     inbox.put(1)
     inbox.get_nowait()  # (empty again: SimpleQueue's lock was left free in this state)
