@@ -535,6 +535,11 @@ def herd(run: Run, admin: Any, url: str, progress: Callable[[str], None]) -> lis
     return out
 
 
+def _per_grant(before: dict[str, Any], after: dict[str, Any], counter: str, grants: int) -> str:
+    """How much ``counter`` of ``INFO stats`` grew per grant, as the table shows it."""
+    return f"{(after[counter] - before[counter]) / grants:.1f}"
+
+
 def throughput(
     run: Run, client: Callable[[], Any], url: str, progress: Callable[[str], None]
 ) -> list[str]:
@@ -562,23 +567,47 @@ def throughput(
                 counts[i] += 1
 
         threads = [threading.Thread(target=loop, args=(i, c)) for i, c in enumerate(impls)]
-        start = time.monotonic()
+        stats = client().info("stats")
+        start, cpu = time.monotonic(), time.process_time()
         for t in threads:
             t.start()
         time.sleep(sizes.throughput_seconds)
         stop.set()
         for t in threads:
             t.join(60)
-        elapsed = time.monotonic() - start
+        elapsed, cpu = time.monotonic() - start, time.process_time() - cpu
+        grants = max(sum(counts), 1)
+        after = client().info("stats")
+
         for impl in impls:
             impl.close()
-        rows.append((label, sum(counts) / elapsed))
+        rows.append(
+            (
+                label,
+                sum(counts) / elapsed,
+                f"{cpu / grants * 1e6:.0f}",
+                _per_grant(stats, after, "total_commands_processed", grants),
+                _per_grant(stats, after, "total_net_input_bytes", grants)
+                + " / "
+                + _per_grant(stats, after, "total_net_output_bytes", grants),
+            )
+        )
     floor = rows[0][1]
     return [
         f"### Throughput ({n} client threads, capacity {sizes.capacity})",
         "",
-        "| implementation | grants/s | / raw loop |",
-        "|---|---|---|",
-        *(f"| {label} | {ops:.0f} | {ops / floor:.2f}x |" for label, ops in rows),
+        "| implementation | grants/s | / raw loop | client CPU us / grant "
+        "| commands / grant | bytes in / out per grant |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {label} | {ops:.0f} | {ops / floor:.2f}x | {cpu} | {commands} | {io} |"
+            for label, ops, cpu, commands, io in rows
+        ),
+        "",
+        "*client CPU / grant*: this process's CPU time over the loops (every client "
+        "thread's) divided by the grants; *commands / grant*: `total_commands_processed`, "
+        "the commands inside the scripts included, with the two `INFO` reads around the "
+        "loops; *bytes*: what the server received and sent (`total_net_input_bytes`, "
+        "`total_net_output_bytes`).",
         "",
     ]

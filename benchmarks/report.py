@@ -41,6 +41,10 @@ THROUGHPUT_TEXT = (
     "capacity 10. The raw loop is the floor's create+delete (put+delete), run by the same "
     "clients in the same processes. Jain's index over the per-client grant counts "
     "(1 = perfectly even). *requests / grant*: what the server received per grant. "
+    "*client CPU / grant*: the user+system CPU time of the client processes over the "
+    "loops (every thread: the library's own and the client library's) divided by the "
+    "grants, a cost that does not depend on how many cores the machine has; *bytes / "
+    "grant*: what the server received and sent. "
     "The ZooKeeper *ceiling* row is not a semaphore: each cycle sends what a contended, "
     "herd-free FIFO acquire must send (create and listing back to back, one watch, the "
     "delete) and never waits, so no such protocol can beat its ratio on this machine "
@@ -226,6 +230,8 @@ def throughput_table(rows: Sequence[ThroughputRow]) -> list[str]:
         "Jain's index",
         "ops/s / raw loop",
         "requests / grant",
+        "client CPU us / grant",
+        "bytes in / out per grant",
     ]
     body = [
         [
@@ -238,6 +244,8 @@ def throughput_table(rows: Sequence[ThroughputRow]) -> list[str]:
             fmt(r.jain, 3),
             ratio(r.ratio),
             fmt(r.requests, 1),
+            fmt(r.cpu_us, 0),
+            f"{fmt(r.bytes_in, 0)} / {fmt(r.bytes_out, 0)}",
         ]
         for r in rows
     ]
@@ -266,6 +274,8 @@ def held_table(rows: Sequence[ThroughputRow], capacity: int) -> list[str]:
         "permits in use",
         "Jain's index",
         "requests / grant",
+        "client CPU us / grant",
+        "bytes in / out per grant",
     ]
     body = [
         [
@@ -278,6 +288,8 @@ def held_table(rows: Sequence[ThroughputRow], capacity: int) -> list[str]:
             f"{fmt(r.in_use, 1)} of {capacity}",
             fmt(r.jain, 3),
             fmt(r.requests, 1),
+            fmt(r.cpu_us, 0),
+            f"{fmt(r.bytes_in, 0)} / {fmt(r.bytes_out, 0)}",
         ]
         for r in rows
     ]

@@ -100,6 +100,9 @@ class ThroughputRow:
     ratio: float = math.nan  # ops/s / the raw loop's
     requests: float = math.nan  # server requests per grant
     hold_ms: float = 0.0
+    cpu_us: float = math.nan  # the clients' processes' CPU time per grant, microseconds
+    bytes_in: float = math.nan  # bytes the server received per grant
+    bytes_out: float = math.nan  # bytes the server sent per grant
 
     @property
     def in_use(self) -> float:

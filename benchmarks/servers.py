@@ -15,6 +15,7 @@ ZK_COUNTERS = (
     "zk_packets_received",
     "zk_packets_sent",
     "zk_response_bytes",
+    "zk_bytes_received_count",
     "zk_sum_node_deleted_watch_count",
     "zk_sum_node_changed_watch_count",
     "zk_sum_node_children_watch_count",
@@ -24,7 +25,17 @@ ETCD_COUNTERS = (
     "grpc_server_msg_received_total",
     "grpc_server_msg_sent_total",
     "etcd_debugging_mvcc_events_total",
+    "etcd_network_client_grpc_received_bytes_total",
+    "etcd_network_client_grpc_sent_bytes_total",
 )
+#: the counters of the bytes a server received from its clients and sent them
+BYTES_IN_OUT: dict[str, tuple[str, str]] = {
+    "zookeeper": ("zk_bytes_received_count", "zk_response_bytes"),
+    "etcd": (
+        "etcd_network_client_grpc_received_bytes_total",
+        "etcd_network_client_grpc_sent_bytes_total",
+    ),
+}
 
 
 def parse_zookeeper(arg: str) -> tuple[str, str]:

@@ -1,5 +1,6 @@
 """Throughput: capacity 10, 50 clients (a session each) in 5 processes, acquire->release
-loops for 10 s; grants per second and Jain's fairness index over the clients' grants,
+loops for 10 s; grants per second, Jain's fairness index over the clients' grants, and
+the cost of a grant: the client processes' CPU time, the server's requests and bytes,
 against the raw create+delete (put+delete) loop run by the same clients and processes,
 and (ZooKeeper) against the ceiling: the requests of a contended herd-free acquire
 without its waiting (``impls.HerdFreeCeiling``).
@@ -15,7 +16,7 @@ from .impls import IMPLS, now_ns
 from .latency import IN_OUT
 from .procs import WorkerError, Workers
 from .results import Results, ThroughputRow, jain
-from .servers import ServerSet
+from .servers import BYTES_IN_OUT, ServerSet
 
 TP_IMPLS = ("raw-zk", "ceiling-zk", "ours-zk", "kazoo-sem", "raw-etcd", "ours-etcd")
 HELD_IMPLS = ("ours-zk", "kazoo-sem", "ours-etcd")
@@ -55,12 +56,21 @@ def one(
         for proc in procs:
             proc.send(f"go {start} {end}")
         counts: list[int] = []
+        cpu = 0.0
         for proc in procs:
             counts += json.loads(proc.expect("COUNTS", sizes.throughput_seconds + 120))
+            cpu += float(proc.expect("CPU", 60))
         after = servers.counters(backend)
         for proc in procs:
             proc.finish()
     grants = sum(counts)
+    bytes_in, bytes_out = BYTES_IN_OUT[backend]
+
+    def per_grant(counter: str) -> float:
+        if not grants:
+            return float("nan")
+        return (after[counter] - before[counter]) / grants
+
     return ThroughputRow(
         backend,
         impl,
@@ -71,8 +81,11 @@ def one(
         grants=grants,
         ops_per_s=grants / sizes.throughput_seconds,
         jain=jain(counts),
-        requests=(after[key_in] - before[key_in]) / grants if grants else float("nan"),
+        requests=per_grant(key_in),
         hold_ms=hold_ms,
+        cpu_us=cpu / grants * 1e6 if grants else float("nan"),
+        bytes_in=per_grant(bytes_in),
+        bytes_out=per_grant(bytes_out),
     )
 
 

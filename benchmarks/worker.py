@@ -13,7 +13,8 @@ Modes (one line per command in, one line per answer out):
   threads run; ends when stdin closes).
 * ``throughput``: CLIENTS clients with a session each, ``READY`` once connected;
   ``go START END`` -> loops acquire->(hold HOLD_MS)->release from START to END
-  (monotonic ns), then ``COUNTS [grants per client]``.
+  (monotonic ns), then ``COUNTS [grants per client]`` and ``CPU seconds`` (the process's
+  user+system CPU time over the loops: every thread's, the clients' own included).
 
 * ``aio-latency``, ``aio-handoff``, ``aio-waiters``: the asyncio modes
   (``benchmarks.aio_worker``).
@@ -224,9 +225,12 @@ def throughput(impl: str, target: Target, clients: int, hold_ms: float) -> None:
                 time.sleep(hold_ms / 1000)
             client.release()
 
+    before = os.times()
     with ThreadPoolExecutor(max_workers=clients) as pool:
         list(pool.map(loop, range(clients)))
+    after = os.times()
     say("COUNTS", json.dumps(counts))
+    say("CPU", f"{(after.user - before.user) + (after.system - before.system):.6f}")
     with ThreadPoolExecutor(max_workers=clients) as pool:
         list(pool.map(lambda c: c.close(), made))
 
