@@ -248,6 +248,16 @@ def acquire_protocol(
         # listing, or ones that listed us while we waited, need the mark.
         mark_now = answer.later_entries
         while True:
+            probe = position.keys_to_probe()
+            if probe:  # a long queue's stale view: read its entries, not the queue
+                states = yield Arm(probe)
+                if isinstance(states, SessionLost):
+                    break  # our entry died with the session: enqueue again
+                assert isinstance(states, Mapping)
+                for key in probe:
+                    position.armed(key, states.get(key))
+                position.probed()
+                continue
             if position.stale:
                 listing = yield Relist()
                 if isinstance(listing, SessionLost):

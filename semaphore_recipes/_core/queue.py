@@ -144,6 +144,9 @@ class QueuePosition:
         self._lower = {e.key: e for e in reversed(kept)}
         #: What a truncation left out is older than this (the oldest entry kept).
         self._kept_from = kept[-1].order if kept else self.me.order
+        #: Every key our view has held since this listing: what a truncation left out
+        #: is none of them (see :meth:`armed`).
+        self._seen = set(self._lower)
 
     @property
     def stale(self) -> bool:
@@ -197,8 +200,9 @@ class QueuePosition:
                     if other.key not in keep:
                         self.deleted(other.key)
                 # What a truncated view left out is older than this entry, so it is in
-                # that recorded view or gone: if we hold all of the recorded view, it is gone.
-                if self.truncated and keep.issubset(self._lower):
+                # that recorded view or gone: if the recorded view names only entries
+                # our view has held (some may be gone since), the rest is gone.
+                if self.truncated and keep.issubset(self._seen):
                     self.truncated = False
 
     def left(self, key: str, view: tuple[Entry, ...]) -> None:
@@ -216,7 +220,32 @@ class QueuePosition:
             left_out = [e for e in view if e.order < self._kept_from and e.key not in self._lower]
             merged = sorted([*left_out, *self._lower.values()], key=lambda e: e.order)
             self._lower, self.truncated = {e.key: e for e in merged}, False
+            self._seen.update(self._lower)
         self.deleted(key)
+
+    def keys_to_probe(self) -> tuple[str, ...]:
+        """A stale truncated view's nearest unwatched entries, to read (and watch) rather
+        than list a long queue afresh: each is then known gone or there, a holder with
+        the view its mark records, which also tells which entries below it are gone
+        (:meth:`armed`), so the next round reads fewer. A mark that names only entries
+        our view has held makes the view whole: the usual case in a drain, where the
+        holders' views are the entries just ahead of ours. A round is capacity + 1
+        entries, newest first (the holders just ahead). Empty when the view is whole
+        (a short queue: one listing costs less than reading its entries) or every
+        entry of it is watched."""
+        if not (self._stale and self.truncated):
+            return ()
+        unwatched = [k for k in self._lower if k not in self._armed]
+        return tuple(unwatched[-(self.capacity + 1) :])
+
+    def probed(self) -> None:
+        """A round of :meth:`keys_to_probe` was read (and :meth:`armed`). Once every
+        entry of the view is watched, the view is exact about its entries again: a
+        deletion would be told. What a truncation left out is another matter
+        (:attr:`stale` still asks a listing when the view may admit us and no mark
+        made it whole)."""
+        if all(k in self._armed for k in self._lower):
+            self._stale = False
 
     def lower_keys(self) -> tuple[str, ...] | None:
         """What our held mark records of our view (None when too long to record)."""
@@ -251,6 +280,7 @@ class QueuePosition:
         self._keep_nearest(fresh)
         if self.stale:  # this listing is whole: decide from all of it, not list again
             self._lower, self.truncated = {e.key: e for e in fresh}, False
+            self._seen = set(self._lower)
         self._armed &= set(self._lower)
 
     def marked_held(self, key: str) -> None:

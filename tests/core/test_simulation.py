@@ -116,6 +116,61 @@ def test_deleted_views_are_used_and_save_listings() -> None:
     assert relists[True] < relists[False], relists
 
 
+def test_stale_truncated_views_read_their_entries_rather_than_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stale view that a truncation shortened reads its own entries (one round, the
+    holders' marks making it whole) before it lists the queue afresh: the same runs
+    list less often with it than without, and stay safe and live either way (the
+    deleted views of other drivers are off, so predecessors leave before their marks
+    are read, as across processes)."""
+    monkeypatch.setattr(core_queue, "MAX_MARK_KEYS", 2)  # a handful of clients: keep 2
+    relists = {}
+    for probing in (False, True):
+        if not probing:
+            monkeypatch.setattr(core_queue.QueuePosition, "keys_to_probe", lambda self: ())
+        else:
+            monkeypatch.undo()
+            monkeypatch.setattr(core_queue, "MAX_MARK_KEYS", 2)
+        relists[probing] = 0
+        for seed in range(RUNS):
+            sim = run_one(seed, deleted_views=False)
+            relists[probing] += sum(c.relists for c in sim.clients)
+    assert relists[True] < relists[False], relists
+
+
+def test_simulation_catches_a_probe_taken_for_a_whole_view(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading a truncated view's entries says nothing of what the truncation left out:
+    a probe that took the view for whole over-admits (or sleeps as a head that does not
+    watch every holder)."""
+    from .simulation import OverAdmission
+
+    monkeypatch.setattr(core_queue, "MAX_MARK_KEYS", 2)
+
+    def whole(self: core_queue.QueuePosition) -> None:
+        self._stale = False
+        self.truncated = False
+
+    monkeypatch.setattr(core_queue.QueuePosition, "probed", whole)
+    for seed in range(5000):
+        rng = random.Random(seed)
+        sim = Simulation(
+            rng,
+            clients=6,
+            capacity=rng.randint(1, 2),
+            max_weight=2,
+            capacity_changes=True,
+            deleted_views=False,
+        )
+        try:
+            sim.run()
+        except (OverAdmission, LostWakeup):
+            return
+    raise AssertionError("no run went wrong taking a probed view for whole")
+
+
 def test_simulation_catches_a_view_of_another_entry() -> None:
     """The view a deletion brings must be that entry's own: a driver that handed out
     the view of an older entry under the same key (etcd reuses its key slots:
