@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import importlib.metadata
 import os
@@ -38,6 +39,7 @@ from . import (
     postgresql_bench,
     redis_bench,
     report,
+    scale,
     throughput,
 )
 from .config import FULL, TINY, Run
@@ -59,6 +61,7 @@ MEASUREMENTS: dict[str, Callable[..., None]] = {
     "postgresql": postgresql_bench.measure,
     "mysql": mysql_bench.measure,
     "multi": multi.measure,
+    "scale": scale.measure,
 }
 
 
@@ -91,6 +94,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--etcd3-venv",
         action="store_true",
         help="run python-etcd3 in a throwaway venv with protobuf<4 even if it imports here",
+    )
+    ap.add_argument(
+        "--scale-waiters",
+        metavar="W,...",
+        help="the numbers of waiters of the scale measurement (default 1000,10000,100000)",
+    )
+    ap.add_argument(
+        "--scale-stores",
+        metavar="STORE,...",
+        help="the stores of the scale measurement (default zookeeper,etcd,redis)",
     )
     args = ap.parse_args(argv)
     names = args.only.split(",") if args.only else list(MEASUREMENTS)
@@ -176,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     sizes = TINY if args.tiny else FULL
+    if args.scale_waiters:
+        waiters = tuple(int(w) for w in args.scale_waiters.split(","))
+        sizes = dataclasses.replace(sizes, scale_waiters=waiters)
+    if args.scale_stores:
+        sizes = dataclasses.replace(sizes, scale_stores=tuple(args.scale_stores.split(",")))
     out = Path(args.out) if args.out else None if args.only else ROOT / "docs"
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

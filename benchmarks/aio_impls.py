@@ -33,6 +33,8 @@ class AsyncClient(Protocol):
 
 def url_of(target: Target, backend: str) -> str:
     """The URL ``sr.aio.connect`` takes for ``backend`` (memory: one store per name)."""
+    if target.url:
+        return target.url
     if backend == "zookeeper":
         return target.zk_url
     if backend == "etcd":
@@ -182,7 +184,12 @@ async def make_aio_client(impl: str, target: Target) -> AsyncClient:
         return AioRawZooKeeper(target)
     if impl == "aio-raw-etcd":
         return await AioRawEtcd.open(target)
-    backends = {"aio-ours-zk": "zookeeper", "aio-ours-etcd": "etcd", "aio-ours-memory": "memory"}
+    backends = {
+        "aio-ours-zk": "zookeeper",
+        "aio-ours-etcd": "etcd",
+        "aio-ours-memory": "memory",
+        "aio-ours-redis": "redis",
+    }
     if impl in backends:
         return await AioOurs.open(target, backends[impl])
     raise ValueError(f"unknown asyncio implementation {impl!r}")

@@ -13,13 +13,17 @@ keepalives, watch streams) keep running between commands.
   awaiting its acquire); the first CAPACITY granted hold until the queue is full (gate
   ``self``: the worker sees it in ``status()``; gate ``server``: the orchestrator sees
   the entries on the server and sends ``queued``), then ``QUEUED {figures}``; the others
-  hold HOLD_MS and release; ``DONE {figures}`` once every task released.
+  hold HOLD_MS and release; ``DONE {figures}`` once every task released. At the full
+  queue (gate ``server``), ``probe K`` -> ``PROBED {"ms": [...], "unanswered": n}``: K
+  acquires without waiting, one after the other (``benchmarks.scale``: an enqueue's
+  cost at W).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import json
 import sys
 import threading
@@ -179,8 +183,35 @@ def fifo_lag(tokens: list[int]) -> int:
     return worst
 
 
+async def probe(semaphore: Any, count: int) -> dict[str, Any]:
+    """``count`` acquires without waiting, one after the other, at the full queue: each
+    enqueues behind every waiter, finds it cannot be admitted, and leaves. -> the
+    milliseconds each took, and how many had no answer within the one reply such an
+    acquire waits for (BackendUnavailable: a store too slow to answer behind W)."""
+    errors = importlib.import_module("semaphore_recipes.errors")
+    took, unanswered = [], 0
+    for _ in range(count):
+        t0 = time.perf_counter()
+        try:
+            permit = await semaphore.acquire(blocking=False)
+        except errors.WouldBlock:
+            pass
+        except errors.BackendUnavailable:
+            unanswered += 1
+        else:
+            await permit.release()
+            raise RuntimeError("a probe was granted: the queue was not full")
+        took.append((time.perf_counter() - t0) * 1000)
+    return {"ms": took, "unanswered": unanswered}
+
+
 async def waiters(
-    backend_name: str, target: Target, count: int, hold_ms: float, gate_by: str
+    backend_name: str,
+    target: Target,
+    count: int,
+    hold_ms: float,
+    gate_by: str,
+    report_grants: bool = False,
 ) -> None:
     client = await AioOurs.open(target, backend_name)
     semaphore, capacity = client.semaphore, target.capacity
@@ -192,6 +223,7 @@ async def waiters(
         raise ValueError("expected 'go'")
     gate = asyncio.Event()
     tokens: list[int] = []  # in the order the tasks were granted
+    granted_ns: list[int] = []  # when (the system's monotonic clock, shared by processes)
     peak_threads, peak_rss = ready["Threads"], ready["VmRSS"]
 
     async def sample() -> None:
@@ -205,6 +237,7 @@ async def waiters(
     async def one() -> None:
         permit = await semaphore.acquire(timeout=1800)
         tokens.append(permit.token)
+        granted_ns.append(time.monotonic_ns())
         if len(tokens) <= capacity:
             await gate.wait()
         else:
@@ -219,8 +252,11 @@ async def waiters(
     if gate_by == "self":
         while len((await semaphore.status()).waiters) < count - capacity:
             await asyncio.sleep(0.01)
-    elif (await anext(lines))[0] != "queued":
-        raise ValueError("expected 'queued'")
+    else:
+        while (words := await anext(lines))[0] == "probe":
+            say("PROBED", json.dumps(await probe(semaphore, int(words[1]))))
+        if words[0] != "queued":
+            raise ValueError("expected 'probe K' or 'queued'")
     queued = process_figures()
     queued["enqueue_s"] = time.monotonic() - started
     say("QUEUED", json.dumps(queued))
@@ -229,7 +265,7 @@ async def waiters(
     await asyncio.gather(*tasks)
     drain = time.monotonic() - opened
     sampler.cancel()
-    done = process_figures()
+    done: dict[str, Any] = dict(process_figures())
     done.update(
         drain_s=drain,
         peak_threads=max(peak_threads, done["Threads"]),
@@ -238,6 +274,8 @@ async def waiters(
         distinct=len(set(tokens)),
         fifo_lag=fifo_lag(tokens),
     )
+    if report_grants:  # several processes share the queue: the orchestrator merges them
+        done["grants_at"] = list(zip(granted_ns, tokens, strict=True))
     await client.close()
     say("DONE", json.dumps(done))
 
@@ -258,6 +296,7 @@ def main(spec: dict[str, Any]) -> None:
                 spec["waiters"],
                 float(spec["hold_ms"]),
                 spec["gate"],
+                spec.get("report_grants", False),
             )
         )
     else:

@@ -28,8 +28,10 @@ class Sizes:
     capacity: int  # uncontended and throughput
     aio_waiters: tuple[int, ...]  # concurrent acquiring tasks in one loop (capacity 10)
     aio_hold_ms: float  # how long each of them holds its permit
+    scale_waiters: tuple[int, ...]  # W over several processes (benchmarks.scale)
     aio_rss_limit_mb: int  # a waiters' process stops there (the figure then says so)
     worker_max_seconds: float  # every worker stops by itself after this
+    scale_stores: tuple[str, ...] = ("zookeeper", "etcd", "redis")
 
 
 FULL = Sizes(
@@ -50,6 +52,7 @@ FULL = Sizes(
     capacity=10,
     aio_waiters=(100, 1000, 10000),
     aio_hold_ms=1.0,
+    scale_waiters=(1000, 10_000, 100_000),
     aio_rss_limit_mb=2048,
     worker_max_seconds=900.0,
 )
@@ -72,6 +75,7 @@ TINY = Sizes(
     capacity=10,
     aio_waiters=(20, 200),
     aio_hold_ms=1.0,
+    scale_waiters=(20, 200),
     aio_rss_limit_mb=512,
     worker_max_seconds=120.0,
 )

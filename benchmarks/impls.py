@@ -47,6 +47,7 @@ IMPLS: dict[str, tuple[str, str]] = {
     "aio-raw-etcd": ("etcd", "asyncio raw put(lease)+delete (grpc.aio stubs)"),
     "aio-ours-etcd": ("etcd", "semaphore-recipes AsyncSemaphore"),
     "aio-ours-memory": ("memory", "semaphore-recipes AsyncSemaphore (in-process store)"),
+    "aio-ours-redis": ("redis", "semaphore-recipes AsyncSemaphore"),
     "aio-floor-zk": ("zookeeper", "asyncio predecessor-watch floor (delete -> task woken)"),
     "aio-floor-etcd": ("etcd", "asyncio predecessor-watch floor (delete -> task woken)"),
 }
@@ -70,6 +71,7 @@ class Target:
     name: str
     capacity: int
     session_timeout: float = 30.0
+    url: str = ""  # the URL to connect to, when given (benchmarks.scale), else by backend
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -87,6 +89,7 @@ class Target:
             name,
             self.capacity if capacity is None else capacity,
             self.session_timeout,
+            self.url,
         )
 
     @property

@@ -359,6 +359,7 @@ def render(
     lines += results.redis_sections
     lines += results.postgresql_sections
     lines += results.mysql_sections
+    lines += results.scale_sections
     if results.plots:
         lines += ["## Plots", "", *(f"![{p}]({p})" for p in results.plots), ""]
     if results.skipped:

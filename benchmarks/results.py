@@ -166,6 +166,7 @@ class Results:
     redis_sections: list[str] = field(default_factory=list)  # markdown (redis_bench)
     postgresql_sections: list[str] = field(default_factory=list)  # markdown (postgresql_bench)
     mysql_sections: list[str] = field(default_factory=list)  # markdown (mysql_bench)
+    scale_sections: list[str] = field(default_factory=list)  # markdown (scale)
 
     def skip(self, what: str, why: str) -> None:
         self.skipped.append((what, why))

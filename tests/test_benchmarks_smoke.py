@@ -48,6 +48,11 @@ ROWS = (
     "| MySQL named lock (GET_LOCK / RELEASE_LOCK, one connection) |",
     "| MySQL named lock: GET_LOCK returns on another connection's RELEASE_LOCK (the floor) |",
     "| raw INSERT + DELETE loop (a PyMySQL connection per thread) |",
+    # W waiters over several processes (benchmarks/scale.py), W=200 in one
+    "## Scale: W waiters on one semaphore",
+    "| ZooKeeper | 200 | 1 |",
+    "| etcd | 200 | 1 |",
+    "| Redis | 200 | 1 |",
 )
 
 
