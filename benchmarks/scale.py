@@ -51,6 +51,7 @@ PROBES = 20
 SETTLE = 0.5  # seconds between two looks at an idle server
 IDLE_BYTES = 2048  # what an idle server may receive meanwhile (counter reads, renewals)
 POLL = 0.05  # seconds between two counts of the entries on the server
+STALLED = 90.0  # seconds without a new entry that stop a fill (leases lost, say)
 IMPL = {"zookeeper": "aio-ours-zk", "etcd": "aio-ours-etcd", "redis": "aio-ours-redis"}
 LABEL = {"zookeeper": "ZooKeeper", "etcd": "etcd", "redis": "Redis"}
 REDIS_IN_OUT = ("total_net_input_bytes", "total_net_output_bytes")
@@ -153,12 +154,19 @@ def one(
             for watch in watched:
                 watch.line(("STARTED",), bound)
             deadline = time.monotonic() + bound
-            while store.entries(queue_key) < base + waiters:
+            most, grew = base, time.monotonic()
+            while (entries := store.entries(queue_key)) < base + waiters:
                 reads += 1
                 for watch in watched:
                     watch.sample()
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"fewer than {waiters} entries {bound:g} s after the start")
+                now = time.monotonic()
+                if entries > most:
+                    most, grew = entries, now
+                if now > deadline or now - grew > STALLED:
+                    raise TimeoutError(
+                        f"{most - base:,} of {waiters:,} entries made, none for "
+                        f"{now - grew:.0f} s ({now - t0:.0f} s after the start)"
+                    )
                 time.sleep(POLL)
             row.fill_s = time.monotonic() - t0
             reads += settle(store, watched, bound)
