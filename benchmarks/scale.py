@@ -49,7 +49,7 @@ from .servers import BYTES_IN_OUT, ServerSet
 CAPACITY = 10
 PROBES = 20
 SETTLE = 0.5  # seconds between two looks at an idle server
-IDLE_BYTES = 2048  # what an idle server may receive meanwhile (counter reads, renewals)
+IDLE_BYTES = 8192  # what an idle server may receive and send meanwhile (reads, renewals)
 POLL = 0.05  # seconds between two counts of the entries on the server
 STALLED = 90.0  # seconds without a new entry that stop a fill (leases lost, say)
 IMPL = {"zookeeper": "aio-ours-zk", "etcd": "aio-ours-etcd", "redis": "aio-ours-redis"}
@@ -100,19 +100,21 @@ class Store:
 
 
 def settle(store: Store, watched: list[Watched], bound: float) -> int:
-    """Wait until the server is idle (what the waiters sent while enqueuing has been
-    answered: the bytes it received in half a second are about its counters' reads and
-    the leases' renewals), so the probes measure themselves. -> counter reads made."""
+    """Wait until the server is idle: what the waiters asked while enqueuing has been
+    answered (their reads and watches may trail the last entry by seconds), so the
+    probes measure themselves. Idle: twice in a row, the bytes it received and sent in
+    half a second are about its counters' reads and the leases' renewals.
+    -> counter reads made."""
     deadline = time.monotonic() + bound
-    last, reads = store.counters(), 1
-    while time.monotonic() < deadline:
+    last, reads, quiet = store.counters(), 1, 0
+    while time.monotonic() < deadline and quiet < 2:
         time.sleep(SETTLE)
         for watch in watched:
             watch.sample()
         now = store.counters()
         reads += 1
-        if now[store.key_in] - last[store.key_in] < IDLE_BYTES:
-            break
+        moved = sum(now[k] - last[k] for k in (store.key_in, store.key_out))
+        quiet = quiet + 1 if moved < IDLE_BYTES else 0
         last = now
     return reads
 

@@ -513,7 +513,15 @@ class AsyncRunner:
         connection whose reply was not read whole closes itself (redis-py's asyncio
         connections do on any exception, a cancellation too): no late reply is read."""
         assert self._connections is not None  # (one server)
-        conn = await self._connections.take()
+        started = time.monotonic()
+        try:  # (the wait for one of the runner's connections counts in the timeout)
+            conn = await self._connections.take(timeout)
+        except TimeoutError:
+            raise redis.exceptions.TimeoutError(
+                f"no connection of this client free within {timeout:.2f} s"
+            ) from None
+        if timeout is not None:
+            timeout = max(0.0, timeout - (time.monotonic() - started))
         try:
             await conn.send_packed_command([evalsha_packed(sha, (), args)])
             if timeout is None:

@@ -16,11 +16,15 @@ them, in "Too many connections" for good (the asyncio pool counts none). A forke
 child starts with none (its parent's sockets are not its own). ``close`` disconnects
 those idle and every one given back after it. :class:`AsyncIdleConnections`
 does the same for the asyncio runner, on one event loop (a cancelled read closes its
-connection: redis-py's asyncio connections do on any exception).
+connection: redis-py's asyncio connections do on any exception), with at most
+:data:`MAX_ASYNC_CONNECTIONS` out at once: the tasks of one loop, unlike threads, can
+all be in a call at the same time.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import os
 import threading
 from typing import Any
@@ -76,16 +80,28 @@ class IdleConnections:
             conn.disconnect()
 
 
-class AsyncIdleConnections:
-    """Connections of ``client``'s pool kept by one asyncio runner (one event loop)."""
+#: the most connections an asyncio runner has out at once; a call beyond waits for one
+#: to come back. Tasks of one loop are not threads: 25,000 acquiring at once each took
+#: a connection of their own, and four such processes ran out of local ports
+MAX_ASYNC_CONNECTIONS = 64
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+
+class AsyncIdleConnections:
+    """Connections of ``client``'s pool kept by one asyncio runner (one event loop), at
+    most :data:`MAX_ASYNC_CONNECTIONS` out at once, handed on in the order asked."""
+
+    def __init__(self, client: redis.asyncio.Redis, most: int = MAX_ASYNC_CONNECTIONS) -> None:
         self._pool: Any = client.connection_pool  # (redis-py's pool methods are untyped)
         self._idle: list[Any] = []
         self._closed = False
+        self._free = most  # connections that may still go out
+        self._asking: collections.deque[asyncio.Future[None]] = collections.deque()
 
-    async def take(self) -> Any:
-        """A connected connection with nothing unread (made when none is idle)."""
+    async def take(self, timeout: float | None = None) -> Any:
+        """A connected connection with nothing unread (made when none is idle), once
+        fewer than the most are out; TimeoutError when none came back within
+        ``timeout`` seconds (None: no limit). A cancelled or timed-out wait takes none."""
+        await self._turn(timeout)
         try:
             conn = self._idle.pop()
         except IndexError:
@@ -97,11 +113,43 @@ class AsyncIdleConnections:
                 await conn.connect()
         except BaseException:
             await conn.disconnect(nowait=True)
+            self._hand_on()
             raise
         return conn
 
+    async def _turn(self, timeout: float | None) -> None:
+        # (asyncio.wait, not wait_for: before 3.12 wait_for can drop a turn handed over
+        # as it times out, and the runner would have one connection fewer for good)
+        if self._free > 0 and not self._asking:
+            self._free -= 1
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._asking.append(turn)
+        try:
+            await asyncio.wait((turn,), timeout=timeout)
+        except BaseException:  # cancelled: a turn handed to us meanwhile goes on
+            if turn.done() and not turn.cancelled():
+                self._hand_on()
+            raise
+        finally:
+            if not turn.done():
+                turn.cancel()
+                self._asking.remove(turn)
+        if turn.cancelled():
+            raise TimeoutError(f"no connection came back within {timeout} s")
+
+    def _hand_on(self) -> None:
+        """A connection came back: the next one asking may go, else one more is free."""
+        while self._asking:
+            turn = self._asking.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._free += 1
+
     async def give_back(self, conn: Any) -> None:
         """``conn`` is in step again (its replies read whole, or disconnected)."""
+        self._hand_on()
         if not self._closed:
             self._idle.append(conn)
             return

@@ -12,7 +12,11 @@ import redis
 import redis.asyncio
 
 from semaphore_recipes.devtools.processes import free_port
-from semaphore_recipes.redis.connections import AsyncIdleConnections, IdleConnections
+from semaphore_recipes.redis.connections import (
+    MAX_ASYNC_CONNECTIONS,
+    AsyncIdleConnections,
+    IdleConnections,
+)
 
 
 def _client_id(conn: Any) -> int:
@@ -136,3 +140,71 @@ def test_the_packed_evalsha_is_what_redis_py_sends() -> None:
                 b"$%d\r\n%b\r\n" % (len(encoder.encode(w)), encoder.encode(w)) for w in words
             )
             assert evalsha_packed(sha, keys, args) == expected
+
+
+def test_many_tasks_of_one_loop_share_at_most_the_runners_connections(
+    redis_server: Any, redis_admin: redis.Redis
+) -> None:
+    """300 tasks acquiring at once on one backend: each call takes one of the runner's
+    connections, at most MAX_ASYNC_CONNECTIONS out (25,000 tasks took a connection each,
+    and four such processes ran out of local ports)."""
+    import semaphore_recipes as sr
+
+    tasks = 300
+    url = f"redis://{redis_server.host_port}/0?prefix=many-{free_port()}"
+    before = int(redis_admin.info("clients")["connected_clients"])
+
+    async def scenario() -> int:
+        async with sr.aio.connect(url) as backend:
+            sem = backend.semaphore("many", capacity=1)
+            holder = await sem.acquire()
+            waiting = [asyncio.ensure_future(sem.acquire(timeout=60)) for _ in range(tasks)]
+            while len((await sem.status()).waiters) < tasks:
+                await asyncio.sleep(0.02)
+            most = int(redis_admin.info("clients")["connected_clients"]) - before
+            await holder.release()
+            for done in asyncio.as_completed(waiting):
+                await (await done).release()
+            return most
+
+    most = asyncio.run(scenario())
+    # the runner's own, and the few of redis-py's pool (status, the inbox's BLPOP, renewals)
+    # (a connection per task, as before: 301)
+    assert most <= MAX_ASYNC_CONNECTIONS + 8 < tasks, most
+
+
+def test_a_turn_handed_to_a_cancelled_or_late_taker_goes_on(redis_server: Any) -> None:
+    """With every connection out, takers wait in order; one that times out or is
+    cancelled as a connection comes back hands its turn on, so none is lost."""
+    host, port = redis_server.host_port.rsplit(":", 1)
+
+    async def scenario() -> list[str]:
+        client = redis.asyncio.Redis(host=host, port=int(port))
+        connections = AsyncIdleConnections(client, most=1)
+        try:
+            out = await connections.take()
+            late = asyncio.ensure_future(connections.take(timeout=0.05))
+            cancelled = asyncio.ensure_future(connections.take())
+            waiting = asyncio.ensure_future(connections.take(timeout=5))
+            await asyncio.sleep(0.1)  # `late` timed out
+            cancelled.cancel()
+            await connections.give_back(out)  # handed to `cancelled`, then on to `waiting`
+            conn = await waiting
+            await connections.give_back(conn)
+            again = await connections.take(timeout=1)  # the one connection is not lost
+            await connections.give_back(again)
+            outcomes = []
+            for task in (late, cancelled):
+                try:
+                    await task
+                    outcomes.append("took")
+                except TimeoutError:
+                    outcomes.append("timed out")
+                except asyncio.CancelledError:
+                    outcomes.append("cancelled")
+            return outcomes
+        finally:
+            await connections.close()
+            await client.aclose()
+
+    assert asyncio.run(scenario()) == ["timed out", "cancelled"]
