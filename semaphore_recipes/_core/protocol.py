@@ -250,12 +250,8 @@ def acquire_protocol(
         while True:
             probe = position.keys_to_probe()
             if probe:  # a long queue's stale view: read its entries, not the queue
-                states = yield Arm(probe)
-                if isinstance(states, SessionLost):
+                if not (yield from _arm(position, probe)):
                     break  # our entry died with the session: enqueue again
-                assert isinstance(states, Mapping)
-                for key in probe:
-                    position.armed(key, states.get(key))
                 position.probed()
                 continue
             if position.stale:
@@ -287,12 +283,8 @@ def acquire_protocol(
             mark_now = True
             keys = position.keys_to_arm(decision)
             if keys:
-                states = yield Arm(keys)
-                if isinstance(states, SessionLost):
+                if not (yield from _arm(position, keys)):
                     break  # our entry died with the session: enqueue again
-                assert isinstance(states, Mapping)
-                for key in keys:
-                    position.armed(key, states.get(key))
                 continue
             event = yield AwaitEvent(deadline.remaining())
             if event is None:
@@ -302,6 +294,18 @@ def acquire_protocol(
             if isinstance(event, BackendFailed):
                 raise BackendUnavailable(f"semaphore {name!r}: {event.reason}")
             apply_event(position, event)  # type: ignore[arg-type]
+
+
+def _arm(position: QueuePosition, keys: tuple[str, ...]) -> Generator[Step, object, bool]:
+    """Read and watch ``keys``, folding what was read into ``position``; False when the
+    session ended meanwhile (our entry with it)."""
+    states = yield Arm(keys)
+    if isinstance(states, SessionLost):
+        return False
+    assert isinstance(states, Mapping)
+    for key in keys:
+        position.armed(key, states.get(key))
+    return True
 
 
 def store_admission(

@@ -11,6 +11,7 @@ import pytest
 import redis
 import redis.asyncio
 
+from semaphore_recipes import aio
 from semaphore_recipes.devtools.processes import free_port
 from semaphore_recipes.redis.connections import (
     MAX_ASYNC_CONNECTIONS,
@@ -148,14 +149,12 @@ def test_many_tasks_of_one_loop_share_at_most_the_runners_connections(
     """300 tasks acquiring at once on one backend: each call takes one of the runner's
     connections, at most MAX_ASYNC_CONNECTIONS out (25,000 tasks took a connection each,
     and four such processes ran out of local ports)."""
-    import semaphore_recipes as sr
-
     tasks = 300
     url = f"redis://{redis_server.host_port}/0?prefix=many-{free_port()}"
     before = int(redis_admin.info("clients")["connected_clients"])
 
     async def scenario() -> int:
-        async with sr.aio.connect(url) as backend:
+        async with aio.connect(url) as backend:
             sem = backend.semaphore("many", capacity=1)
             holder = await sem.acquire()
             waiting = [asyncio.ensure_future(sem.acquire(timeout=60)) for _ in range(tasks)]
