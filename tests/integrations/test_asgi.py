@@ -5,9 +5,6 @@ wait, and nothing left in the store when clients hang up mid-request."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,31 +17,22 @@ import semaphore_recipes as sr
 from semaphore_recipes.devtools.processes import free_port
 from semaphore_recipes.testing.polling import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+from .processes import spawn, stop
 
 
 @pytest.fixture
 def asgi_server(redis_url: str, tmp_path: Path) -> Iterator[str]:
     """uvicorn serving tests/integrations/asgi_app.py on a free port: its base URL."""
     port = free_port()
-    env = dict(
-        os.environ,
-        SR_TEST_ASGI_URL=redis_url,
-        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    )
     log_path = tmp_path / "uvicorn.log"
-    with log_path.open("w") as log:
-        server = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "uvicorn", "tests.integrations.asgi_app:app"),
-                *("--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"),
-                *("--timeout-graceful-shutdown", "2"),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    server = spawn(
+        [
+            *("uvicorn", "tests.integrations.asgi_app:app", "--host", "127.0.0.1"),
+            *("--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "2"),
+        ],
+        log_path,
+        {"SR_TEST_ASGI_URL": redis_url},
+    )
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -58,12 +46,7 @@ def asgi_server(redis_url: str, tmp_path: Path) -> Iterator[str]:
         wait_until(up, timeout=20, interval=0.1)
         yield base
     finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+        stop([server])
 
 
 def _no_one_in(sem: sr.Semaphore) -> bool:
