@@ -145,7 +145,9 @@ def acquisition(
         raise
     finally:
         store.unregister(waiter)
-        report(instrumentation.acquire_ended, name, waiter.weight, outcome, clock() - started)
+        waited = clock() - started
+        report(instrumentation.acquire_ended, name, waiter.weight, outcome, waited)
+    report(instrumentation.acquire_granted, name, waiter.weight, permit.token, waited)
     permit._observe(instrumentation)
     return permit
 

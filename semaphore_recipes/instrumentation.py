@@ -7,7 +7,7 @@ asyncio face report the same events once, whatever the store:
 
 * ``acquire_started`` / ``acquire_ended``: a request entered the queue; it ended with an
   :class:`AcquireOutcome` after so many seconds (the wait, from the call to the grant or
-  to the way out);
+  to the way out); ``acquire_granted`` then tells a grant's fencing token;
 * ``permit_held`` / ``permit_dropped``: permits granted to this process; given back, or
   lost (the session or lease ended, or the entry was deleted: :class:`LostReason`);
 * ``removal_deferred``: an acquire ended without a permit while the store had not
@@ -67,6 +67,10 @@ class Instrumentation:
         self, name: str, permits: int, outcome: AcquireOutcome, seconds: float
     ) -> None:
         """That request ended with ``outcome``, ``seconds`` after it started."""
+
+    def acquire_granted(self, name: str, permits: int, token: int, seconds: float) -> None:
+        """That request was granted, with fencing token ``token``: called right after
+        ``acquire_ended(..., GRANTED, seconds)``, in the same thread or task."""
 
     def permit_held(self, name: str, permits: int) -> None:
         """``permits`` of ``name`` are held by this process from now on."""

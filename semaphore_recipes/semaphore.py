@@ -42,6 +42,7 @@ from .backend import (
     QueueDriver,
     Waiter,
 )
+from .limit import Limit
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -201,6 +202,20 @@ class Semaphore:
             return answer_blocking(request, backend)
 
         return run_program(program, answer)
+
+    def limit(self, permits: int = 1, timeout: float | None = None) -> Limit:
+        """A decorator: each call of the decorated function runs holding ``permits``,
+        acquired with ``acquire(permits, timeout)`` and released on every way out::
+
+            @sem.limit(timeout=5)
+            def export(batch): ...
+
+        A call not granted in time raises AcquireTimeout without running the function.
+        TypeError/ValueError on bad arguments (here, before any I/O); TypeError when
+        applied to a coroutine function or a generator function
+        (:mod:`semaphore_recipes.limit`)."""
+        validate_permits(permits, self._store.capacity)
+        return Limit(self.acquire, permits, timeout)
 
     def _new_permit(self, me: Entry, waiter: Waiter) -> Permit:
         assert waiter.token is not None

@@ -34,6 +34,7 @@ from .._core.status import Status
 from .._leave import leave_in_background
 from ..backend import QueueDriver, Waiter
 from ..errors import AcquireTimeout
+from ..limit import AsyncLimit
 from ._waiter import AsyncWaiter
 from .permit import AsyncPermit
 
@@ -137,11 +138,25 @@ class AsyncSemaphore:
         the awaiting task leaves no entry behind (see the module docstring).
         ``slot=True``: the permit's job slots (``permit.slots``), as on the sync face;
         SlotsNotSupported (raised here) on a backend without them."""
-        if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
-            validate_permits(permits, 1)  # raises the sync face's TypeError/ValueError
+        _check_permits_shape(permits)
         validate_timeout(timeout)
         validate_slot(slot, self._backend.backend)
         return Acquiring(self._acquire(permits, timeout, blocking, watch_entry, slot))
+
+    def limit(self, permits: int = 1, timeout: float | None = None) -> AsyncLimit:
+        """A decorator of coroutine functions: each call runs holding ``permits``,
+        acquired with ``acquire(permits, timeout)`` and released on every way out,
+        cancellation included::
+
+            @sem.limit(timeout=5)
+            async def export(batch): ...
+
+        A call not granted in time raises AcquireTimeout without running the function.
+        TypeError/ValueError on bad arguments (here, before any I/O; ``permits`` above
+        the capacity when a call acquires); TypeError when applied to a plain or a
+        generator function (:mod:`semaphore_recipes.limit`)."""
+        _check_permits_shape(permits)
+        return AsyncLimit(self.acquire, permits, timeout)
 
     async def _acquire(
         self, permits: int, timeout: float | None, blocking: bool, watch_entry: bool, slot: bool
@@ -242,6 +257,13 @@ class Acquiring(Coroutine[Any, Any, P]):
     ) -> None:
         if self._permit is not None:
             await self._permit.release()
+
+
+def _check_permits_shape(permits: int) -> None:
+    """TypeError/ValueError, as the sync face raises them, for ``permits`` that no
+    capacity admits (the capacity is checked once the semaphore is open)."""
+    if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
+        validate_permits(permits, 1)
 
 
 def _failed(opening: asyncio.Future[QueueDriver]) -> bool:
