@@ -2,7 +2,7 @@
 
 Per store (ZooKeeper, etcd, Redis) and W: P worker processes of W/P asyncio tasks each
 (``aio_worker``'s waiters mode), every task acquiring once. The first ten granted hold
-until all W entries are in the store; then one worker makes PROBES acquires without
+until all W entries are in the store; then one worker makes PROBES (20) acquires without
 waiting, one after the other (each enqueues behind the W waiters, finds it cannot be
 admitted, and leaves); then the queue drains, each task holding 1 ms.
 
@@ -287,7 +287,6 @@ def report(rows: list[ScaleRow]) -> list[str]:
             f"| {LABEL[r.store]} | {r.waiters:,} | {r.processes} | {f(r.fill_s, 1)} "
             f"| {f(r.fill_in)} / {f(r.fill_out)} | {f(r.probe_in)} / {f(r.probe_out)} "
             f"| {f(r.probe_ms, 2)}{unanswered(r)} | {f(r.drain_s, 1)} "
-            f"| {f(r.drain_in)} / {f(r.drain_out)} "
             f"| {f(r.drain_in)} / {f(r.drain_out)} "
             f"| {r.grants:,}/{r.waiters:,} | {r.lag} | {f(r.rss_per_waiter_kb, 1)} |"
         )
