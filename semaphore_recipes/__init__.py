@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from ._core.names import MAX_CAPACITY
+from ._core.position import Position
 from ._core.slots import Slot
 from ._core.status import EntryStatus, Status
 from .backend import Backend, FencedTransaction, SessionChange, SessionState
@@ -54,6 +55,7 @@ __all__ = [
     "Permit",
     "PermitLost",
     "PermitState",
+    "Position",
     "Semaphore",
     "SemaphoreError",
     "SemaphoreNotFound",
