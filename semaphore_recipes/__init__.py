@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from ._core.listing import StoredSemaphore
 from ._core.names import MAX_CAPACITY
 from ._core.position import Position
 from ._core.slots import Slot
@@ -65,6 +66,7 @@ __all__ = [
     "SlotsNotSupported",
     "Status",
     "StoreHistoryReset",
+    "StoredSemaphore",
     "WouldBlock",
     "WriteConflict",
     "connect",

@@ -1,4 +1,4 @@
-"""``semaphore-recipes exporter NAME...``: the store-wide view of semaphores for Prometheus.
+"""``semaphore-recipes exporter NAME...|--all``: the store-wide view of semaphores for Prometheus.
 
 Serves ``/metrics`` (capacity, permits in use, holders, queue length, oldest waiter age
 and ``status_up`` per semaphore: :class:`semaphore_recipes.prometheus.StatusCollector`)
@@ -9,7 +9,9 @@ so read-only credentials are enough. Needs the ``[metrics]`` extra (exit 69 with
 Connection loss: a read that fails (the store unreachable within the request timeout)
 sets ``status_up`` to 0 for that semaphore and the scrape still answers; ``/healthz``
 answers 503 once the session can never come back (failed or closed). A semaphore that
-does not exist (yet) reports ``status_up`` 0.
+does not exist (yet) reports ``status_up`` 0. With ``--all`` the semaphores are those
+``backend.list()`` finds, listed again at most once per ``--min-interval`` (a listing
+that fails keeps the last names).
 """
 
 from __future__ import annotations
@@ -38,7 +40,13 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "age of each NAME, read from the store when scraped (at most every "
         "--min-interval seconds). Read-only. Needs the [metrics] extra.",
     )
-    p.add_argument("names", metavar="NAME", nargs="+", help="semaphores to export")
+    p.add_argument("names", metavar="NAME", nargs="*", help="semaphores to export")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="export every semaphore of the namespace, listed again at most every "
+        "--min-interval seconds (they come and go); instead of NAMEs",
+    )
     add_listen_argument(p, DEFAULT_LISTEN, "/metrics and /healthz")
     p.add_argument(
         "--min-interval",
@@ -52,6 +60,8 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def cmd_exporter(args: argparse.Namespace, command: list[str]) -> int:
     names = [check_name(n) for n in args.names]
+    if bool(names) == args.all:
+        raise CliError(ExitCode.USAGE, "exporter takes NAME... or --all (one of them)")
     url, parsed = resolve_url(args.url)
     host, port = parse_listen(args.listen)
     try:
@@ -72,7 +82,12 @@ def cmd_exporter(args: argparse.Namespace, command: list[str]) -> int:
     backend = connect(url)
     try:
         registry = CollectorRegistry()
-        registry.register(StatusCollector(backend.status, names, min_interval=args.min_interval))
+        listed = None if not args.all else lambda: [s.name for s in backend.list()]
+        registry.register(
+            StatusCollector(
+                backend.status, names, min_interval=args.min_interval, list_names=listed
+            )
+        )
 
         def healthz() -> Reply:
             state = backend.session_state
@@ -85,7 +100,8 @@ def cmd_exporter(args: argparse.Namespace, command: list[str]) -> int:
         try:
             say(
                 f"exporter: listening on http://{server.address} "
-                f"({len(names)} semaphore(s) at {describe_url(parsed)})"
+                f"({'every semaphore' if args.all else f'{len(names)} semaphore(s)'} "
+                f"at {describe_url(parsed)})"
             )
             while not stop.wait(1.0):
                 pass

@@ -25,6 +25,7 @@ from ..client import Client
 from ..instrumentation import Instrumentation
 
 if TYPE_CHECKING:
+    from .._core.listing import StoredSemaphore
     from .._core.position import Position
     from .._core.status import Status
     from .._permit import PermitState
@@ -183,6 +184,9 @@ class BlockingAsyncBackend:
 
     def read(self, key: str) -> bytes | None:
         return self._loop.run(self.aio.read(key))
+
+    def list(self) -> tuple[StoredSemaphore, ...]:
+        return self._loop.run(self.aio.list())
 
     def delete_semaphore(self, name: str) -> None:
         self._loop.run(self.aio.delete_semaphore(name))
