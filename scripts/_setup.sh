@@ -1,7 +1,7 @@
 # Sourced by scripts/test and scripts/demo: makes .venv with the project installed and,
 # as root on a machine without them, installs the Debian packages of every program the
 # tests start: ZooKeeper (brings Java), etcd-server, redis-server, postgresql,
-# mariadb-server and openssl. The list of those programs is
+# mariadb-server, openssl and chromium (a headless browser). The list of those programs is
 # semaphore_recipes/devtools/programs.py; tests/harness/test_programs.py checks that
 # each one's package is installed here.
 set -euo pipefail
@@ -69,6 +69,15 @@ if [ "$extras" = test ] && ! command -v openssl >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
   else
     echo "!! no openssl: run 'sudo apt-get install -y openssl' (the TLS tests need it)" >&2
+  fi
+fi
+if [ "$extras" = test ] && ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing chromium (apt-get install chromium): the status page's browser test"
+    [ -n "$(find /var/lib/apt/lists -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "!! no chromium: run 'sudo apt-get install -y chromium' (the status page's browser test needs it)" >&2
   fi
 fi
 python="${PYTHON:-python3}"

@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+from ._core.listing import StoredSemaphore
 from ._core.names import MAX_CAPACITY
+from ._core.position import Position
 from ._core.slots import Slot
 from ._core.status import EntryStatus, Status
 from .backend import Backend, FencedTransaction, SessionChange, SessionState
@@ -54,6 +56,7 @@ __all__ = [
     "Permit",
     "PermitLost",
     "PermitState",
+    "Position",
     "Semaphore",
     "SemaphoreError",
     "SemaphoreNotFound",
@@ -63,6 +66,7 @@ __all__ = [
     "SlotsNotSupported",
     "Status",
     "StoreHistoryReset",
+    "StoredSemaphore",
     "WouldBlock",
     "WriteConflict",
     "connect",

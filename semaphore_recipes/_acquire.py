@@ -21,9 +21,11 @@ from ._core.program import Program
 from ._core.protocol import AwaitEvent, Enqueue, MarkHeld, Step, acquire_protocol
 from ._core.queue import Entry
 from ._core.slots import ListSlots, Slot, TakeSlot
+from ._core.status import Status
 from ._leave import leave, leave_async
+from ._position import DEFAULT_POSITION_INTERVAL, PositionCallback, PositionReports
 from .backend import Backend, QueueDriver, Waiter
-from .errors import AcquireTimeout, BackendUnavailable, SlotsNotSupported
+from .errors import AcquireTimeout, BackendUnavailable, SemaphoreError, SlotsNotSupported
 from .instrumentation import AcquireOutcome, Instrumentation, outcome_of, report
 
 log = logging.getLogger("semaphore_recipes")
@@ -80,13 +82,21 @@ def acquisition(
     new_permit: Callable[[Entry, Waiter], P],
     abandon_nowait: Callable[[Waiter], None],
     clock: Callable[[], float],
+    on_position: PositionCallback | None = None,
+    position_interval: float = DEFAULT_POSITION_INTERVAL,
 ) -> Generator[StoreCall | Leave | AwaitEvent, object, P]:
-    """The program of one acquire: returns the permit (its held mark handed to the store)."""
+    """The program of one acquire: returns the permit (its held mark handed to the store).
+    ``on_position``: told where the waiter stands while it waits (:mod:`._position`)."""
     name = store.name
     permit: P | None = None
     mark: MarkHeld | None = None
     instrumentation = store.backend.instrumentation
     started = clock()
+    reports = (
+        None
+        if on_position is None
+        else PositionReports(on_position, position_interval, store.request_timeout, clock, started)
+    )
     outcome = AcquireOutcome.ERROR
     report(instrumentation.acquire_started, name, waiter.weight)
     # a store whose writes decide admission marked the entry held itself
@@ -118,6 +128,10 @@ def acquisition(
                 # admitted: a deadline that passed (timeout=0) still gets the slots' replies
                 answer = yield _one_reply_call(step, True, store, waiter, deadline, clock)
             elif isinstance(step, AwaitEvent):
+                if reports is not None and waiter.token is not None:
+                    if reports.due(deadline):
+                        reports.read((yield from _status_read(store)), waiter.token)
+                    step = AwaitEvent(reports.wait_for(step.timeout, deadline))
                 answer = yield step  # the face waits for the waiter's next event
             else:
                 answer = yield StoreCall(store.step(waiter, step, deadline))
@@ -150,6 +164,18 @@ def acquisition(
     report(instrumentation.acquire_granted, name, waiter.weight, permit.token, waited)
     permit._observe(instrumentation)
     return permit
+
+
+def _status_read(store: QueueDriver) -> Generator[StoreCall, object, Status | None]:
+    """The queue's status for a position report; None when it cannot be read (the
+    wait goes on: a report is no reason to fail the acquire)."""
+    try:
+        status = yield StoreCall(store.status())
+    except SemaphoreError as exc:
+        log.debug("semaphore %r: no position read: %s", store.name, exc)
+        return None
+    assert isinstance(status, Status)
+    return status
 
 
 def _one_reply_call(

@@ -16,6 +16,7 @@ import threading
 from types import TracebackType
 from typing import Any
 
+from ._core.listing import StoredSemaphore
 from ._core.names import validate_name, validate_open_capacity
 from ._core.status import Status
 from .backend import Backend, Capabilities, SessionState
@@ -113,6 +114,11 @@ class Client:
     def data_key(self, semaphore: str, name: str = "data") -> str:
         """See :meth:`semaphore_recipes.backend.Backend.data_key`."""
         return self.backend.data_key(semaphore, name)
+
+    def list(self) -> tuple[StoredSemaphore, ...]:
+        """The semaphores stored in this backend's namespace, sorted by name, each with
+        its capacity (``StoredSemaphore``); within the request timeout. Read-only."""
+        return self.backend.run(self.backend.listing())
 
     def delete_semaphore(self, name: str) -> None:
         """Delete what is stored of semaphore ``name``: its capacity, its entries and its

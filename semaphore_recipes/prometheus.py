@@ -32,6 +32,7 @@ last values.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -177,7 +178,12 @@ class StatusCollector(Collector):
     ``min_interval`` seconds per name so that scrapers cannot load the store. A
     semaphore that does not exist, or a read that fails (the store unreachable within
     its request timeout), reports ``status_up`` 0 (and the last values read, if any).
-    ``wall_clock`` ages the waiters (their ``since`` is the writer's Unix time)."""
+    ``wall_clock`` ages the waiters (their ``since`` is the writer's Unix time).
+
+    ``list_names`` (e.g. a function of ``backend.list()``): the names are listed again
+    with it, at most once per ``min_interval``, and follow the store's semaphores as
+    they come and go (a listing that fails keeps the names of the one before); the
+    ``names`` given are the first ones."""
 
     def __init__(
         self,
@@ -187,6 +193,7 @@ class StatusCollector(Collector):
         min_interval: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        list_names: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         if min_interval < 0:
             raise ValueError(f"min_interval must be >= 0, not {min_interval}")
@@ -197,11 +204,27 @@ class StatusCollector(Collector):
         self._wall_clock = wall_clock
         self._readings = {name: _Reading() for name in self._names}
         self._lock = threading.Lock()  # one read at a time, whatever the scrapers
+        self._list_names = list_names
+        self._listed_at = -math.inf
+
+    def _follow_the_store(self) -> None:
+        """List the names again (``list_names``), when that listing is old enough."""
+        if self._list_names is None or self._clock() - self._listed_at < self._min_interval:
+            return
+        try:
+            names = list(dict.fromkeys(self._list_names()))
+        except SemaphoreError:
+            return  # the names of the last listing stay, their reads say whether they work
+        finally:
+            self._listed_at = self._clock()
+        self._names = names
+        self._readings = {name: self._readings.get(name) or _Reading() for name in names}
 
     def readings(self) -> dict[str, tuple[Status | None, bool]]:
         """Each name's status (None if never read) and whether the last read worked,
         read again where older than ``min_interval``."""
         with self._lock:
+            self._follow_the_store()
             for name in self._names:
                 reading = self._readings[name]
                 if self._clock() - reading.read_at < self._min_interval:

@@ -31,12 +31,14 @@ from typing import TYPE_CHECKING
 from ._acquire import Leave, StoreCall, acquisition, answer_blocking, validate_slot
 from ._core.deadline import Deadline, validate_timeout
 from ._core.names import validate_capacity, validate_permits
+from ._core.position import Position
 from ._core.program import run_program
 from ._core.protocol import AwaitEvent
 from ._core.queue import Entry
 from ._core.status import Status
 from ._leave import leave
 from ._permit import LostEvent, PermitState
+from ._position import DEFAULT_POSITION_INTERVAL, validate_position_arguments
 from .backend import (
     FencedTransaction,
     QueueDriver,
@@ -132,6 +134,8 @@ class Semaphore:
         *,
         watch_entry: bool = False,
         slot: bool = False,
+        on_position: Callable[[Position], object] | None = None,
+        position_interval: float = DEFAULT_POSITION_INTERVAL,
     ) -> Permit:
         """Wait in FIFO order for ``permits`` permits.
 
@@ -162,10 +166,19 @@ class Semaphore:
         admission: one listing and one create per slot, or nothing more where the
         store's admitting write gives them (Redis) (docs/user-guide.md, "Job slots").
         SlotsNotSupported (before any I/O) on a backend without them.
+
+        ``on_position``: while the acquire waits, it reads the queue's status at most
+        every ``position_interval`` seconds and calls ``on_position(position)`` (a
+        :class:`~semaphore_recipes.Position`: waiting entries and permits ahead, the
+        holders, the time waited) from the acquiring thread after each read that finds
+        it still waiting. No read is made without it, nor in the last request timeout
+        before ``timeout``; an exception it raises ends the acquire (its entry removed)
+        (docs/user-guide.md, "Where am I in the queue").
         """
         validate_permits(permits, self._store.capacity)
         validate_timeout(timeout)
         validate_slot(slot, self._session)
+        validate_position_arguments(on_position, position_interval)
         # blocking=False: one try, like timeout=0 (it raises WouldBlock rather than
         # AcquireTimeout, and so does the protocol before it looks at the deadline)
         deadline = Deadline(timeout if blocking else 0.0, self._clock)
@@ -193,6 +206,8 @@ class Semaphore:
             new_permit=self._new_permit,
             abandon_nowait=abandon_nowait,
             clock=self._clock,
+            on_position=on_position,
+            position_interval=position_interval,
         )
 
         def answer(request: object) -> object:

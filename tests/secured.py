@@ -33,7 +33,7 @@ REDIS_WORKER_COMMANDS = (
     " +hget +hmget +hset +hdel +zadd +zrem +zrange +zrevrangebyscore +zcount"
     " +sadd +srem +smembers"
 )
-REDIS_MONITOR_COMMANDS = "+ping +evalsha_ro +eval_ro +hmget +hget +zrange +exists"
+REDIS_MONITOR_COMMANDS = "+ping +evalsha_ro +eval_ro +hmget +hget +zrange +exists +scan"
 REDIS_CLUSTER_COMMANDS = "+cluster|slots +cluster|shards +readonly +command"
 REDIS_CLUSTER_WORKER_COMMANDS = "+spublish +ssubscribe +sunsubscribe +lpop"
 REDIS_ADMIN = ("admin", "a-secret")

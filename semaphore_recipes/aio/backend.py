@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from .._core.deadline import validate_timeout
+from .._core.listing import StoredSemaphore
 from .._core.names import validate_name, validate_open_capacity
 from .._core.status import Status
 from ..backend import Backend, Capability, SessionState
@@ -102,6 +103,10 @@ class AsyncBackend:
     async def read(self, key: str) -> bytes | None:
         """See :meth:`semaphore_recipes.Backend.read`."""
         return await self.backend.run_async(self.backend.reading(key))
+
+    async def list(self) -> tuple[StoredSemaphore, ...]:
+        """See :meth:`semaphore_recipes.Client.list`."""
+        return await self.backend.run_async(self.backend.listing())
 
     async def delete_semaphore(self, name: str) -> None:
         """See :meth:`semaphore_recipes.Backend.delete_semaphore`."""

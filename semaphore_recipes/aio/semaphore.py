@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from .._acquire import Leave, StoreCall, acquisition, answer_awaited, validate_slot
 from .._core.deadline import ONE_REPLY_FLOOR, Deadline, validate_timeout
 from .._core.names import validate_capacity, validate_permits
+from .._core.position import Position
 from .._core.program import run_program_async
 from .._core.protocol import AwaitEvent
 from .._core.queue import Entry
 from .._core.status import Status
 from .._leave import leave_in_background
+from .._position import DEFAULT_POSITION_INTERVAL, validate_position_arguments
 from ..backend import QueueDriver, Waiter
 from ..errors import AcquireTimeout
 from ..limit import AsyncLimit
@@ -129,6 +131,8 @@ class AsyncSemaphore:
         *,
         watch_entry: bool = False,
         slot: bool = False,
+        on_position: Callable[[Position], object] | None = None,
+        position_interval: float = DEFAULT_POSITION_INTERVAL,
     ) -> Acquiring[AsyncPermit]:
         """Wait in FIFO order for ``permits`` permits: ``permit = await sem.acquire()``
         or ``async with sem.acquire() as permit:``. The sync face's contract
@@ -137,11 +141,14 @@ class AsyncSemaphore:
         any I/O; ``permits`` above the capacity once the semaphore is open). Cancelling
         the awaiting task leaves no entry behind (see the module docstring).
         ``slot=True``: the permit's job slots (``permit.slots``), as on the sync face;
-        SlotsNotSupported (raised here) on a backend without them."""
+        SlotsNotSupported (raised here) on a backend without them. ``on_position``
+        and ``position_interval``: as on the sync face, called from the event loop."""
         _check_permits_shape(permits)
         validate_timeout(timeout)
         validate_slot(slot, self._backend.backend)
-        return Acquiring(self._acquire(permits, timeout, blocking, watch_entry, slot))
+        validate_position_arguments(on_position, position_interval)
+        reports = (on_position, position_interval)
+        return Acquiring(self._acquire(permits, timeout, blocking, watch_entry, slot, reports))
 
     def limit(self, permits: int = 1, timeout: float | None = None) -> AsyncLimit:
         """A decorator of coroutine functions: each call runs holding ``permits``,
@@ -159,7 +166,13 @@ class AsyncSemaphore:
         return AsyncLimit(self.acquire, permits, timeout)
 
     async def _acquire(
-        self, permits: int, timeout: float | None, blocking: bool, watch_entry: bool, slot: bool
+        self,
+        permits: int,
+        timeout: float | None,
+        blocking: bool,
+        watch_entry: bool,
+        slot: bool,
+        reports: tuple[Callable[[Position], object] | None, float],
     ) -> AsyncPermit:
         # the deadline starts before the opening: it is part of the wait
         deadline = Deadline(timeout if blocking else 0.0, self._clock)
@@ -188,6 +201,8 @@ class AsyncSemaphore:
             new_permit=new_permit,
             abandon_nowait=abandon_nowait,
             clock=self._clock,
+            on_position=reports[0],
+            position_interval=reports[1],
         )
 
         async def answer(request: object) -> object:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from .._core.codec import EntryData
 from .._core.deadline import Deadline
+from .._core.listing import StoredSemaphore, by_name
 from .._core.names import validate_capacity, validate_name
 from .._core.program import run_program, run_program_async
 from .._core.protocol import (
@@ -86,9 +87,11 @@ __all__ = [
     "Slot",
     "Status",
     "StoreAdmitted",
+    "StoredSemaphore",
     "Waiter",
     "Write",
     "WriteKind",
+    "by_name",
     "call_with_sigint_held",
     "default_owner",
     "nearest_needed",

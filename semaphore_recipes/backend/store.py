@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import ClassVar, TypeVar, final
 
 from .._core.deadline import Deadline
+from .._core.listing import StoredSemaphore
 from .._core.protocol import (
     Enqueued,
 )
@@ -135,6 +136,13 @@ class Backend(SessionHub, Runner):
     def deleting_semaphore(self, name: str) -> Program[None]:
         """Delete what is stored of semaphore ``name`` (validated): its capacity, its
         entries and its data keys; nothing if it does not exist."""
+
+    def listing(self) -> Program[tuple[StoredSemaphore, ...]]:
+        """The semaphores stored in this backend's namespace (root, prefix, schema),
+        sorted by name, each with its stored capacity, within the request timeout (a
+        store without it: NotSupported, before any I/O). A semaphore being created or
+        deleted meanwhile may be in it or not."""
+        raise NotSupported(self.scheme, "list its semaphores", "list")
 
     @abstractmethod
     def close(self) -> None:

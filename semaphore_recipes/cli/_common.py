@@ -56,6 +56,7 @@ class ExitCode(enum.IntEnum):
     TIMEOUT = 75  #: EX_TEMPFAIL: run --timeout passed before the permit was granted
     PERMIT_LOST = 76  #: the permit was lost (run: while the command ran; it was stopped)
     NO_PERMISSION = 77  #: EX_NOPERM: the server refused the credentials or the access (ACL, role)
+    IN_USE = 73  #: delete: the semaphore has holders or waiters (--force deletes it anyway)
     CANNOT_EXECUTE = 126  #: the command exists but could not be executed
     COMMAND_NOT_FOUND = 127  #: the command was not found
 

@@ -24,6 +24,7 @@ log = logging.getLogger("semaphore_recipes")
 
 SOCKET_TIMEOUT = 10.0  #: seconds a connection may stay silent (request or reply)
 TEXT = "text/plain; charset=utf-8"
+HTML = "text/html; charset=utf-8"
 
 
 @dataclass(frozen=True)

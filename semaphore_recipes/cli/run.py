@@ -44,6 +44,7 @@ from ..errors import AcquireTimeout, WouldBlock
 from ..semaphore import PermitState
 from ._common import ENV_URL, CliError, ExitCode, check_name, connect, resolve_url, say
 from ._name_argument import add_name_argument
+from ._position_line import PositionLine
 
 FORWARDED = (
     signal.SIGINT,
@@ -98,6 +99,13 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         metavar="S",
         help=f"seconds between SIGTERM and SIGKILL with --on-lost=terminate "
         f"(default {DEFAULT_GRACE:g})",
+    )
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="show nothing while waiting (by default: the place in the queue and the "
+        "time waited on stderr, one updating line on a terminal)",
     )
     p.set_defaults(handler=cmd_run, takes_command=True)
 
@@ -271,6 +279,8 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     signals.install(signals.while_waiting)
     backend: Any = None
     permit: Any = None
+    # (acquire_all reports no position: --also waits silently)
+    shown = None if args.quiet or also else PositionLine(name)
     try:
         try:
             backend = connect(url)
@@ -286,13 +296,18 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
                     wanted, timeout=args.timeout, blocking=args.timeout != 0
                 )
             else:
-                permit = sem.acquire(
-                    args.permits,
-                    timeout=args.timeout,
-                    blocking=args.timeout != 0,
-                    watch_entry=True,
-                    slot=args.slot,
-                )
+                try:
+                    permit = sem.acquire(
+                        args.permits,
+                        timeout=args.timeout,
+                        blocking=args.timeout != 0,
+                        watch_entry=True,
+                        slot=args.slot,
+                        on_position=shown,
+                    )
+                finally:
+                    if shown is not None:
+                        shown.end()
         except (AcquireTimeout, WouldBlock):
             how = "not free now" if args.timeout == 0 else f"not granted within {args.timeout:g} s"
             what = f"{_plural(args.permits)} of {name!r}" + "".join(

@@ -243,6 +243,14 @@ PROGRAMS: dict[str, ExternalProgram] = {
             "makes the certificates of the TLS tests (semaphore_recipes/testing/certificates.py)",
         ),
         ExternalProgram(
+            "chromium",
+            "chromium",
+            Provider.APT,
+            "renders the exporter's status page in a real headless browser "
+            "(tests/cli/test_status_page.py)",
+            fallbacks=("/usr/bin/chromium",),
+        ),
+        ExternalProgram(
             "setpriv",
             "util-linux",
             Provider.ESSENTIAL,

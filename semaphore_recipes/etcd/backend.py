@@ -25,6 +25,7 @@ others await it).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .. import _reachability
+from .._core.codec import decode_capacity
 from .._core.deadline import Deadline
 from .._core.names import etcd_entry_key, parse_etcd_entry, validate_name
 from .._core.program import Program
@@ -49,7 +51,9 @@ from ..backend import (
     QueueDriver,
     SessionEvent,
     SessionState,
+    StoredSemaphore,
     Waiter,
+    by_name,
     default_owner,
     session_lost,
 )
@@ -62,13 +66,14 @@ from ..errors import (
     StoreHistoryReset,
 )
 from . import multi
+from ._proto import etcd_api_pb2 as pb
 from .aio_client import AioEtcdClient
 from .aio_lease import AsyncLeaseKeeper
 from .client import EtcdClient
 from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, EtcdUnavailable
 from .history import StoreHistory
 from .lease import LeaseKeeper
-from .ops import prefix_range_end
+from .ops import Op, prefix_range_end
 from .queue import EtcdQueue
 from .retry import retrying
 from .rpc import Call, granted_lease
@@ -427,6 +432,34 @@ class EtcdBackend(Backend):
             f"keys under {start.decode()}",
         )
 
+    def listing(self) -> Program[tuple[StoredSemaphore, ...]]:
+        # the keys alone (every entry's too: etcd has no filter by suffix), then the
+        # config keys' values, LISTED_PER_TXN per txn (etcd's --max-txn-ops: 128)
+        start = self.prefix.encode()
+        keys = yield from self._bounded(
+            lambda timeout: Call.range(
+                start, prefix_range_end(start), keys_only=True, timeout=timeout
+            ),
+            f"keys under {self.prefix}",
+        )
+        names = [
+            name
+            for kv in keys.kvs
+            if (name := _semaphore_of_config(kv.key[len(start) :].decode())) is not None
+        ]
+        found = []
+        for at in range(0, len(names), LISTED_PER_TXN):
+            batch = names[at : at + LISTED_PER_TXN]
+            ranges = [Op.range(f"{self.prefix}{name}/config".encode()) for name in batch]
+            reply = yield from self._bounded(
+                functools.partial(_reading_all, ranges), f"the capacities under {self.prefix}"
+            )
+            for name, response in zip(batch, reply.responses, strict=True):
+                kvs = response.response_range.kvs
+                if kvs:  # (else deleted meanwhile)
+                    found.append((name, decode_capacity(name, kvs[0].value)))
+        return by_name(found)
+
     def _bounded(self, make: Callable[[float], Call], target: str) -> Program[Any]:
         """A retry-safe call of this backend's own, retried on UNAVAILABLE within the
         request timeout (then BackendUnavailable); PermissionDenied naming ``target``."""
@@ -545,3 +578,23 @@ def _monotonic() -> float:
     import time
 
     return time.monotonic()
+
+
+#: config keys read per txn by ``listing`` (below etcd's default --max-txn-ops, 128)
+LISTED_PER_TXN = 100
+
+
+def _reading_all(ranges: list[pb.RequestOp], timeout: float) -> Call:
+    return Call.txn([], ranges, timeout=timeout)
+
+
+def _semaphore_of_config(key: str) -> str | None:
+    """The semaphore whose ``<name>/config`` key is ``key`` (relative to the prefix),
+    or None for any other key (entries, slots, data keys)."""
+    name, sep, rest = key.partition("/")
+    if not sep or rest != "config":
+        return None
+    try:
+        return validate_name(name)
+    except InvalidName:
+        return None

@@ -41,7 +41,9 @@ from ..backend import (
     QueueDriver,
     ServiceURL,
     SessionState,
+    StoredSemaphore,
     Waiter,
+    by_name,
     call_with_sigint_held,
     default_owner,
     queues_of,
@@ -254,6 +256,10 @@ class MemoryBackend(Backend):
         path = self.semaphore_path(name)
         yield Connected(None)
         call_with_sigint_held(lambda: self.store.delete_semaphore(path))
+
+    def listing(self) -> Generator[object, object, tuple[StoredSemaphore, ...]]:
+        yield Connected(None)
+        return by_name(self.store.capacities(self.prefix).items())
 
     def enqueue_all(
         self, queues: Sequence[tuple[QueueDriver, Waiter]], deadline: Deadline

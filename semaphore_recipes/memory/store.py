@@ -166,6 +166,16 @@ class MemoryStore:
         for listener in listeners:
             listener(capacity, version)
 
+    def capacities(self, under: str) -> dict[str, int]:
+        """name -> capacity of the semaphores at ``under/<name>``, read at once."""
+        start = under + "/"
+        with self._lock:
+            return {
+                path[len(start) :]: semaphore.capacity
+                for path, semaphore in self._semaphores.items()
+                if path.startswith(start) and "/" not in path[len(start) :]
+            }
+
     def queue(self, path: str) -> tuple[int | None, list[StoredEntry], dict[int, str]]:
         """The capacity (None: deleted), the entries (in queue order) and the job
         slots (index -> entry key) of a semaphore, read at once."""

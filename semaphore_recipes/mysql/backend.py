@@ -231,6 +231,16 @@ class MySQLBackend(SQLBackend):
     def stop_keeper(self) -> None:
         self.keeper.stop()
 
+    def capacities(self) -> Program[str | None]:
+        return call(
+            "SELECT COALESCE(JSON_ARRAYAGG(JSON_ARRAY(name, capacity)), '[]') FROM sr_semaphores",
+            [],
+            where=self.describe(),
+            bound=Deadline(self.request_timeout, time.monotonic),
+            request_timeout=self.request_timeout,
+            user=self.params.user,
+        )
+
     # ---- Backend ---------------------------------------------------------------------------
     def describe(self) -> str:
         return self.params.describe()

@@ -235,6 +235,14 @@ class PostgreSQLBackend(SQLBackend):
     def stop_keeper(self) -> None:
         self.keeper.stop()
 
+    def capacities(self) -> Program[str | None]:
+        return self.statement(
+            "SELECT coalesce(json_agg(json_build_array(name, capacity)), '[]')::text "
+            "FROM {s}.semaphores",
+            [],
+            self.describe(),
+        )
+
     def holder_exists(
         self, execute: Callable[[bytes, tuple[str, ...]], str | None]
     ) -> Callable[[str, str, int], bool]:

@@ -56,13 +56,21 @@ from ..backend import (
     QueueDriver,
     ServiceURL,
     SessionState,
+    StoredSemaphore,
     Waiter,
+    by_name,
     default_owner,
     run_program,
     session_lost,
     validate_name,
 )
-from ..errors import BackendUnavailable, SemaphoreError, StoreHistoryReset
+from ..errors import (
+    BackendUnavailable,
+    CorruptState,
+    NotSupported,
+    SemaphoreError,
+    StoreHistoryReset,
+)
 from . import multi
 from .calls import (
     REFUSED,
@@ -515,6 +523,38 @@ class RedisBackend(Backend):
         yield from call(ScriptName.DELETE_SEMAPHORE, (prefix, name),
                         where=where, bound=bound, params=self.params)  # fmt: skip
 
+    def listing(self) -> Program[tuple[StoredSemaphore, ...]]:
+        # each semaphore's capacity hash, P:s:<name>:cfg (a name has no ':', so a data
+        # key P:s:<name>:d:cfg is not one), found by SCAN's pages, then read
+        if not self.layout.is_global():
+            # (a SCAN per primary, each with its own cursor: not one command)
+            raise NotSupported(self.scheme, "list its semaphores on Redis Cluster", "list")
+        head = f"{self.layout.prefix}:s:"
+        pattern = _glob_escaped(head) + "*:cfg"
+        where = self.describe()
+        names: set[str] = set()
+        cursor = 0
+        while True:
+            scan = ("SCAN", cursor, "MATCH", pattern, "COUNT", 500)
+            cursor, keys = yield from command(scan, where, self.params)
+            for key in keys:
+                text = key.decode() if isinstance(key, bytes) else str(key)
+                name = text[len(head) : -len(":cfg")]
+                if ":" not in name:
+                    names.add(name)
+            if not int(cursor):
+                break
+        found = []
+        for name in sorted(names):
+            raw = yield from command(("HGET", f"{head}{name}:cfg", "capacity"), where, self.params)
+            if raw is None:
+                continue  # deleted meanwhile
+            try:
+                found.append((name, int(raw)))
+            except ValueError:
+                raise CorruptState(f"semaphore {name!r}: stored capacity {raw!r}") from None
+        return by_name(found)
+
     def _end_lease(self) -> Program[None]:
         """Delete the lease (our entries are dead at once), then let each open queue
         admit the entries that now fit. No lease made: no entry of ours, nothing to
@@ -649,3 +689,8 @@ class TlsRedisClusterBackend(RedisBackend):
     """``rediss+cluster://``: Redis Cluster over TLS."""
 
     scheme = "rediss+cluster"
+
+
+def _glob_escaped(text: str) -> str:
+    """``text`` matched literally by a SCAN ``MATCH`` pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

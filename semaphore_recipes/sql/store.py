@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import itertools
+import json
 import logging
 import threading
 import time
@@ -37,7 +38,9 @@ from ..backend import (
     Program,
     QueueDriver,
     SessionState,
+    StoredSemaphore,
     Waiter,
+    by_name,
     run_program,
     session_lost,
     validate_name,
@@ -138,6 +141,15 @@ class SQLBackend(Backend):
     @abstractmethod
     def stop_keeper(self) -> None:
         """Stop the keeper's thread (before the session is ended on close)."""
+
+    @abstractmethod
+    def capacities(self) -> Program[str | None]:
+        """One statement: every semaphore's ``[[name, capacity], ...]``, as JSON text."""
+
+    def listing(self) -> Program[tuple[StoredSemaphore, ...]]:
+        # a plain read of the semaphores table: no stored routine (nor schema version)
+        reply = yield from self.capacities()
+        return by_name((str(name), int(capacity)) for name, capacity in json.loads(reply or "[]"))
 
     def new_entry_id(self) -> str:
         """An entry id of the current session, never given twice by this backend."""

@@ -25,6 +25,8 @@ from ..client import Client
 from ..instrumentation import Instrumentation
 
 if TYPE_CHECKING:
+    from .._core.listing import StoredSemaphore
+    from .._core.position import Position
     from .._core.status import Status
     from .._permit import PermitState
     from ..aio import AsyncBackend, AsyncMultiPermit, AsyncPermit, AsyncSemaphore, AsyncTransaction
@@ -183,6 +185,9 @@ class BlockingAsyncBackend:
     def read(self, key: str) -> bytes | None:
         return self._loop.run(self.aio.read(key))
 
+    def list(self) -> tuple[StoredSemaphore, ...]:
+        return self._loop.run(self.aio.list())
+
     def delete_semaphore(self, name: str) -> None:
         self._loop.run(self.aio.delete_semaphore(name))
 
@@ -239,10 +244,18 @@ class BlockingSemaphore:
         *,
         watch_entry: bool = False,
         slot: bool = False,
+        on_position: Callable[[Position], object] | None = None,
+        position_interval: float = 1.0,
     ) -> BlockingPermit:
         async def acquired() -> BlockingPermit:  # the view is made before the call returns
             acquiring = self.aio.acquire(
-                permits, timeout, blocking, watch_entry=watch_entry, slot=slot
+                permits,
+                timeout,
+                blocking,
+                watch_entry=watch_entry,
+                slot=slot,
+                on_position=on_position,
+                position_interval=position_interval,
             )
             return BlockingPermit(self, await acquiring, self._loop)
 

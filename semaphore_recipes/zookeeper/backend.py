@@ -47,6 +47,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, KeeperState
 
 from .. import _reachability
+from .._core.codec import decode_capacity
 from .._core.deadline import Deadline
 from .._core.names import join_path, validate_name, validate_root
 from .._core.program import Program, run_program, run_program_async
@@ -60,7 +61,9 @@ from ..backend import (
     FencedTransaction,
     QueueDriver,
     SessionState,
+    StoredSemaphore,
     Waiter,
+    by_name,
     default_owner,
     session_lost,
 )
@@ -68,6 +71,7 @@ from ..errors import (
     AcquireTimeout,
     AuthenticationFailed,
     BackendUnavailable,
+    InvalidName,
     PermissionDenied,
     StoreHistoryReset,
 )
@@ -303,6 +307,26 @@ class ZooKeeperBackend(Backend):
         return self.within_request_timeout(
             lambda: self._deleting_node(path), f"deleting {path}", path
         )
+
+    def listing(self) -> ZkProgram[tuple[StoredSemaphore, ...]]:
+        return self.within_request_timeout(self._listing, f"listing {self.root}", self.root)
+
+    def _listing(self) -> ZkProgram[tuple[StoredSemaphore, ...]]:
+        try:
+            children = yield self.client.get_children_async(self.root)
+        except NoNodeError:
+            return ()
+        names = [child for child in children if _is_name(child)]
+        # every read sent at once, then their answers: one round trip, not one per node
+        reads = [(name, self.client.get_async(join_path(self.root, name))) for name in names]
+        found = []
+        for name, pending in reads:
+            try:
+                raw, _ = yield pending
+            except NoNodeError:
+                continue  # deleted meanwhile
+            found.append((name, decode_capacity(name, raw)))
+        return by_name(found)
 
     def _deleting_node(self, path: str) -> ZkProgram[None]:
         while True:
@@ -852,3 +876,12 @@ class _Opening:
             own_client=True,
             request_timeout=self.request_timeout,
         )
+
+
+def _is_name(child: str) -> bool:
+    """Is the root's child ``child`` named as a semaphore (not a node of another tool)?"""
+    try:
+        validate_name(child)
+    except InvalidName:
+        return False
+    return True

@@ -1,4 +1,4 @@
-"""The CLI with restricted users: ``status``, ``watch`` and ``exporter`` need only read
+"""The CLI with restricted users: ``status``, ``ls``, ``watch`` and ``exporter`` need only read
 permission; a refusal exits 77 (EX_NOPERM) with one line naming the user."""
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ def test_status_with_read_only_credentials(secured: SecuredStore) -> None:
         doc = json.loads(result.stdout)
         assert (doc["capacity"], doc["used"]) == (2, 1)
         assert [h["token"] for h in doc["holders"]] == [held.token]
+        listed = cli("ls", "--json", "--url", secured.reader_url)
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout) == {"semaphores": [{"name": "pool", "capacity": 2}]}
     finally:
         held.release()
 
