@@ -5,6 +5,8 @@
     semaphore-recipes status NAME [--json]
     semaphore-recipes watch NAME [--interval S] [--json]
     semaphore-recipes set-capacity NAME N
+    semaphore-recipes drain NAME [--wait [--timeout S]]
+    semaphore-recipes resume NAME
     semaphore-recipes exporter NAME... [--listen HOST:PORT] [--min-interval S]
     semaphore-recipes dev-server [--backend etcd|zookeeper] [--port P]
     semaphore-recipes demo [--url URL]
@@ -13,7 +15,8 @@
 defaults to ``$SEMAPHORE_RECIPES_URL``; it and ``-v`` go before or after the subcommand.
 A NAME starting with ``-`` is given as ``--name=-x`` (or after ``--`` where no command
 follows: ``status -- -x``). One subcommand per module: :mod:`.run`,
-:mod:`.hold`, :mod:`.status` (status, watch, set-capacity), :mod:`.exporter`,
+:mod:`.hold`, :mod:`.status` (status, watch, set-capacity), :mod:`.drain` (drain,
+resume), :mod:`.exporter`,
 :mod:`.devserver`, :mod:`.demo`.
 ``docs/cli.md`` is the reference, with the exit codes (:class:`ExitCode`).
 
@@ -83,11 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    from . import demo, devserver, exporter, hold, run, sql_schema, status
+    from . import demo, devserver, drain, exporter, hold, run, sql_schema, status
 
     run.add_parser(sub, [common])
     hold.add_parser(sub, [common])
     status.add_parsers(sub, [common])
+    drain.add_parsers(sub, [common])
     exporter.add_parser(sub, [common])
     devserver.add_parser(sub, [common])
     demo.add_parser(sub, [common])
