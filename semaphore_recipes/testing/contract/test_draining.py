@@ -63,7 +63,8 @@ def test_drain_refuses_newcomers_tells_waiters_and_spares_holders(service: Harne
 def test_drain_wait_returns_after_the_last_release(service: Harness) -> None:
     _drains(service)
     admin = service.connect().semaphore("dr-wait", capacity=2)
-    holders = [service.connect().semaphore("dr-wait", capacity=2).acquire() for _ in range(2)]
+    clients = [service.connect() for _ in range(2)]  # (kept: each holds one permit)
+    holders = [c.semaphore("dr-wait", capacity=2).acquire() for c in clients]
     with pytest.raises(sr.DrainTimeout) as caught:
         admin.drain(wait=True, timeout=0.3)
     assert caught.value.holders == 2 and admin.status().draining
