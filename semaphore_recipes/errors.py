@@ -14,6 +14,8 @@ __all__ = [
     "BackendUnavailable",
     "CapacityMismatch",
     "CorruptState",
+    "DrainTimeout",
+    "Draining",
     "InvalidName",
     "NotSupported",
     "PermissionDenied",
@@ -42,6 +44,28 @@ class WouldBlock(SemaphoreError):
 class PermitLost(SemaphoreError):
     """The permit is not safely held: its session or lease ended, its entry was deleted,
     or (for :meth:`Permit.check`) the connection is suspended. Stop touching the resource."""
+
+
+class Draining(SemaphoreError):
+    """The semaphore is draining (``drain()``, ``semaphore-recipes drain``): new
+    acquires are refused at once and waiters already queued are told the same; their
+    entries leave the queue. Holders keep their permits. ``resume()`` ends it. ``name``
+    is the semaphore's. (The CLI exits 79.)"""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"semaphore {name!r} is draining: new acquires are refused")
+        self.name = name
+
+
+class DrainTimeout(SemaphoreError, TimeoutError):
+    """``drain(wait=True, timeout=...)``: holders were left when the time ran out. The
+    semaphore stays draining. ``name``; ``holders``: how many were left. (The CLI
+    exits 75.)"""
+
+    def __init__(self, name: str, holders: int) -> None:
+        super().__init__(f"semaphore {name!r}: {holders} holder(s) left when the wait ended")
+        self.name = name
+        self.holders = holders
 
 
 class NotSupported(SemaphoreError, NotImplementedError):

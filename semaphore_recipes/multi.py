@@ -219,14 +219,18 @@ def _enqueue_all_call(
     """The first try is given at least ``one_reply_deadline``'s time, as for one acquire."""
     floor = one_reply_deadline(deadline, backend.request_timeout, clock) if first else None
     if floor is None:
-        return StoreCall(_enqueued_all(backend.enqueue_all(pairs, deadline)))
+        return StoreCall(_enqueued_all(pairs, backend.enqueue_all(pairs, deadline)))
     what = f"semaphores {sorted(w.semaphore for _, w in pairs)}"
-    return StoreCall(_enqueued_all(backend.enqueue_all(pairs, floor)), first_try=True, what=what)
+    return StoreCall(
+        _enqueued_all(pairs, backend.enqueue_all(pairs, floor)), first_try=True, what=what
+    )
 
 
-def _enqueued_all(enqueue_all: Program[dict[str, Enqueued]]) -> Program[EnqueuedAll]:
-    """The protocol's answer to EnqueueAll."""
-    return EnqueuedAll((yield from enqueue_all))
+def _enqueued_all(pairs: Pairs, enqueue_all: Program[dict[str, Enqueued]]) -> Program[EnqueuedAll]:
+    """The protocol's answer to EnqueueAll, each queue's saying whether it drains."""
+    answers = yield from enqueue_all
+    drivers = {driver.name: driver for driver, _ in pairs}
+    return EnqueuedAll({name: drivers[name].with_draining(e) for name, e in answers.items()})
 
 
 # ---- the sync face ---------------------------------------------------------------------

@@ -36,6 +36,7 @@ from ._core.program import run_program
 from ._core.protocol import AwaitEvent
 from ._core.queue import Entry
 from ._core.status import Status
+from ._drain import Pause, StoreRun, draining, require_drain
 from ._leave import leave
 from ._permit import LostEvent, PermitState
 from ._position import DEFAULT_POSITION_INTERVAL, validate_position_arguments
@@ -253,3 +254,35 @@ class Semaphore:
         """
         validate_capacity(capacity)
         self._session.run(self._store.set_capacity(capacity))
+
+    def drain(self, *, wait: bool = False, timeout: float | None = None) -> Status | None:
+        """Put the semaphore in the *draining* state: new acquires (here and in every
+        other process) fail at once with Draining, waiters already queued are told the
+        same and leave the queue, holders keep their permits. Stored beside the
+        capacity, until :meth:`resume`.
+
+        ``wait=True`` then returns once the last holder released (the status read
+        then), or raises DrainTimeout after ``timeout`` seconds (the semaphore stays
+        draining). NotSupported on a backend without it, ValueError/TypeError on a bad
+        timeout (before any I/O); BackendUnavailable when a request is not answered
+        within the request timeout.
+        """
+        return self._run_draining(True, wait, timeout)
+
+    def resume(self) -> None:
+        """End the draining state: acquires are granted again."""
+        self._run_draining(False, False, None)
+
+    def _run_draining(self, drain: bool, wait: bool, timeout: float | None) -> Status | None:
+        validate_timeout(timeout)
+        require_drain(self._session)
+
+        def answer(request: object) -> object:
+            if isinstance(request, Pause):
+                time.sleep(request.seconds)
+                return None
+            assert isinstance(request, StoreRun)
+            return self._session.run(request.program)
+
+        program = draining(self._store, drain, wait, Deadline(timeout, self._clock))
+        return run_program(program, answer)

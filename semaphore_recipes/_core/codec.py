@@ -8,8 +8,24 @@ from dataclasses import dataclass
 from ..errors import CorruptState
 
 
-def encode_capacity(capacity: int) -> bytes:
-    return json.dumps({"capacity": capacity}, separators=(",", ":")).encode()
+def encode_capacity(capacity: int, *, draining: bool = False) -> bytes:
+    """The semaphore's stored config: its capacity, and ``"draining": true`` while it
+    drains (absent otherwise, so a config never drained reads as before)."""
+    doc: dict[str, object] = {"capacity": capacity}
+    if draining:
+        doc["draining"] = True
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_draining(name: str, raw: bytes | None) -> bool:
+    """Whether a stored config (:func:`encode_capacity`) says the semaphore drains."""
+    try:
+        draining = json.loads(raw or b"").get("draining", False)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise CorruptState(f"semaphore {name!r}: unreadable stored config {raw!r}") from exc
+    if not isinstance(draining, bool):
+        raise CorruptState(f"semaphore {name!r}: stored draining {draining!r} is not a bool")
+    return draining
 
 
 def decode_capacity(name: str, raw: bytes | None) -> int:

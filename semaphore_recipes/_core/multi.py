@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 
-from ..errors import AcquireTimeout, BackendUnavailable, WouldBlock
+from ..errors import AcquireTimeout, BackendUnavailable, Draining, WouldBlock
 from .deadline import Deadline
 from .protocol import (
     Arm,
@@ -36,6 +36,7 @@ from .protocol import (
     SessionLost,
     StoreAdmitted,
     apply_event,
+    told_to_drain,
 )
 from .queue import Admitted, Entry, QueuePosition
 
@@ -123,6 +124,7 @@ def multi_acquire_protocol(
         first = False
         assert isinstance(answer, EnqueuedAll)
         assert set(answer.queues) == set(weights), "one entry per semaphore asked"
+        refuse_draining(answer)
         queues = {name: _Queue(enqueued) for name, enqueued in answer.queues.items()}
         lost = False
         while not lost:
@@ -189,6 +191,8 @@ def multi_acquire_protocol(
             queue_of = queues.get(event.name)
             if queue_of is None:
                 continue
+            if told_to_drain(event.event, queue_of.position.capacity_version):
+                raise Draining(event.name)
             if not queue_of.admitted:
                 apply_event(queue_of.position, event.event)
             elif isinstance(event.event, CapacityChanged) and not queue_of.marked:
@@ -200,6 +204,14 @@ def multi_acquire_protocol(
                 yield InQueue(
                     event.name, MarkHeld(position.me, now=True, lower=position.lower_keys())
                 )
+
+
+def refuse_draining(answer: EnqueuedAll) -> None:
+    """Draining for the first semaphore of the request that drains: the request is
+    refused as a whole (its entries leave with it)."""
+    for name in sorted(answer.queues):
+        if answer.queues[name].draining:
+            raise Draining(name)
 
 
 def multi_store_admission(
@@ -216,8 +228,11 @@ def multi_store_admission(
         first = False
         assert isinstance(answer, EnqueuedAll)
         assert set(answer.queues) == set(weights), "one entry per semaphore asked"
+        refuse_draining(answer)
         mine = {name: enqueued.me for name, enqueued in answer.queues.items()}
         waiting = {name for name, enqueued in answer.queues.items() if not enqueued.admitted}
+        # each queue's newest config version we know of
+        known = {name: enqueued.capacity_version for name, enqueued in answer.queues.items()}
         for name in sorted(set(mine) - waiting):
             yield InQueue(name, MarkHeld(mine[name], now=False, lower=None))
         while waiting:
@@ -230,6 +245,11 @@ def multi_store_admission(
                 break  # every entry died with the session: enqueue again
             if isinstance(event, BackendFailed):
                 raise BackendUnavailable(f"semaphores {what}: {event.reason}")
+            if isinstance(event, QueueEvent) and event.name in known:
+                if told_to_drain(event.event, known[event.name]):
+                    raise Draining(event.name)
+                if isinstance(event.event, CapacityChanged):
+                    known[event.name] = max(known[event.name], event.event.version)
             if (
                 isinstance(event, QueueEvent)
                 and isinstance(event.event, StoreAdmitted)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 
-from ..errors import AcquireTimeout, BackendUnavailable, WouldBlock
+from ..errors import AcquireTimeout, BackendUnavailable, Draining, WouldBlock
 from .deadline import Deadline
 from .queue import Admitted, Entry, EntryState, QueuePosition
 from .slots import ListSlots, Slot, TakeSlot, take_slots
@@ -58,6 +58,9 @@ class Enqueued:
     #: decides them at admission, for an acquire with ``slot=True``): the protocol
     #: takes no slot step. None: the store did not decide them.
     slots: tuple[Slot, ...] | None = None
+    #: the semaphore drains (its stored config says so, as of ``capacity_version``):
+    #: the acquire fails with Draining and its entry leaves
+    draining: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,8 @@ class CapacityChanged:
 
     capacity: int
     version: int
+    #: the stored config says the semaphore drains: a waiter fails with Draining
+    draining: bool = False
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,12 @@ def apply_event(position: QueuePosition, event: Event) -> None:
         position.set_capacity(event.capacity, event.version)
 
 
+def told_to_drain(event: object, known_version: int) -> bool:
+    """``event`` says the semaphore drains, as of a config newer than ``known_version``
+    (the one the waiter's enqueue answered with: an older event is overtaken)."""
+    return isinstance(event, CapacityChanged) and event.draining and event.version >= known_version
+
+
 def acquire_protocol(
     name: str,
     weight: int,
@@ -224,7 +235,8 @@ def acquire_protocol(
     without it no such step is yielded. With ``server_admission`` the store decides
     (:func:`store_admission`).
 
-    Raises WouldBlock (``blocking=False`` and not admitted at once), AcquireTimeout
+    Raises Draining (the semaphore drains: the enqueue's answer or a later capacity
+    event says so), WouldBlock (``blocking=False`` and not admitted at once), AcquireTimeout
     (deadline passed; a deadline that passed during the first enqueue still gets that
     enqueue's answer: one try) or BackendUnavailable (BackendFailed). Re-enters the queue
     with a fresh entry after a SessionLost.
@@ -236,6 +248,8 @@ def acquire_protocol(
         answer = yield Enqueue(first=first)
         first = False
         assert isinstance(answer, Enqueued)
+        if answer.draining:
+            raise Draining(name)
         position = QueuePosition(
             answer.me,
             answer.lower,
@@ -293,6 +307,8 @@ def acquire_protocol(
                 break  # our entry died with the session: enqueue again
             if isinstance(event, BackendFailed):
                 raise BackendUnavailable(f"semaphore {name!r}: {event.reason}")
+            if told_to_drain(event, position.capacity_version):
+                raise Draining(name)
             apply_event(position, event)  # type: ignore[arg-type]
 
 
@@ -322,9 +338,12 @@ def store_admission(
         answer = yield Enqueue(first=first)
         first = False
         assert isinstance(answer, Enqueued)
+        if answer.draining:
+            raise Draining(name)
         me = answer.me
         admitted = answer.admitted
         decided = answer.slots
+        config_version = answer.capacity_version  # the newest config we know of
         while not admitted:
             if not blocking:
                 raise WouldBlock(f"semaphore {name!r}: {weight} permit(s) not available now")
@@ -335,6 +354,10 @@ def store_admission(
                 break  # our entry died with the session: enqueue again
             if isinstance(event, BackendFailed):
                 raise BackendUnavailable(f"semaphore {name!r}: {event.reason}")
+            if told_to_drain(event, config_version):
+                raise Draining(name)
+            if isinstance(event, CapacityChanged):
+                config_version = max(config_version, event.version)
             admitted = isinstance(event, StoreAdmitted) and event.key == me.key
             if admitted:
                 assert isinstance(event, StoreAdmitted)

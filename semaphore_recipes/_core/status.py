@@ -28,12 +28,14 @@ class EntryStatus:
 
 @dataclass(frozen=True)
 class Status:
-    """A snapshot of one semaphore: ``holders`` and ``waiters`` in queue order."""
+    """A snapshot of one semaphore: ``holders`` and ``waiters`` in queue order;
+    ``draining``: new acquires are refused (``drain()``) while the holders finish."""
 
     name: str
     capacity: int
     holders: tuple[EntryStatus, ...]
     waiters: tuple[EntryStatus, ...]
+    draining: bool = False
 
     @property
     def used(self) -> int:
@@ -41,7 +43,9 @@ class Status:
         return sum(e.permits for e in self.holders)
 
 
-def split_queue(name: str, capacity: int, entries: Iterable[EntryStatus]) -> Status:
+def split_queue(
+    name: str, capacity: int, entries: Iterable[EntryStatus], *, draining: bool = False
+) -> Status:
     """Entries in queue order -> holders (marked held, or inside the admitted prefix) and
     waiters. An admitted entry whose held mark is still in flight counts as a holder."""
     holders: list[EntryStatus] = []
@@ -53,4 +57,10 @@ def split_queue(name: str, capacity: int, entries: Iterable[EntryStatus]) -> Sta
             holders.append(e)
         else:
             waiters.append(e)
-    return Status(name=name, capacity=capacity, holders=tuple(holders), waiters=tuple(waiters))
+    return Status(
+        name=name,
+        capacity=capacity,
+        holders=tuple(holders),
+        waiters=tuple(waiters),
+        draining=draining,
+    )

@@ -32,6 +32,7 @@ from .._core.program import run_program_async
 from .._core.protocol import AwaitEvent
 from .._core.queue import Entry
 from .._core.status import Status
+from .._drain import Pause, StoreRun, draining, require_drain
 from .._leave import leave_in_background
 from .._position import DEFAULT_POSITION_INTERVAL, validate_position_arguments
 from ..backend import QueueDriver, Waiter
@@ -225,6 +226,33 @@ class AsyncSemaphore:
         validate_capacity(capacity)
         store = await self._opened()
         await self._backend.backend.run_async(store.set_capacity(capacity))
+
+    async def drain(self, *, wait: bool = False, timeout: float | None = None) -> Status | None:
+        """Put the semaphore in the draining state (see the sync ``Semaphore.drain``):
+        new acquires fail with Draining, waiters are told and leave, holders keep their
+        permits; ``wait=True`` returns once the last holder released (DrainTimeout
+        after ``timeout``)."""
+        return await self._run_draining(True, wait, timeout)
+
+    async def resume(self) -> None:
+        """End the draining state: acquires are granted again."""
+        await self._run_draining(False, False, None)
+
+    async def _run_draining(self, drain: bool, wait: bool, timeout: float | None) -> Status | None:
+        validate_timeout(timeout)
+        require_drain(self._backend.backend)
+        store = await self._opened()
+        runner = self._backend.backend
+
+        async def answer(request: object) -> object:
+            if isinstance(request, Pause):
+                await asyncio.sleep(request.seconds)
+                return None
+            assert isinstance(request, StoreRun)
+            return await runner.run_async(request.program)
+
+        program = draining(store, drain, wait, Deadline(timeout, self._clock))
+        return await run_program_async(program, answer)
 
 
 class _Releasable(Protocol):

@@ -24,6 +24,7 @@ class Capability(enum.Enum):
     ASYNC_FACE = "be used from asyncio (semaphore_recipes.aio)"
     SLOTS = "keep job slots (acquire(slot=True))"
     ACQUIRE_ALL = "acquire several semaphores at once (acquire_all)"
+    DRAIN = "drain a semaphore (drain/resume)"
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,9 @@ class Capabilities:
     ``server_admission``: its writes decide admission on the server (Redis's scripts):
     an enqueue answers whether it was admitted, and a later admission is told to the
     waiter (``StoreAdmitted``); the protocol then never arms, relists nor writes a held
-    mark. Without it the queue class defines ``arm``, ``relist`` and ``write_mark``.
+    mark. Without it the queue class defines ``arm``, ``relist`` and ``write_mark``;
+    ``drain``: its queues store a drain flag beside the capacity, read with it
+    (``QueueDriver.set_draining``; ``apply_capacity(..., draining)`` where it is read).
     """
 
     async_face: bool = False
@@ -47,6 +50,7 @@ class Capabilities:
     acquire_all: bool = False
     server_admission: bool = False
     admission_slots: bool = False
+    drain: bool = False
 
     def __post_init__(self) -> None:
         if self.admission_slots and not (self.slots and self.server_admission):
@@ -57,6 +61,7 @@ class Capabilities:
             Capability.ASYNC_FACE: self.async_face,
             Capability.SLOTS: self.slots,
             Capability.ACQUIRE_ALL: self.acquire_all,
+            Capability.DRAIN: self.drain,
         }[capability]
 
     def require(self, scheme: str, *capabilities: Capability) -> None:
@@ -75,5 +80,7 @@ HOOKS: dict[Capability, tuple[str, ...]] = {
 #: the hooks the queue class (``Backend.queue_type``) of a store with slots defines,
 #: unless its admission gives them (``admission_slots``)
 SLOT_HOOKS = ("list_slots", "take_slot")
+#: ... of a store that drains (``drain``)
+DRAIN_HOOKS = ("set_draining",)
 #: ... and of a store that does not decide admission on the server
 CLIENT_ADMISSION_HOOKS = ("arm", "relist", "write_mark")

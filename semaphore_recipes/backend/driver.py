@@ -9,6 +9,7 @@ wait within their deadline; on expiry the entries it made are gone with the sess
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -31,7 +32,7 @@ from .._core.protocol import (
 from .._core.queue import Entry, EntryState
 from .._core.slots import ListSlots, TakeSlot
 from .._core.status import Status
-from ..errors import SlotsNotSupported
+from ..errors import NotSupported, SlotsNotSupported
 from .fenced import FencedTransaction
 from .waiter import Waiter
 
@@ -76,6 +77,8 @@ class QueueDriver(ABC):
         self._admitted_views: dict[str, tuple[int, tuple[Entry, ...]]] = {}
         self._capacity_version = -1  # store version of the capacity we last applied
         self.capacity = 0
+        #: the stored config says the semaphore drains (as of the capacity's version)
+        self.draining = False
         # entry key -> {slot index: record token, None while its create is unanswered}
         self._slot_records: dict[str, dict[int, int | None]] = {}
 
@@ -91,24 +94,33 @@ class QueueDriver(ABC):
             self._waiters.discard(waiter)
         self.backend.unregister_waiter(waiter)
 
-    def apply_capacity(self, capacity: int, version: int) -> None:
+    def apply_capacity(self, capacity: int, version: int, draining: bool | None = None) -> None:
         """Apply a capacity read at store ``version``, a number that grows with every
-        write of the capacity (older reads are ignored): waiters are woken, and holders
-        without a held mark write theirs if it went down."""
+        write of the capacity or the config (older reads are ignored): waiters are
+        woken, and holders without a held mark write theirs if it went down.
+        ``draining``: the config's drain flag, read with it (None: this read did not
+        include it, the flag applied last stays); waiters are told when it is set."""
         with self._lock:
             if version < self._capacity_version:
                 return  # an older read finishing late
             self._capacity_version = version
             old, self.capacity = self.capacity, capacity
+            was_draining = self.draining
+            if draining is not None:
+                self.draining = draining
+            now_draining = self.draining
             waiters = list(self._waiters)
             unmarked = list(self._unmarked.values()) if capacity < old else []
             if unmarked:
                 self._unmarked.clear()
-        if capacity == old:
+        if capacity == old and now_draining == was_draining:
             return
-        log.info("semaphore %r: capacity %d -> %d", self.name, old, capacity)
+        if capacity != old:
+            log.info("semaphore %r: capacity %d -> %d", self.name, old, capacity)
+        if now_draining != was_draining:
+            log.info("semaphore %r: %s", self.name, "draining" if now_draining else "resumed")
         for waiter in waiters:
-            waiter.post(waiter.generation, CapacityChanged(capacity, version))
+            waiter.post(waiter.generation, CapacityChanged(capacity, version, now_draining))
         # A newcomer that read the lower capacity may take an unmarked holder for not
         # admitted and watch only it: the mark is what wakes it (docs/design.md).
         for write_mark in unmarked:
@@ -182,6 +194,13 @@ class QueueDriver(ABC):
         with self._lock:
             return self.capacity, self._capacity_version
 
+    def with_draining(self, enqueued: Enqueued) -> Enqueued:
+        """An enqueue's answer, saying whether the semaphore drains: the flag the
+        enqueue's own read of the config applied (``apply_capacity``), or a newer one."""
+        if not self.draining:
+            return enqueued
+        return dataclasses.replace(enqueued, draining=True)
+
     # -- job slots: what a driver sent for each entry, so that leaving deletes them (the
     # base keeps it around each TakeSlot step: :meth:`step`) --
     def slot_sending(self, key: str, index: int) -> None:
@@ -241,7 +260,7 @@ class QueueDriver(ABC):
                 "waiter.creating(id) before its create and waiter.created(key, token) "
                 f"for the entry it answers ({enqueued.me.key!r})"
             )
-        return enqueued
+        return self.with_draining(enqueued)
 
     def _arming(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
@@ -337,6 +356,12 @@ class QueueDriver(ABC):
     @abstractmethod
     def set_capacity(self, capacity: int) -> Program[None]:
         """Store a new capacity (validated by the caller), within the request timeout."""
+
+    def set_draining(self, draining: bool) -> Program[None]:
+        """Store the config's drain flag beside the capacity, keeping the capacity
+        (``Capabilities(drain=True)``), within the request timeout: every backend of
+        the store that opened the semaphore is told, as of a capacity change."""
+        raise NotSupported(self.backend.scheme, "drain a semaphore", "drain")
 
     @abstractmethod
     def transaction(self, key: str, token: int) -> FencedTransaction:

@@ -26,7 +26,14 @@ from .._core.protocol import (
 from .._url import ServiceURL
 from ..errors import NotSupported
 from ..instrumentation import NO_INSTRUMENTATION, Instrumentation
-from .capabilities import CLIENT_ADMISSION_HOOKS, HOOKS, SLOT_HOOKS, Capabilities, Capability
+from .capabilities import (
+    CLIENT_ADMISSION_HOOKS,
+    DRAIN_HOOKS,
+    HOOKS,
+    SLOT_HOOKS,
+    Capabilities,
+    Capability,
+)
 from .driver import QueueDriver
 from .fenced import FencedTransaction
 from .hub import SessionHub
@@ -189,6 +196,8 @@ class Backend(SessionHub, Runner):
         queue_hooks: tuple[str, ...] = SLOT_HOOKS if slot_steps else ()
         if not declared.server_admission:
             queue_hooks += CLIENT_ADMISSION_HOOKS
+        if declared.drain and queue is not None:  # (a queue class set later: not checked)
+            queue_hooks += DRAIN_HOOKS
         if queue_hooks and queue is None:
             missing.append("queue_type")
         elif queue is not None:

@@ -7,6 +7,8 @@
     semaphore-recipes set-capacity NAME N
     semaphore-recipes ls [--json]
     semaphore-recipes delete NAME [--force]
+    semaphore-recipes drain NAME [--wait [--timeout S]]
+    semaphore-recipes resume NAME
     semaphore-recipes exporter (NAME... | --all) [--listen HOST:PORT] [--min-interval S]
     semaphore-recipes dev-server [--backend etcd|zookeeper] [--port P]
     semaphore-recipes demo [--url URL]
@@ -16,7 +18,7 @@ defaults to ``$SEMAPHORE_RECIPES_URL``; it and ``-v`` go before or after the sub
 A NAME starting with ``-`` is given as ``--name=-x`` (or after ``--`` where no command
 follows: ``status -- -x``). One subcommand per module: :mod:`.run`,
 :mod:`.hold`, :mod:`.status` (status, watch, set-capacity), :mod:`.listing` (ls),
-:mod:`.delete`, :mod:`.exporter`,
+:mod:`.delete`, :mod:`.drain` (drain, resume), :mod:`.exporter`,
 :mod:`.devserver`, :mod:`.demo`.
 ``docs/cli.md`` is the reference, with the exit codes (:class:`ExitCode`).
 
@@ -86,13 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    from . import delete, demo, devserver, exporter, hold, listing, run, sql_schema, status
+    from . import delete, demo, devserver, drain, exporter, hold, listing, run, sql_schema, status
 
     run.add_parser(sub, [common])
     hold.add_parser(sub, [common])
     status.add_parsers(sub, [common])
     listing.add_parser(sub, [common])
     delete.add_parser(sub, [common])
+    drain.add_parsers(sub, [common])
     exporter.add_parser(sub, [common])
     devserver.add_parser(sub, [common])
     demo.add_parser(sub, [common])

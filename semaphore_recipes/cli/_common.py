@@ -27,6 +27,8 @@ from ..errors import (
     BackendUnavailable,
     CapacityMismatch,
     CorruptState,
+    Draining,
+    DrainTimeout,
     InvalidName,
     NotSupported,
     PermissionDenied,
@@ -53,10 +55,13 @@ class ExitCode(enum.IntEnum):
     NO_SUCH_SEMAPHORE = 66  #: EX_NOINPUT: status/set-capacity of a semaphore that does not exist
     UNAVAILABLE = 69  #: EX_UNAVAILABLE: server unreachable, or no server software / extra
     INTERNAL = 70  #: EX_SOFTWARE: a bug in semaphore-recipes (a traceback is printed)
-    TIMEOUT = 75  #: EX_TEMPFAIL: run --timeout passed before the permit was granted
+    #: EX_TEMPFAIL: run --timeout passed before the permit was granted; drain --wait
+    #: --timeout passed with holders left
+    TIMEOUT = 75
     PERMIT_LOST = 76  #: the permit was lost (run: while the command ran; it was stopped)
     NO_PERMISSION = 77  #: EX_NOPERM: the server refused the credentials or the access (ACL, role)
     IN_USE = 73  #: delete: the semaphore has holders or waiters (--force deletes it anyway)
+    DRAINING = 79  #: the semaphore drains: run/hold refused (semaphore-recipes drain)
     CANNOT_EXECUTE = 126  #: the command exists but could not be executed
     COMMAND_NOT_FOUND = 127  #: the command was not found
 
@@ -91,6 +96,10 @@ def error_for(exc: BaseException) -> CliError | None:
         )
     if isinstance(exc, PermissionDenied):
         return CliError(ExitCode.NO_PERMISSION, str(exc))
+    if isinstance(exc, Draining):
+        return CliError(ExitCode.DRAINING, f"{exc} (`{PROG} resume {exc.name}` ends the draining)")
+    if isinstance(exc, DrainTimeout):
+        return CliError(ExitCode.TIMEOUT, f"{exc} (it stays draining)")
     if isinstance(exc, (AcquireTimeout, WouldBlock)):
         return CliError(ExitCode.TIMEOUT, str(exc) or "timed out waiting for the permit")
     if isinstance(exc, PermitLost):
@@ -213,6 +222,7 @@ def status_json(st: Status, now: float | None = None) -> dict[str, Any]:
         "free": max(0, st.capacity - st.used),
         "holders": [entry(pos, e) for pos, state, e in rows if state == "holding"],
         "waiters": [entry(pos, e) for pos, state, e in rows if state == "waiting"],
+        "draining": st.draining,
         "time": now,
     }
 
@@ -223,8 +233,10 @@ def status_table(st: Status, now: float | None = None) -> list[str]:
     free = max(0, st.capacity - st.used)
     holders = f"{len(st.holders)} holder" + ("" if len(st.holders) == 1 else "s")
     waiters = f"{len(st.waiters)} waiter" + ("" if len(st.waiters) == 1 else "s")
+    drains = "; DRAINING (new acquires refused)" if st.draining else ""
     lines = [
         f"{st.name}: capacity {st.capacity}, {st.used} in use, {free} free; {holders}, {waiters}"
+        + drains
     ]
     rows = status_rows(st)
     if not rows:

@@ -119,7 +119,7 @@ class EtcdBackend(Backend):
     """
 
     scheme = "etcd"
-    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True)
+    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True, drain=True)
     queue_type = EtcdQueue
 
     def __init__(

@@ -17,7 +17,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._core.codec import EntryData, decode_capacity, decode_entry, encode_capacity
+from .._core.codec import (
+    EntryData,
+    decode_capacity,
+    decode_draining,
+    decode_entry,
+    encode_capacity,
+)
 from .._core.deadline import Deadline
 from .._core.names import parse_etcd_entry, parse_slot_index, validate_capacity
 from .._core.program import Program
@@ -170,6 +176,7 @@ class SemaphoreKeys(QueueDriver):
             if not kvs:
                 raise SemaphoreNotFound(self.name, f"etcd key {self.config_key.decode()}")
         stored = decode_capacity(self.name, kvs[0].value)
+        self.draining = decode_draining(self.name, kvs[0].value)
         self._capacity_version = kvs[0].mod_revision
         if capacity is not None and stored != capacity and not adopt:
             raise CapacityMismatch(self.name, capacity, stored)
@@ -179,9 +186,7 @@ class SemaphoreKeys(QueueDriver):
         for event in events:
             if event.type == pb.Event.PUT:
                 try:
-                    self.apply_capacity(
-                        decode_capacity(self.name, event.kv.value), event.kv.mod_revision
-                    )
+                    self.apply_config(event.kv)
                 except CorruptState as exc:
                     log.error("%s", exc)
 
@@ -196,9 +201,7 @@ class SemaphoreKeys(QueueDriver):
     def _rewatch_capacity(self) -> Program[None]:
         reply = yield from self.call(lambda timeout: Call.range(self.config_key, timeout=timeout))
         if reply.kvs:
-            self.apply_capacity(
-                decode_capacity(self.name, reply.kvs[0].value), reply.kvs[0].mod_revision
-            )
+            self.apply_config(reply.kvs[0])
         if self.closed:
             return
         self._capacity_watch = Watcher(
@@ -211,14 +214,47 @@ class SemaphoreKeys(QueueDriver):
 
     def set_capacity(self, capacity: int) -> Program[None]:
         validate_capacity(capacity)
-        reply = yield from self.call(
-            lambda timeout: Call.put(self.config_key, encode_capacity(capacity), timeout=timeout)
-        )
+        yield from self._writing_config(capacity, None)
         log.info("semaphore %r: capacity set to %d", self.name, capacity)
-        self.apply_capacity(capacity, reply.header.revision)
+
+    def set_draining(self, draining: bool) -> Program[None]:
+        yield from self._writing_config(None, draining)
+
+    def _writing_config(self, capacity: int | None, draining: bool | None) -> Program[None]:
+        """Write the capacity or the drain flag (None: keep the stored one) over the
+        config as read (a txn comparing its value: another client's change meanwhile
+        is read again, never overwritten)."""
+        key = self.config_key
+        while True:
+            read = yield from self.call(lambda timeout: Call.range(key, timeout=timeout))
+            if read.kvs:
+                raw = read.kvs[0].value
+                stored = decode_capacity(self.name, raw), decode_draining(self.name, raw)
+                guard = Compare.value(key, "==", raw)
+            else:  # deleted: made again, as a waiter would
+                stored, guard = (self.capacity, False), Compare.create_revision(key, "==", 0)
+            new_capacity = stored[0] if capacity is None else capacity
+            new_draining = stored[1] if draining is None else draining
+            write = _guarded_put(guard, key, encode_capacity(new_capacity, draining=new_draining))
+            reply = yield from self.call(write)
+            if reply.succeeded:
+                self.apply_capacity(new_capacity, reply.header.revision, new_draining)
+                return
+
+    def apply_config(self, kv: Any) -> None:
+        """Apply the config key's value ``kv`` (its capacity and drain flag)."""
+        raw = kv.value
+        self.apply_capacity(
+            decode_capacity(self.name, raw), kv.mod_revision, decode_draining(self.name, raw)
+        )
 
     def apply_listed_capacity(self, config: Any) -> None:
         """Apply the capacity a txn read beside a listing (``config``: its kvs), when
         newer than the one applied (decoded only then: usually it is not)."""
         if config and config[0].mod_revision > self._capacity_version:
-            self.apply_capacity(decode_capacity(self.name, config[0].value), config[0].mod_revision)
+            self.apply_config(config[0])
+
+
+def _guarded_put(guard: pb.Compare, key: bytes, value: bytes) -> Callable[[float], Call]:
+    """A txn putting ``value`` at ``key`` if ``guard`` holds, for ``call``."""
+    return lambda timeout: Call.txn([guard], [Op.put(key, value)], [], timeout=timeout)

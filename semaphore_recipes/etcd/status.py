@@ -5,7 +5,7 @@ then BackendUnavailable.
 
 from __future__ import annotations
 
-from .._core.codec import decode_capacity, decode_slot
+from .._core.codec import decode_capacity, decode_draining, decode_slot
 from .._core.program import Program
 from .._core.status import EntryStatus, Status, split_queue
 from ..errors import SemaphoreNotFound
@@ -26,6 +26,7 @@ class StatusReading(SemaphoreKeys):
         if not config:  # deleted, or the store lost its data: not the capacity we knew
             raise SemaphoreNotFound(self.name, f"etcd key {self.config_key.decode()}")
         capacity = decode_capacity(self.name, config[0].value)
+        draining = decode_draining(self.name, config[0].value)
         slots: dict[tuple[str, int | None], list[int]] = {}  # (entry, its token) -> slots
         for kv in reply.responses[2].response_range.kvs:
             index = self.slot_index(kv.key)
@@ -44,4 +45,4 @@ class StatusReading(SemaphoreKeys):
                 )
             )
         rows.sort(key=lambda r: r[0])
-        return split_queue(self.name, capacity, (r[1] for r in rows))
+        return split_queue(self.name, capacity, (r[1] for r in rows), draining=draining)

@@ -74,7 +74,7 @@ class MemoryBackend(Backend):
     """
 
     scheme = "memory"
-    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True)
+    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True, drain=True)
     queue_type = MemoryQueue
 
     def __init__(

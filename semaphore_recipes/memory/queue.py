@@ -72,10 +72,11 @@ class MemoryQueue(QueueDriver):
         if opened is None:
             where = f"memory store {self.store.name!r} at {self.path}"
             raise SemaphoreNotFound(self.name, where)
-        stored, version = opened
+        stored, version, draining = opened
         with self._lock:  # a change applied meanwhile by the listener is newer
             if version > self._capacity_version:
                 self._capacity_version, self.capacity = version, stored
+                self.draining = draining
         if capacity is not None and stored != capacity and not adopt_capacity:
             raise CapacityMismatch(self.name, capacity, stored)
         return self
@@ -92,6 +93,10 @@ class MemoryQueue(QueueDriver):
     # ---- capacity ------------------------------------------------------------------------
     def set_capacity(self, capacity: int) -> Generator[object, object, None]:
         yield from self.call(lambda: self.store.set_capacity(self.path, capacity))
+
+    def set_draining(self, draining: bool) -> Generator[object, object, None]:
+        capacity = self.capacity
+        yield from self.call(lambda: self.store.set_draining(self.path, draining, capacity))
 
     # ---- the protocol steps ----------------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
@@ -215,7 +220,7 @@ class MemoryQueue(QueueDriver):
             yield from self.remove(key, slot_records)
 
     def status(self) -> Generator[object, object, Status]:
-        stored, entries, slots = yield from self.call(lambda: self.store.queue(self.path))
+        stored, draining, entries, slots = yield from self.call(lambda: self.store.queue(self.path))
         if stored is None:  # deleted (or never stored): not the capacity we knew
             where = f"memory store {self.store.name!r} at {self.path}"
             raise SemaphoreNotFound(self.name, where)
@@ -232,7 +237,7 @@ class MemoryQueue(QueueDriver):
             )
             for e in entries
         ]
-        return split_queue(self.name, capacity, rows)
+        return split_queue(self.name, capacity, rows, draining=draining)
 
     def transaction(self, key: str, token: int) -> MemoryFencedTransaction:
         return MemoryFencedTransaction(self, key, token)
@@ -269,9 +274,9 @@ def enter_queues(
             continue  # expired meanwhile: the backend has a new session
         answers: dict[str, Enqueued] = {}
         for (queue, waiter), answer in zip(queues, created, strict=True):
-            entry, lower, complete, capacity, version = answer
+            entry, lower, complete, capacity, version, draining = answer
             waiter.created(entry.key, entry.token)
-            queue.apply_capacity(capacity, version)
+            queue.apply_capacity(capacity, version, draining)
             answers[queue.name] = Enqueued(
                 me=Entry(key=entry.key, order=entry.token, weight=waiter.weight),
                 lower=tuple(queue_entry(e) for e in lower),

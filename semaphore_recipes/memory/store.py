@@ -37,7 +37,7 @@ __all__ = [
 DEFAULT_STORE = ""
 
 Delivery = Callable[[], None]
-_Listener = weakref.WeakMethod[Callable[[int, int], None]]
+_Listener = weakref.WeakMethod[Callable[[int, int, bool], None]]
 #: An entry watch's callback: the entry as now marked held, or None when it is deleted.
 EntryWatch = Callable[["StoredEntry | None"], None]
 
@@ -59,7 +59,8 @@ class StoredEntry:
 @dataclass
 class _Semaphore:
     capacity: int
-    version: int  # the store revision of the last capacity write
+    version: int  # the store revision of the last capacity (or drain flag) write
+    draining: bool = False  # the drain flag, kept beside the capacity
     entries: dict[str, StoredEntry] = field(default_factory=dict)  # in token order
     #: job slots: index -> (key of the entry holding it, the record's token)
     slots: dict[int, tuple[str, int]] = field(default_factory=dict)
@@ -123,12 +124,13 @@ class MemoryStore:
         self,
         path: str,
         capacity: int | None,
-        listener: Callable[[int, int], None],
-    ) -> tuple[int, int] | None:
+        listener: Callable[[int, int, bool], None],
+    ) -> tuple[int, int, bool] | None:
         """Create the semaphore at ``path`` with ``capacity`` unless it exists (None: do
-        not create); return its ``(capacity, version)``, or None if there is none.
-        ``listener(capacity, version)`` is then called on every capacity change, for as
-        long as its object lives (it is held weakly)."""
+        not create); return its ``(capacity, version, draining)``, or None if there is
+        none. ``listener(capacity, version, draining)`` is then called on every change
+        of the capacity or the drain flag, for as long as its object lives (it is held
+        weakly)."""
         with self._lock:
             semaphore = self._semaphores.get(path)
             if semaphore is None:
@@ -138,7 +140,7 @@ class MemoryStore:
                 semaphore = self._semaphores[path] = _Semaphore(capacity, self._revision)
             listeners = self._capacity_listeners.setdefault(path, {})
             listeners[next(self._ids)] = weakref.WeakMethod(listener)
-            return semaphore.capacity, semaphore.version
+            return semaphore.capacity, semaphore.version, semaphore.draining
 
     def _semaphore(self, path: str, capacity: int) -> _Semaphore:
         """The semaphore at ``path``, made again with ``capacity`` if it was deleted
@@ -150,10 +152,23 @@ class MemoryStore:
         return semaphore
 
     def set_capacity(self, path: str, capacity: int) -> None:
+        self._set_config(path, capacity, None)
+
+    def set_draining(self, path: str, draining: bool, capacity: int) -> None:
+        """Set or clear the drain flag (the semaphore made again with ``capacity`` if
+        it was deleted, as ``set_capacity`` does)."""
+        self._set_config(path, capacity, draining)
+
+    def _set_config(self, path: str, capacity: int, draining: bool | None) -> None:
         with self._lock:
             semaphore = self._semaphore(path, capacity)
             self._revision += 1
-            semaphore.capacity, semaphore.version = capacity, self._revision
+            if draining is None:
+                semaphore.capacity = capacity
+            else:
+                semaphore.draining = draining
+            semaphore.version = self._revision
+            capacity, draining = semaphore.capacity, semaphore.draining
             listeners = []
             refs = self._capacity_listeners.get(path, {})
             for listener_id, ref in list(refs.items()):
@@ -164,7 +179,7 @@ class MemoryStore:
                     listeners.append(listener)
             version = self._revision
         for listener in listeners:
-            listener(capacity, version)
+            listener(capacity, version, draining)
 
     def capacities(self, under: str) -> dict[str, int]:
         """name -> capacity of the semaphores at ``under/<name>``, read at once."""
@@ -176,20 +191,21 @@ class MemoryStore:
                 if path.startswith(start) and "/" not in path[len(start) :]
             }
 
-    def queue(self, path: str) -> tuple[int | None, list[StoredEntry], dict[int, str]]:
-        """The capacity (None: deleted), the entries (in queue order) and the job
-        slots (index -> entry key) of a semaphore, read at once."""
+    def queue(self, path: str) -> tuple[int | None, bool, list[StoredEntry], dict[int, str]]:
+        """The capacity (None: deleted), the drain flag, the entries (in queue order)
+        and the job slots (index -> entry key) of a semaphore, read at once."""
         with self._lock:
             semaphore = self._semaphores.get(path)
             if semaphore is None:
-                return None, [], {}
+                return None, False, [], {}
             slots = {index: key for index, (key, _) in semaphore.slots.items()}
-            return semaphore.capacity, list(semaphore.entries.values()), slots
+            entries = list(semaphore.entries.values())
+            return semaphore.capacity, semaphore.draining, entries, slots
 
     # ---- job slots ----------------------------------------------------------------------
     def slots(self, path: str) -> frozenset[int]:
         """The indices of a semaphore's job slots."""
-        return frozenset(self.queue(path)[2])
+        return frozenset(self.queue(path)[3])
 
     def take_slot(
         self, path: str, entry_key: str, token: int, index: int
@@ -230,17 +246,18 @@ class MemoryStore:
     # ---- queue entries ------------------------------------------------------------------
     def create_entry(
         self, path: str, key: str, session: int, data: EntryData, capacity: int
-    ) -> tuple[StoredEntry, list[StoredEntry], bool, int, int]:
+    ) -> tuple[StoredEntry, list[StoredEntry], bool, int, int, bool]:
         """Create the entry ``key`` on ``session``; return it, the entries lower than it
         (the others: it is the newest; only the nearest ``nearest_needed`` of them),
-        whether those are all of them, and the capacity with its version (the semaphore
+        whether those are all of them, and the capacity with its version and the drain
+        flag (the semaphore
         is made again with ``capacity`` if it was deleted). SessionEnded when the
         session has ended."""
         return self.create_entries(session, [(path, key, data, capacity)])[0]
 
     def create_entries(
         self, session: int, requests: Sequence[tuple[str, str, EntryData, int]]
-    ) -> list[tuple[StoredEntry, list[StoredEntry], bool, int, int]]:
+    ) -> list[tuple[StoredEntry, list[StoredEntry], bool, int, int, bool]]:
         """:meth:`create_entry` for each ``(path, key, data, capacity)``, all at once:
         one revision, so every entry has the same token (a multi-acquire's entries).
         SessionEnded when the session has ended (nothing is created then)."""
@@ -257,7 +274,8 @@ class MemoryStore:
                 lower.reverse()
                 complete = len(semaphore.entries) <= nearest
                 semaphore.entries[key] = entry
-                answers.append((entry, lower, complete, semaphore.capacity, semaphore.version))
+                config = (semaphore.capacity, semaphore.version, semaphore.draining)
+                answers.append((entry, lower, complete, *config))
             return answers
 
     def delete_entries(self, entries: Iterable[tuple[str, str]]) -> None:

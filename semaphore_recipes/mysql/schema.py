@@ -27,7 +27,7 @@ from __future__ import annotations
 __all__ = ["PROCEDURES", "SCHEMA_VERSION", "TABLES", "schema_script", "schema_statements"]
 
 #: the version of the tables and procedures below (``sr_schema_version``)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # names, entry ids and session ids are ASCII (validate_name) and compared byte for byte
 _ID = "VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin"
@@ -51,7 +51,8 @@ TABLES = [
         version BIGINT NOT NULL,
         used BIGINT NOT NULL DEFAULT 0,
         waiting BIGINT NOT NULL DEFAULT 0,
-        head BIGINT NOT NULL DEFAULT 0
+        head BIGINT NOT NULL DEFAULT 0,
+        draining BOOLEAN NOT NULL DEFAULT FALSE
     ) ENGINE=InnoDB""",
     f"""CREATE TABLE IF NOT EXISTS sr_entries (
         semaphore {_ID} NOT NULL,
@@ -168,8 +169,9 @@ BEGIN
     DECLARE ver, used_now, waiting_now, head_now BIGINT;
     DECLARE dead LONGTEXT;
     DECLARE orphans LONGTEXT;
-    SELECT capacity, version, used, waiting, head
-        INTO cap, ver, used_now, waiting_now, head_now
+    DECLARE drain BOOLEAN;
+    SELECT capacity, version, used, waiting, head, draining
+        INTO cap, ver, used_now, waiting_now, head_now, drain
         FROM sr_semaphores WHERE name = sem;
     SELECT GROUP_CONCAT(id) INTO dead FROM sr_sessions WHERE expires_at <= SYSDATE(6);
     IF waiting_now > 0 THEN
@@ -187,7 +189,7 @@ BEGIN
                 FROM sr_semaphores WHERE name = sem;
         END IF;
     END IF;
-    IF waiting_now > 0 THEN
+    IF waiting_now > 0 AND NOT drain THEN  -- (nobody is admitted while it drains)
         BEGIN
             DECLARE done BOOLEAN DEFAULT FALSE;
             DECLARE eid, esess {_ID};
@@ -419,22 +421,66 @@ BEGIN
 END
 """
 
+# Set or clear the drain flag beside the capacity, with a new version: [capacity, version]
+# (null: no such semaphore); a resume admits the waiters that fit; every live client is
+# told as of a capacity change, with the flag.
+PROCEDURES["sr_set_draining"] = f"""
+CREATE PROCEDURE sr_set_draining(sem {_ID}, drain BOOLEAN)
+BEGIN
+    DECLARE cap INT;
+    DECLARE ver BIGINT;
+    DECLARE wake LONGTEXT DEFAULT '[]';
+    {_ROLLBACK}
+    START TRANSACTION;
+    SELECT capacity INTO cap FROM sr_semaphores WHERE name = sem FOR UPDATE;
+    IF cap IS NULL THEN
+        ROLLBACK;
+        SELECT NULL;
+    ELSE
+        CALL sr_next_token(ver);
+        UPDATE sr_semaphores SET draining = drain, version = ver WHERE name = sem;
+        CALL sr_admit(sem, '', wake);
+        INSERT INTO sr_notices (session, notice)
+            SELECT id, JSON_ARRAY('capacity', sem, '', cap, ver, IF(drain, 1, 0))
+            FROM sr_sessions WHERE expires_at > SYSDATE(6);
+        SELECT JSON_ARRAYAGG(id) INTO wake FROM sr_sessions WHERE expires_at > SYSDATE(6);
+        COMMIT;
+        IF wake <> '[]' THEN
+            CALL sr_wake(wake);
+        END IF;
+        SELECT JSON_ARRAY(cap, ver);
+    END IF;
+END
+"""
+
+# Version 2 -> 3: the drain flag's column on a table made before it (a column already
+# there is error 1060, ignored: the statements stay idempotent).
+PROCEDURES["sr_add_drain_flag"] = """
+CREATE PROCEDURE sr_add_drain_flag()
+BEGIN
+    DECLARE CONTINUE HANDLER FOR 1060 BEGIN END;
+    ALTER TABLE sr_semaphores ADD COLUMN draining BOOLEAN NOT NULL DEFAULT FALSE;
+END
+"""
+
 # Enqueue (or find again, after a lost reply) the entry `eid`: its view, or ["missing"]
-# (no semaphore), ["lost"] (our session expired: nothing was made), ["gone"] (the id was
-# abandoned). An entry that fits with nobody waiting is held at once.
+# (no semaphore), ["draining"] (it drains: nothing was made), ["lost"] (our session
+# expired: nothing was made), ["gone"] (the id was abandoned). An entry that fits with
+# nobody waiting is held at once.
 PROCEDURES["sr_enqueue"] = f"""
 CREATE PROCEDURE sr_enqueue(sem {_ID}, eid {_ID}, sess {_ID},
                             who VARCHAR(255) CHARACTER SET utf8mb4, w INT)
 BEGIN
     DECLARE cap INT;
     DECLARE ver, used_now, waiting_now, tok BIGINT;
-    DECLARE fits BOOLEAN;
+    DECLARE fits, drain BOOLEAN;
     DECLARE alive, abandoned, made INT;
     DECLARE reply LONGTEXT;
     DECLARE wake LONGTEXT DEFAULT '[]';
     {_ROLLBACK}
     START TRANSACTION;
-    SELECT capacity, version, used, waiting INTO cap, ver, used_now, waiting_now
+    SELECT capacity, version, used, waiting, draining
+        INTO cap, ver, used_now, waiting_now, drain
         FROM sr_semaphores WHERE name = sem FOR UPDATE;
     -- (plain reads into variables: a condition's subquery would lock the rows it reads,
     -- and a lock on our session row would hold our renewal back)
@@ -444,6 +490,8 @@ BEGIN
         INTO alive, abandoned, made;
     IF cap IS NULL THEN
         SET reply = '["missing"]';
+    ELSEIF drain THEN
+        SET reply = '["draining"]';  -- (nothing made: the client fails with Draining)
     ELSEIF alive = 0 THEN
         SET reply = '["lost"]';
     ELSEIF abandoned > 0 THEN
@@ -514,8 +562,12 @@ BEGIN
         WHERE id = eid AND JSON_CONTAINS(sems, JSON_QUOTE(semaphore));
     SELECT COUNT(*) INTO alive FROM sr_sessions WHERE id = sess AND expires_at > SYSDATE(6);
     SELECT COUNT(*) INTO abandoned FROM sr_removed WHERE id = eid;
+    SELECT MIN(name) INTO sem FROM sr_semaphores
+        WHERE draining AND JSON_CONTAINS(sems, JSON_QUOTE(name));
     IF found_rows < n THEN
         SET reply = '["missing"]';
+    ELSEIF sem IS NOT NULL THEN
+        SET reply = JSON_ARRAY('draining', sem);  -- (nothing made)
     ELSEIF alive = 0 THEN
         SET reply = '["lost"]';
     ELSEIF abandoned > 0 THEN
@@ -714,25 +766,28 @@ BEGIN
 END
 """
 
-# [capacity, version, [id, owner, weight, token, held, since, [slot, ...]], ...] in
-# queue order, after a sweep; null when there is no such semaphore.
+# [capacity, version, [[id, owner, weight, token, held, since, [slot, ...]], ...],
+# draining], after a sweep; null when there is no such semaphore.
 PROCEDURES["sr_status"] = f"""
 CREATE PROCEDURE sr_status(sem {_ID})
 BEGIN
     DECLARE cap INT;
     DECLARE ver BIGINT;
+    DECLARE drain BOOLEAN;
     DECLARE reply LONGTEXT;
     DECLARE wake LONGTEXT DEFAULT '[]';
     {_ROLLBACK}
     START TRANSACTION;
-    SELECT capacity, version INTO cap, ver FROM sr_semaphores WHERE name = sem FOR UPDATE;
+    SELECT capacity, version, draining INTO cap, ver, drain
+        FROM sr_semaphores WHERE name = sem FOR UPDATE;
     IF cap IS NOT NULL THEN
         CALL sr_admit(sem, '', wake);
         -- (in no particular order: the client sorts by token)
         SELECT JSON_ARRAY(cap, ver, COALESCE(JSON_ARRAYAGG(JSON_ARRAY(e.id, e.owner, e.weight,
                    e.token, IF(e.held, 1, 0), e.since,
                    (SELECT COALESCE(JSON_ARRAYAGG(l.idx), JSON_ARRAY()) FROM sr_slots l
-                    WHERE l.semaphore = sem AND l.entry = e.id))), JSON_ARRAY()))
+                    WHERE l.semaphore = sem AND l.entry = e.id))), JSON_ARRAY()),
+                   IF(drain, 1, 0))
             INTO reply
             FROM sr_entries e WHERE e.semaphore = sem;
     END IF;
@@ -993,6 +1048,7 @@ def schema_statements() -> list[str]:
     statements = list(TABLES)
     for name, text in PROCEDURES.items():
         statements += [f"DROP PROCEDURE IF EXISTS {name}", text.strip()]
+    statements.append("CALL sr_add_drain_flag()")
     statements.append(f"INSERT IGNORE INTO sr_schema_version VALUES ({SCHEMA_VERSION})")
     return statements
 
@@ -1006,5 +1062,6 @@ def schema_script() -> str:
         lines.append(f"DROP PROCEDURE IF EXISTS {name}//")
         lines.append(f"{text.strip()}//")
     lines.append("DELIMITER ;")
+    lines.append("CALL sr_add_drain_flag();")
     lines.append(f"INSERT IGNORE INTO sr_schema_version VALUES ({SCHEMA_VERSION});")
     return "\n".join(lines) + "\n"

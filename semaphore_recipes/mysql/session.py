@@ -304,7 +304,7 @@ class SessionKeeper:
     def _dispatch(self, notices: list[list[object]]) -> None:
         for notice in notices:
             try:
-                kind, semaphore, entry_id, capacity, version = notice
+                kind, semaphore, entry_id, capacity, version, *drain = notice
             except ValueError:
                 log.warning("mysql: unreadable notice %r", notice)
                 continue
@@ -317,8 +317,9 @@ class SessionKeeper:
                     self._watched = None
                 continue
             if kind == "capacity":
+                draining = drain[0] in (True, 1) if drain else None  # (with a drain flag change)
                 for queue in self.backend.queues(str(semaphore)):
-                    queue.apply_capacity(int(str(capacity)), int(str(version)))
+                    queue.apply_capacity(int(str(capacity)), int(str(version)), draining)
                 continue
             for queue in self.backend.queues(str(semaphore)):
                 if kind == "admitted":

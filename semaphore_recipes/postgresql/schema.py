@@ -23,7 +23,7 @@ from __future__ import annotations
 __all__ = ["SCHEMA_VERSION", "capacity_channel", "schema_sql"]
 
 #: the version of the tables and functions below (``<schema>.schema_version``)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _TABLES = """
 CREATE SCHEMA IF NOT EXISTS {s};
@@ -47,8 +47,11 @@ CREATE TABLE IF NOT EXISTS {s}.semaphores (
     waiting bigint NOT NULL DEFAULT 0,
     -- every waiting entry's token is at least this: admit() reads the queue from here,
     -- past the entries admitted and deleted since the last vacuum
-    head bigint NOT NULL DEFAULT 0
+    head bigint NOT NULL DEFAULT 0,
+    -- the drain flag beside the capacity: enqueues refused, nobody admitted (version 3)
+    draining boolean NOT NULL DEFAULT false
 );
+ALTER TABLE {s}.semaphores ADD COLUMN IF NOT EXISTS draining boolean NOT NULL DEFAULT false;
 CREATE TABLE IF NOT EXISTS {s}.entries (
     -- (no foreign key to semaphores: every step holds the semaphore's row locked, and
     -- delete_semaphore deletes the entries; a key's check would cost each enqueue)
@@ -107,11 +110,12 @@ DECLARE
     used_now bigint;
     waiting_now bigint;
     head_now bigint;
+    drain boolean;
     expired text[];
     r record;
 BEGIN
-    SELECT capacity, version, used, waiting, head
-        INTO cap, ver, used_now, waiting_now, head_now
+    SELECT capacity, version, used, waiting, head, draining
+        INTO cap, ver, used_now, waiting_now, head_now, drain
         FROM {s}.semaphores WHERE name = sem;
     expired := ARRAY(SELECT id FROM {s}.sessions WHERE expires_at <= clock_timestamp());
     IF cardinality(expired) > 0 THEN
@@ -124,7 +128,7 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    IF waiting_now > 0 THEN
+    IF waiting_now > 0 AND NOT drain THEN
         FOR r IN SELECT e.id, e.weight, e.token, x.channel FROM {s}.entries e
                  JOIN {s}.sessions x ON x.id = e.session
                  WHERE e.semaphore = sem AND NOT e.held AND e.token >= head_now
@@ -260,10 +264,31 @@ BEGIN
     RETURN ver;
 END $$;
 
+-- Set or clear the drain flag beside the capacity, with a new version: [capacity,
+-- version] (null: no such semaphore); a resume admits the waiters that fit; every client
+-- of the schema hears of it as of a capacity change, with the flag.
+CREATE OR REPLACE FUNCTION {s}.set_draining(sem text, drain boolean) RETURNS text
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    cap integer;
+    ver bigint;
+BEGIN
+    UPDATE {s}.semaphores SET draining = drain, version = nextval('{s}.tokens')
+        WHERE name = sem RETURNING capacity, version INTO cap, ver;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM {s}.admit(sem, '');
+    PERFORM pg_notify({capacity_channel},
+                      json_build_array('capacity', sem, '{s}', cap, ver, drain)::text);
+    RETURN json_build_array(cap, ver)::text;
+END $$;
+
 -- Enqueue (or find again, after a lost reply) the entry `eid`: its view, or
--- ["missing"] (no semaphore), ["lost"] (our session expired: nothing was made), ["gone"]
--- (the id was abandoned). An entry that fits with nobody waiting is held at once (a
--- dead holder only makes it not fit: the general path then sweeps).
+-- ["missing"] (no semaphore), ["draining"] (it drains: nothing was made), ["lost"] (our
+-- session expired: nothing was made), ["gone"] (the id was abandoned). An entry that
+-- fits with nobody waiting is held at once (a dead holder only makes it not fit: the
+-- general path then sweeps).
 CREATE OR REPLACE FUNCTION {s}.enqueue(sem text, eid text, sess text, who text, w integer)
 RETURNS text LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
@@ -275,11 +300,15 @@ DECLARE
     waiting_now bigint;
     tok bigint;
     fits boolean;
+    drain boolean;
 BEGIN
-    SELECT capacity, version, used, waiting INTO cap, ver, used_now, waiting_now
+    SELECT capacity, version, used, waiting, draining INTO cap, ver, used_now, waiting_now, drain
         FROM {s}.semaphores WHERE name = sem FOR UPDATE;
     IF NOT FOUND THEN
         RETURN '["missing"]';
+    END IF;
+    IF drain THEN  -- (nothing made: the client fails with Draining)
+        RETURN '["draining"]';
     END IF;
     -- (a statement of its own, after the lock: its snapshot sees what the step that held
     -- the lock before committed, an abandon's record of this id among it)
@@ -321,6 +350,10 @@ BEGIN
     PERFORM 1 FROM {s}.semaphores WHERE name = ANY (sems) ORDER BY name FOR UPDATE;
     IF (SELECT count(*) FROM {s}.semaphores WHERE name = ANY (sems)) < cardinality(sems) THEN
         RETURN json_build_array('missing')::text;
+    END IF;
+    IF EXISTS (SELECT 1 FROM {s}.semaphores WHERE name = ANY (sems) AND draining) THEN
+        RETURN json_build_array('draining', (SELECT min(name) FROM {s}.semaphores
+                                             WHERE name = ANY (sems) AND draining))::text;
     END IF;
     IF NOT {s}.live(sess) THEN
         RETURN json_build_array('lost')::text;
@@ -418,14 +451,15 @@ BEGIN
     END LOOP;
 END $$;
 
--- [capacity, version, [id, owner, weight, token, held, since, [slot, ...]], ...] in
--- queue order, after a sweep; null when there is no such semaphore.
+-- [capacity, version, [[id, owner, weight, token, held, since, [slot, ...]], ...],
+-- draining] in queue order, after a sweep; null when there is no such semaphore.
 CREATE OR REPLACE FUNCTION {s}.status(sem text) RETURNS text
 LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     srow record;
 BEGIN
-    SELECT capacity, version INTO srow FROM {s}.semaphores WHERE name = sem FOR UPDATE;
+    SELECT capacity, version, draining INTO srow FROM {s}.semaphores
+        WHERE name = sem FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -434,7 +468,7 @@ BEGIN
                 coalesce(json_agg(json_build_array(e.id, e.owner, e.weight, e.token, e.held,
                     e.since, (SELECT coalesce(json_agg(l.idx ORDER BY l.idx), '[]')
                               FROM {s}.slots l WHERE l.semaphore = sem AND l.entry = e.id))
-                    ORDER BY e.token), '[]'))::text
+                    ORDER BY e.token), '[]'), srow.draining)::text
             FROM {s}.entries e WHERE e.semaphore = sem);
 END $$;
 

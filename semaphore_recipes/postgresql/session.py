@@ -260,14 +260,15 @@ class SessionKeeper:
         for _, payload in received:
             try:
                 message = json.loads(payload)
-                kind, semaphore, entry_id, capacity, version = message
+                kind, semaphore, entry_id, capacity, version, *drain = message
             except ValueError:
                 log.warning("postgresql: unreadable notification %r", payload)
                 continue
             if kind == "capacity":  # (on the schema's channel: entry_id is the schema)
                 if entry_id == self.backend.params.schema:
+                    draining = bool(drain[0]) if drain else None  # (with a drain flag change)
                     for queue in self.backend.queues(semaphore):
-                        queue.apply_capacity(int(capacity), int(version))
+                        queue.apply_capacity(int(capacity), int(version), draining)
                 continue
             for queue in self.backend.queues(semaphore):
                 if kind == "admitted":

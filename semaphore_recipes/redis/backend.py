@@ -112,7 +112,12 @@ class RedisBackend(Backend):
 
     scheme = "redis"
     capabilities = Capabilities(
-        async_face=True, slots=True, acquire_all=True, server_admission=True, admission_slots=True
+        async_face=True,
+        slots=True,
+        acquire_all=True,
+        server_admission=True,
+        admission_slots=True,
+        drain=True,
     )
     default_port = DEFAULT_PORT
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.protocol import Enqueued
 from ..backend import Deadline, Program, QueueDriver, Waiter, nearest_needed, queues_of
+from ..errors import Draining
 from .calls import Arg
 from .queue import EntryView, RedisQueue, lease_lost, refuse_abandoned
 from .scripts import ScriptName
@@ -68,6 +69,8 @@ def enqueue_all(
         if replicas:
             reply, acknowledged = reply
         refuse_abandoned(reply, entry_id, _where(backend, queues))
+        if isinstance(reply, list) and reply[:1] == [b"draining"]:  # (no entry was made)
+            raise Draining(reply[1].decode())
         if lease_lost(reply) or reply == [b"partial"]:
             for queue, _ in queues:
                 queue.drop_route(entry_id)

@@ -155,8 +155,13 @@ class Notifier:
                 queue.admitted(entry_id, int(message["c"]), int(message["v"]), slots, acknowledged)
             elif message.get("x") == "deleted":
                 queue.deleted(entry_id)
-            elif message.get("x") == "capacity":
-                queue.apply_capacity(int(message["c"]), int(message["v"]))
+            elif message.get("x") == "capacity":  # (``d``: the drain flag, when it changed)
+                draining = message.get("d")
+                queue.apply_capacity(
+                    int(message["c"]),
+                    int(message["v"]),
+                    None if draining is None else bool(draining),
+                )
 
     def _replicated(self, name: str) -> int | None:
         """With ``wait_replicas``: how many replicas have every write made so far,

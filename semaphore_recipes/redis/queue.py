@@ -45,7 +45,7 @@ from ..backend import (
     split_queue,
     validate_capacity,
 )
-from ..errors import BackendUnavailable, CapacityMismatch, SemaphoreNotFound
+from ..errors import BackendUnavailable, CapacityMismatch, Draining, SemaphoreNotFound
 from .calls import Arg, Soon
 from .scripts import ScriptName
 from .transaction import RedisFencedTransaction
@@ -201,6 +201,12 @@ class RedisQueue(QueueDriver):
         version = yield from self._run_script(ScriptName.SET_CAPACITY, capacity)
         self.apply_capacity(capacity, int(version))
 
+    def set_draining(self, draining: bool) -> Program[None]:
+        reply = yield from self._run_script(ScriptName.SET_DRAINING, "1" if draining else "")
+        if not reply:
+            raise SemaphoreNotFound(self.name, self.backend.describe())
+        self.apply_capacity(int(reply[0]), int(reply[1]), draining)
+
     # ---- the protocol steps ------------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
         self.backend.check_open()  # (before an entry id is chosen: nothing to abandon)
@@ -230,6 +236,8 @@ class RedisQueue(QueueDriver):
             if replicas:
                 reply, acknowledged = reply
             refuse_abandoned(reply, entry_id, self._where)
+            if isinstance(reply, list) and reply == [b"draining"]:  # (no entry was made)
+                raise Draining(self.name)
             if lease_lost(reply):  # our lease expired: the keeper makes a new one
                 self.drop_route(entry_id)
                 yield from self.backend.await_new_lease(lease, deadline)
@@ -271,7 +279,8 @@ class RedisQueue(QueueDriver):
                 raise missing
         if not admitted and view.check_in is not None:
             self.backend.notifier.schedule(self, entry_id, view.check_in + CHECK_MARGIN)
-        self.apply_capacity(view.capacity, view.version)
+        # (a view, not a refusal: the semaphore did not drain as of that version)
+        self.apply_capacity(view.capacity, view.version, False)
         if admitted:
             capacity, version = view.capacity, view.version
         else:
@@ -436,7 +445,8 @@ class RedisQueue(QueueDriver):
         reply = yield from self._run_script(ScriptName.STATUS)
         if not reply:  # deleted, or the store lost its data: not the capacity we knew
             raise SemaphoreNotFound(self.name, self.backend.describe())
-        self.apply_capacity(int(reply[0]), int(reply[1]))
+        draining = bool(int(reply[2]))
+        self.apply_capacity(int(reply[0]), int(reply[1]), draining)
         rows = [
             EntryStatus(
                 _text(reply[i]),
@@ -447,9 +457,9 @@ class RedisQueue(QueueDriver):
                 float(reply[i + 5]),
                 tuple(sorted(slot.index for slot in parse_slots(reply[i + 6]))),
             )
-            for i in range(2, len(reply), 7)
+            for i in range(3, len(reply), 7)
         ]
-        return split_queue(self.name, int(reply[0]), rows)
+        return split_queue(self.name, int(reply[0]), rows, draining=draining)
 
     def transaction(self, key: str, token: int) -> RedisFencedTransaction:
         return RedisFencedTransaction(self, key, token)

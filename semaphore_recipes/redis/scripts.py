@@ -95,10 +95,12 @@ local function drop(id)
   redis.call('zrem', QK, id)
   redis.call('hdel', EK, id)
 end
+-- -> capacity, version, and the drain flag beside them (`drain` is '1' while the
+-- semaphore drains: an enqueue is refused and no waiter admitted)
 local function config()
-  local c = redis.call('hmget', CK, 'capacity', 'version')
-  if not c[1] then return nil, nil end
-  return tonumber(c[1]), tonumber(c[2])
+  local c = redis.call('hmget', CK, 'capacity', 'version', 'drain')
+  if not c[1] then return nil, nil, false end
+  return tonumber(c[1]), tonumber(c[2]), c[3] == '1'
 end
 -- Remove entry `id` (if there) for the client of `lease`; an entry of another client
 -- is reported to its client. -> 1 if it was there
@@ -167,8 +169,8 @@ end
 local function sweep(quiet)
   local ids = redis.call('zrange', QK, 0, 99)
   if #ids == 0 then return end -- (an empty queue: the capacity is not read)
-  local cap, ver = config()
-  if not cap then return end
+  local cap, ver, drain = config()
+  if not cap or drain then return end
   local total, start, used = 0, 0, {}
   while true do
     local kept = 0
@@ -288,6 +290,7 @@ class ScriptName(enum.Enum):
     CHECK = "check"
     REMOVE = "remove"
     SET_CAPACITY = "set_capacity"
+    SET_DRAINING = "set_draining"
     STATUS = "status"
     CONFIG = "config"
     FENCE = "fence"
@@ -296,6 +299,26 @@ class ScriptName(enum.Enum):
     END_LEASE = "end_lease"
     DELETE_SEMAPHORE = "delete_semaphore"
 
+
+# Tell every live client that opened the semaphore (a rare administrative event: the
+# openers, not the waiters); a lease gone leaves the set.
+_TELL_OPENERS = r"""
+local function tell_openers(told)
+  local OK = P .. ':s:' .. S .. ':open'
+  local text = cjson.encode(told)
+  for _, lease in ipairs(redis.call('smembers', OK)) do
+    local ttl = redis.call('pttl', lease_key(lease))
+    if ttl > 0 then
+      local box = P .. ':inbox:' .. lease
+      redis.call('rpush', box, text)
+      redis.call('pexpire', box, ttl)
+      ring(box)
+    else
+      redis.call('srem', OK, lease)
+    end
+  end
+end
+"""
 
 _BODIES: dict[ScriptName, str | tuple[str, str]] = {
     # ARGV: P, S, capacity, lease. Creates the semaphore if it is missing; the lease
@@ -320,11 +343,12 @@ return {cap, ver}
         r"""
 local id, lease = ARGV[3], ARGV[4]
 if redis.call('exists', lease_key(lease)) == 0 then return {'lost'} end
-local cap, ver = config()
+local cap, ver, drain = config()
 if not cap then
   cap, ver = tonumber(ARGV[8]), redis.call('incr', P .. ':seq')
   redis.call('hset', CK, 'capacity', ARGV[8], 'version', ver)
 end
+if drain then return {'draining'} end
 local e = entry(id)
 if not e then
   if redis.call('exists', tombstone_key(id)) == 1 then return {'abandoned'} end
@@ -375,6 +399,7 @@ if found == 0 then
   for i = 6, #ARGV, 4 do
     use(ARGV[i])
     if redis.call('exists', tombstone_key(id)) == 1 then return {'abandoned'} end
+    if select(3, config()) then return {'draining', ARGV[i]} end
   end
   for i = 6, #ARGV, 4 do
     use(ARGV[i])
@@ -463,24 +488,26 @@ return found
     ),
     # ARGV: P, S, capacity. Every live client that opened the semaphore is told (a
     # rare administrative event: the openers, not the waiters). -> the new version
-    ScriptName.SET_CAPACITY: r"""
+    ScriptName.SET_CAPACITY: _TELL_OPENERS
+    + r"""
 local ver = redis.call('incr', P .. ':seq')
 redis.call('hset', CK, 'capacity', ARGV[3], 'version', ver)
 sweep(nil)
-local OK = P .. ':s:' .. S .. ':open'
-local told = cjson.encode({x = 'capacity', n = S, c = tonumber(ARGV[3]), v = ver})
-for _, lease in ipairs(redis.call('smembers', OK)) do
-  local ttl = redis.call('pttl', lease_key(lease))
-  if ttl > 0 then
-    local box = P .. ':inbox:' .. lease
-    redis.call('rpush', box, told)
-    redis.call('pexpire', box, ttl)
-    ring(box)
-  else
-    redis.call('srem', OK, lease)
-  end
-end
+tell_openers({x = 'capacity', n = S, c = tonumber(ARGV[3]), v = ver})
 return ver
+""",
+    # ARGV: P, S, '1' to drain (else: resume). Stored beside the capacity with a new
+    # version; the openers are told as of a capacity change (with `d`, the flag); a
+    # resume admits the waiters that fit. -> {capacity, the new version}, {} when missing
+    ScriptName.SET_DRAINING: _TELL_OPENERS
+    + r"""
+local cap = config()
+if not cap then return {} end
+local ver = redis.call('incr', P .. ':seq')
+redis.call('hset', CK, 'drain', ARGV[3], 'version', ver)
+sweep(nil)
+tell_openers({x = 'capacity', n = S, c = cap, v = ver, d = ARGV[3] == '1'})
+return {cap, ver}
 """,
     # ARGV: P, S. -> {capacity, version}, {} when missing (reads only: an open without
     # create, and the look of a reader at the capacity)
@@ -489,13 +516,13 @@ local cap, ver = config()
 if not cap then return {} end
 return {cap, ver}
 """,
-    # ARGV: P, S. -> {} when missing, else
-    # {capacity, version, id1, owner1, w1, t1, h1, s1, slots1, ...} (live entries in queue
-    # order, slots as {index, token, ...}; reads only)
+    # ARGV: P, S. -> {} when missing, else {capacity, version, draining (1 or 0),
+    # id1, owner1, w1, t1, h1, s1, slots1, ...} (live entries in queue order, slots as
+    # {index, token, ...}; reads only)
     ScriptName.STATUS: r"""
-local cap, ver = config()
+local cap, ver, drain = config()
 if not cap then return {} end
-local out = {cap, ver}
+local out = {cap, ver, drain and 1 or 0}
 for _, id in ipairs(redis.call('zrange', QK, 0, -1)) do
   local e = entry(id)
   if alive(e) then

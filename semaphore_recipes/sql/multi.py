@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..backend import Deadline, Enqueued, Program, QueueDriver, Waiter, queues_of
-from ..errors import SemaphoreNotFound
+from ..errors import Draining, SemaphoreNotFound
 from .queue import EntryView, SQLQueue
 
 if TYPE_CHECKING:
@@ -59,6 +59,8 @@ def enqueue_all(
                 continue
             if reply[0] in ("partial", "gone"):  # swept after a lost reply, or abandoned
                 continue
+            if reply[0] == "draining":  # (nothing was made)
+                raise Draining(str(reply[1]))
             missing = [q.name for q, _ in queues]
             raise SemaphoreNotFound(", ".join(missing), backend.describe())
         views = [EntryView.parse(view) for view in reply[1:]]

@@ -42,7 +42,7 @@ from ..backend import (
     split_queue,
     validate_capacity,
 )
-from ..errors import CapacityMismatch, SemaphoreNotFound
+from ..errors import CapacityMismatch, Draining, SemaphoreNotFound
 from .requests import Soon, StepArg
 
 if TYPE_CHECKING:
@@ -131,6 +131,12 @@ class SQLQueue(QueueDriver):
             raise SemaphoreNotFound(self.name, self.backend.describe())
         self.apply_capacity(capacity, int(version))
 
+    def set_draining(self, draining: bool) -> Program[None]:
+        reply = yield from self._step("set_draining", self.name, draining)
+        if reply is None:
+            raise SemaphoreNotFound(self.name, self.backend.describe())
+        self.apply_capacity(int(reply[0]), int(reply[1]), draining)
+
     # ---- the protocol steps ------------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
         self.backend.check_open()  # (before an entry id is chosen: nothing to abandon)
@@ -153,6 +159,9 @@ class SQLQueue(QueueDriver):
             if reply[0] == "missing":
                 self.drop_route(entry_id)
                 raise SemaphoreNotFound(self.name, self.backend.describe())
+            if reply[0] == "draining":  # (nothing was made)
+                self.drop_route(entry_id)
+                raise Draining(self.name)
             view = EntryView.parse(reply)
             waiter.created(entry_id, view.token)
             return self.enqueued(waiter, entry_id, view)
@@ -174,7 +183,8 @@ class SQLQueue(QueueDriver):
                 route.admitted = admitted
         if not admitted:
             self.time_check(entry_id, view)
-        self.apply_capacity(view.capacity, view.version)
+        # (a view, not a refusal: the semaphore did not drain as of that version)
+        self.apply_capacity(view.capacity, view.version, False)
         capacity, version = self.capacity_answer()
         return Enqueued(
             me=Entry(key=entry_id, order=view.token, weight=waiter.weight),
@@ -321,15 +331,16 @@ class SQLQueue(QueueDriver):
         reply = yield from self._step("status", self.name)
         if reply is None:  # deleted: not the capacity we knew
             raise SemaphoreNotFound(self.name, self.backend.describe())
-        capacity, version, rows = reply
-        self.apply_capacity(int(capacity), int(version))
+        capacity, version, rows, *rest = reply  # (rest: the drain flag, schema version 3)
+        draining = bool(rest) and flag(rest[0])
+        self.apply_capacity(int(capacity), int(version), draining)
         entries = [
             EntryStatus(key, owner, int(weight), int(token), flag(held), float(since),
                         tuple(sorted(int(i) for i in slots)))
             for key, owner, weight, token, held, since, slots in rows
         ]  # fmt: skip
         entries.sort(key=lambda entry: entry.token)  # (MySQL's aggregate keeps no order)
-        return split_queue(self.name, int(capacity), entries)
+        return split_queue(self.name, int(capacity), entries, draining=draining)
 
     def transaction(self, key: str, token: int) -> FencedTransaction:
         return self.backend.fenced_transaction([(self.name, key)], token)

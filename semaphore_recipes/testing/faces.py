@@ -267,6 +267,12 @@ class BlockingSemaphore:
     def set_capacity(self, capacity: int) -> None:
         self._loop.run(self.aio.set_capacity(capacity))
 
+    def drain(self, *, wait: bool = False, timeout: float | None = None) -> Status | None:
+        return self._loop.run(self.aio.drain(wait=wait, timeout=timeout))
+
+    def resume(self) -> None:
+        self._loop.run(self.aio.resume())
+
     def __repr__(self) -> str:
         return f"<BlockingSemaphore {self.name!r}>"
 

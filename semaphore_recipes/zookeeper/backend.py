@@ -115,7 +115,7 @@ class ZooKeeperBackend(Backend):
     """
 
     scheme = "zookeeper"
-    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True)
+    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True, drain=True)
     queue_type = ZooKeeperQueue
 
     def __init__(

@@ -1,6 +1,7 @@
 """One semaphore's node in ZooKeeper: its path, its capacity, and how a step waits.
 
-The node holds the capacity; its children are the queue's entries and slot records.
+The node holds the capacity and the drain flag (one JSON value: they are read and
+watched together); its children are the queue's entries and slot records.
 The capacity is agreed when the semaphore is opened and kept current by one watch per
 process; a step reads it again only when a listing's parent stat shows it changed.
 
@@ -17,10 +18,16 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from kazoo.protocol.states import EventType, KeeperState
 
-from .._core.codec import decode_capacity, encode_capacity
+from .._core.codec import decode_capacity, decode_draining, encode_capacity
 from .._core.deadline import Deadline
 from .._core.names import join_path, validate_capacity
 from .._core.protocol import SessionLost
@@ -97,6 +104,7 @@ class SemaphoreNode(QueueDriver):
             if capacity is not None and stored != capacity and not adopt:
                 raise CapacityMismatch(self.name, capacity, stored)
             self.capacity = stored
+            self.draining = decode_draining(self.name, raw)
             return stored
 
         return agree
@@ -116,6 +124,7 @@ class SemaphoreNode(QueueDriver):
         try:
             raw, stat = result.get(block=False)
             capacity = decode_capacity(self.name, raw)
+            draining = decode_draining(self.name, raw)
         except NoNodeError:
             return
         except (ConnectionLoss, SessionExpiredError) as exc:
@@ -136,7 +145,7 @@ class SemaphoreNode(QueueDriver):
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             log.error("semaphore %r: cannot read the new capacity: %s", self.name, detail)
             return
-        self.apply_capacity(capacity, stat.mzxid)
+        self.apply_capacity(capacity, stat.mzxid, draining)
         self._capacity_settled = True
 
     def capacity_current(self) -> bool:
@@ -150,21 +159,39 @@ class SemaphoreNode(QueueDriver):
 
     def set_capacity(self, capacity: int) -> ZkProgram[None]:
         validate_capacity(capacity)
-        writing = self._writing_capacity(capacity)
+        writing = self._writing_config(capacity, None)
+        yield from self.backend.within_request_timeout(writing, f"writing {self.path}", self.path)
+        log.info("semaphore %r: capacity set to %d", self.name, capacity)
+
+    def set_draining(self, draining: bool) -> ZkProgram[None]:
+        writing = self._writing_config(None, draining)
         yield from self.backend.within_request_timeout(writing, f"writing {self.path}", self.path)
 
-    def _writing_capacity(self, capacity: int) -> Callable[[], ZkProgram[None]]:
+    def _writing_config(
+        self, capacity: int | None, draining: bool | None
+    ) -> Callable[[], ZkProgram[None]]:
+        """Write the capacity or the drain flag (None: keep the stored one), reading
+        the other first and writing only over that version (a read-modify-write:
+        another client's change meanwhile is read again, never overwritten)."""
+
         def write() -> ZkProgram[None]:
-            try:
-                stat = yield self.client.set_async(self.path, encode_capacity(capacity))
-            except NoNodeError:
-                with contextlib.suppress(NodeExistsError):
-                    yield self.client.create_async(
-                        self.path, encode_capacity(capacity), makepath=True
-                    )
-                stat = yield self.client.exists_async(self.path)
-            log.info("semaphore %r: capacity set to %d", self.name, capacity)
-            self.apply_capacity(capacity, stat.mzxid)
+            while True:
+                try:
+                    raw, read = yield self.client.get_async(self.path)
+                except NoNodeError:
+                    fresh = encode_capacity(capacity or self.capacity, draining=bool(draining))
+                    with contextlib.suppress(NodeExistsError):
+                        yield self.client.create_async(self.path, fresh, makepath=True)
+                    continue
+                new_capacity = decode_capacity(self.name, raw) if capacity is None else capacity
+                new_draining = decode_draining(self.name, raw) if draining is None else draining
+                value = encode_capacity(new_capacity, draining=new_draining)
+                try:
+                    stat = yield self.client.set_async(self.path, value, version=read.version)
+                except (BadVersionError, NoNodeError):
+                    continue  # changed (or deleted) since our read: read again
+                self.apply_capacity(new_capacity, stat.mzxid, new_draining)
+                return
 
         return write
 
@@ -187,7 +214,8 @@ class SemaphoreNode(QueueDriver):
                 continue
             except (SessionExpiredError, NoNodeError):
                 return False
-            self.apply_capacity(decode_capacity(self.name, raw), stat.mzxid)
+            capacity = decode_capacity(self.name, raw)
+            self.apply_capacity(capacity, stat.mzxid, decode_draining(self.name, raw))
             return True
 
     def recreate_node(self) -> ZkProgram[None]:
@@ -195,9 +223,8 @@ class SemaphoreNode(QueueDriver):
         while True:
             try:
                 with contextlib.suppress(NodeExistsError):
-                    yield self.client.create_async(
-                        self.path, encode_capacity(self.capacity), makepath=True
-                    )
+                    value = encode_capacity(self.capacity, draining=self.draining)
+                    yield self.client.create_async(self.path, value, makepath=True)
                 return
             except (ConnectionLoss, SessionExpiredError):
                 yield Await.CONNECTION  # a create of a node is safe to repeat

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kazoo.exceptions import NoNodeError
 
-from .._core.codec import decode_capacity, decode_entry, decode_slot
+from .._core.codec import decode_capacity, decode_draining, decode_entry, decode_slot
 from .._core.names import ZK_SLOT_PREFIX, parse_slot_index, parse_zk_entry
 from .._core.status import EntryStatus, Status, split_queue
 from ..errors import SemaphoreNotFound
@@ -27,7 +27,9 @@ class StatusReading(SemaphoreNode):
         )
         return self._status_of((yield from reading))
 
-    def _reading_status(self) -> ZkProgram[tuple[int, list[tuple[int, EntryStatus]]] | None]:
+    def _reading_status(
+        self,
+    ) -> ZkProgram[tuple[int, bool, list[tuple[int, EntryStatus]]] | None]:
         listing = self.client.get_children_async(self.path)
         capacity_reply = self.client.get_async(self.path)
         try:
@@ -36,6 +38,7 @@ class StatusReading(SemaphoreNode):
         except NoNodeError:
             return None
         capacity = decode_capacity(self.name, raw)
+        draining = decode_draining(self.name, raw)
         entries = []
         slot_reads = []
         for child in children:
@@ -64,12 +67,12 @@ class StatusReading(SemaphoreNode):
                 child, data.owner, weight, stat.czxid, data.held, data.since, held_slots
             )
             rows.append((seq, row))
-        return capacity, rows
+        return capacity, draining, rows
 
-    def _status_of(self, found: tuple[int, list[tuple[int, EntryStatus]]] | None) -> Status:
+    def _status_of(self, found: tuple[int, bool, list[tuple[int, EntryStatus]]] | None) -> Status:
         if found is None:  # deleted, or the store lost its data: not the capacity we knew
             where = f"ZooKeeper node {(self.client.chroot or '') + self.path}"
             raise SemaphoreNotFound(self.name, where)
-        capacity, rows = found
+        capacity, draining, rows = found
         rows.sort(key=lambda r: r[0])
-        return split_queue(self.name, capacity, (r[1] for r in rows))
+        return split_queue(self.name, capacity, (r[1] for r in rows), draining=draining)

@@ -28,6 +28,15 @@ With ``admission_slots`` (Redis's scripts too) that admission also gives a slot-
 entry its slots, the lowest indices no live holder's record has, and they come with the
 admission (``StoreAdmitted.slots``, ``Enqueued.slots``): no slot step may follow, and the
 slot checks are the same.
+
+Draining (``drains=True``): an operator sets and clears a queue's drain flag now and
+then, a new version of the config posted to the waiters as a capacity change is (and
+reordered with them). An enqueue's answer carries the flag; a client refused, or told
+by an event, leaves its queues as a timeout does (its entries deleted); a store that
+decides admission admits nobody while the flag is set. Checks: once nothing is in
+flight, nobody waits in a draining queue (every waiter was told and left, none sleeps
+on a lost or misordered event), and after a final resume every run still completes and
+leaves no entry behind.
 """
 
 from __future__ import annotations
@@ -67,7 +76,7 @@ from semaphore_recipes._core.protocol import (
 )
 from semaphore_recipes._core.queue import Entry, EntryState
 from semaphore_recipes._core.slots import ListSlots, Slot, TakeSlot, lowest_free
-from semaphore_recipes.errors import AcquireTimeout
+from semaphore_recipes.errors import AcquireTimeout, Draining
 
 
 class LostWakeup(AssertionError):
@@ -163,6 +172,7 @@ class Simulation:
         server_admission: bool = False,
         admission_slots: bool = False,
         store_mutation: str = "",
+        drains: bool = False,
     ) -> None:
         """``queues`` > 1: several semaphores ``q0``, ``q1``... of ``capacity`` each,
         each client asking random weights of a random non-empty subset of them (or the
@@ -197,6 +207,9 @@ class Simulation:
         self.stale_capacity_events = stale_capacity_events
         self.atomic_create = atomic_create
         self.capacity_versions = {name: 0 for name in self.names}
+        self.drains = drains
+        self.draining = {name: False for name in self.names}  # the drain flag beside it
+        self.refused = 0  # acquires that ended with Draining
         # a deleted entry's view reaches some of its watchers (those in its process)
         self.deleted_views = deleted_views
         # a mutation: the view of the entry admitted before it (a key naming two entries)
@@ -277,7 +290,7 @@ class Simulation:
         every waiter that fits by the prefix rule is admitted (held) and its client told
         StoreAdmitted, but those of ``quiet`` (the creator: its create's answer says it);
         the first waiter that does not fit stops it."""
-        if not self.server_admission:
+        if not self.server_admission or self.draining[queue]:
             return
         total = told = 0
         for e in sorted((e for e in self.store.values() if e.queue == queue), key=_order):
@@ -346,7 +359,8 @@ class Simulation:
             assert {q: e.key for q, e in entries.items()} == c.keys
             self._granted(c)
             return
-        except AcquireTimeout:
+        except (AcquireTimeout, Draining) as exc:
+            self.refused += isinstance(exc, Draining)
             self._delete(c.keys)  # the driver's cleanup: every entry, one request
             self._forget(c)
             return
@@ -497,6 +511,8 @@ class Simulation:
                     acts.append(("crash", c))
         if self.capacity_changes and self.rng.random() < 0.15:
             acts.append(("capacity", None))
+        if self.drains and self.rng.random() < 0.1:
+            acts.append(("drain", None))
         if self.orphan_slots:
             acts.append(("drop_orphan_slots", None))
         return acts
@@ -504,6 +520,12 @@ class Simulation:
     def _change_capacity(self) -> None:
         queue = self.names[0] if len(self.names) == 1 else self.rng.choice(self.names)
         self.set_capacity(queue, self.rng.randint(1, 4))
+
+    def set_draining(self, queue: str, draining: bool) -> None:
+        """Set or clear the drain flag: a new version of the config, told as a capacity
+        change is."""
+        self.draining[queue] = draining
+        self.set_capacity(queue, self.capacities[queue])
 
     def set_capacity(self, queue: str, new: int) -> None:
         """Store a new capacity: holders mark themselves if it dropped, waiters are told."""
@@ -514,7 +536,7 @@ class Simulation:
                     x.mark_pending[queue] = x.unmarked.pop(queue)
         self.capacities[queue] = new
         self.capacity_versions[queue] += 1
-        event = CapacityChanged(new, self.capacity_versions[queue])
+        event = CapacityChanged(new, self.capacity_versions[queue], self.draining[queue])
         for x in self.clients:
             if queue in x.keys:
                 x.capacity_bound[queue] = max(x.capacity_bound[queue], new)
@@ -574,6 +596,7 @@ class Simulation:
             lower_complete=complete,
             admitted=admitted,
             slots=c.create_slots[queue] if admitted else None,
+            draining=self.draining[queue],
         )
 
     def _slot_answer_lost(self, c: Client) -> bool:
@@ -588,6 +611,10 @@ class Simulation:
     def do(self, action: str, c: Client | None) -> None:
         if action == "capacity":
             self._change_capacity()
+            return
+        if action == "drain":
+            queue = self.rng.choice(self.names)
+            self.set_draining(queue, not self.draining[queue])
             return
         if action == "drop_orphan_slots":
             for queue, index in self.orphan_slots:
@@ -703,6 +730,16 @@ class Simulation:
                         f"capacity={self.capacities[queue]}"
                     )
 
+    def check_drained(self) -> None:
+        """Nothing is in flight: nobody waits in a draining queue (each was refused
+        or told, and left)."""
+        for c in self.clients:
+            if c.state != "waiting" or not c.keys:
+                continue
+            stuck = [q for q in c.keys if self.draining[q] and q not in c.admitted]
+            if stuck:
+                raise LostWakeup(f"client {c.cid} waits in draining {stuck}")
+
     def check_deadlock(self) -> None:
         """Nothing is in flight, nobody holds a permit and every waiter's weights fit
         its queues' capacities (one that does not rightly waits for an increase, and
@@ -733,11 +770,14 @@ class Simulation:
                 break
             if not internal:
                 self.check_quiescent()
+                self.check_drained()
                 self.check_deadlock()
             pool: list[tuple[str, Client | None]] = [*internal, *internal, *external]
             self.do(*self.rng.choice(pool))
         # Wind down: let holders leave one by one; every waiter must get its turn.
-        self.capacity_changes = False
+        self.capacity_changes = self.drains = False
+        for queue in [q for q, draining in self.draining.items() if draining]:
+            self.set_draining(queue, False)
         self.drain()
         while True:
             holders = [c for c in self.clients if c.state == "holding"]

@@ -185,3 +185,16 @@ def test_a_request_admitted_in_one_queue_marks_itself_when_its_capacity_drops() 
     sim.do("release", x)
     sim.drain()  # raises LostWakeup if N sleeps though admissible
     assert n.state == "holding"
+
+
+@pytest.mark.parametrize("server_admission", [False, True], ids=["client", "store"])
+def test_a_drained_queue_refuses_the_whole_request_and_leaks_no_entry(
+    server_admission: bool,
+) -> None:
+    """A request waiting in a queue that drains is told and leaves every queue (its
+    entries there too, admitted or not); nobody waits in a draining queue once nothing
+    is in flight, and after a resume every run completes with no entry left."""
+    refused = 0
+    for seed in range(RUNS // 2):
+        refused += run_multi(seed, drains=True, server_admission=server_admission).refused
+    assert refused > RUNS // 4

@@ -87,6 +87,7 @@ CREATE OR REPLACE FUNCTION {s}.take_slot(sem text, eid text, i integer) RETURNS 
 LANGUAGE sql AS $$ SELECT '["version 1"]' $$;
 DELETE FROM {s}.schema_version;
 INSERT INTO {s}.schema_version VALUES (1);
+ALTER TABLE {s}.semaphores DROP COLUMN draining;
 """
 
 
@@ -108,10 +109,13 @@ def test_a_schema_of_version_1_is_upgraded_on_connect(
     (version,) = postgresql_admin.execute(
         f"SELECT max(version) FROM {postgresql_schema}.schema_version"
     ).fetchone()
-    assert version == SCHEMA_VERSION == 2
+    assert version == SCHEMA_VERSION == 3
     assert postgresql_admin.execute(take).fetchone() == ('["lost"]',)  # today's function
-    with running.semaphore("after", capacity=1).acquire(slot=True, timeout=5) as permit:
+    sem = running.semaphore("after", capacity=1)
+    with sem.acquire(slot=True, timeout=5) as permit:
         assert [slot.index for slot in permit.slots] == [0]
+    sem.drain()  # the drain flag's column (version 3) is there
+    assert sem.status().draining
 
 
 def test_a_role_that_may_not_upgrade_is_told_what_to_run(
