@@ -13,8 +13,9 @@ BackendUnavailable (AcquireTimeout for a waiting acquire's deadline).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -404,6 +405,7 @@ class AsyncRunner:
     def __init__(self, params: RedisParams) -> None:
         self.cluster = params.cluster
         self.client: Any = async_client(params, AsyncRetry(NoBackoff(), 0))
+        self._request_timeout = params.request_timeout
         # (one server: a cluster's calls go through its client, which follows slots)
         self._connections: AsyncIdleConnections | None = (
             None if params.cluster else AsyncIdleConnections(self.client)
@@ -436,9 +438,9 @@ class AsyncRunner:
                     return await self._evalsha(script.sha, pending.args, pending.timeout)
                 except redis.exceptions.NoScriptError:  # a restarted server: load, run
                     return await script(keys=keys, args=list(pending.args))
-            async with self.client.pipeline(transaction=False) as pipe:  # one connection
+            async with self._turn(), self.client.pipeline(transaction=False) as pipe:
                 await self._scripts[pending.name](args=list(pending.args), client=pipe)
-                pipe.wait(pending.replicas, pending.wait_ms)
+                pipe.wait(pending.replicas, pending.wait_ms)  # (on the script's connection)
                 reply, acknowledged = await pipe.execute()
             return reply, acknowledged
         if isinstance(pending, Pause):
@@ -450,7 +452,8 @@ class AsyncRunner:
                 node = self.client.get_node_from_key(pending.key)
                 # (the node's own reply: the cluster's answers a SCAN per node)
                 return await node.execute_command(*pending.args)
-            return await self.client.execute_command(*pending.args)
+            async with self._turn():
+                return await self.client.execute_command(*pending.args)
         assert isinstance(pending, Soon)
         asyncio.get_running_loop().call_soon(self._start, pending)
         return None
@@ -458,10 +461,34 @@ class AsyncRunner:
     async def _read_only(self, script: Any, keys: tuple[str, ...], args: tuple[Arg, ...]) -> Any:
         """As :meth:`SyncRunner._read_only`, awaited."""
         client = self.client
+        async with self._turn():
+            try:
+                return await client.execute_command(
+                    "EVALSHA_RO", script.sha, len(keys), *keys, *args
+                )
+            except redis.exceptions.NoScriptError:
+                return await client.execute_command(
+                    "EVAL_RO", script.script, len(keys), *keys, *args
+                )
+
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """One of the runner's turns for a call through the client's own pool, which
+        has no limit (one server; a cluster's client keeps a pool per node), waited
+        for at most the request timeout, as the call's own reply is."""
+        if self._connections is None:
+            yield
+            return
         try:
-            return await client.execute_command("EVALSHA_RO", script.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            return await client.execute_command("EVAL_RO", script.script, len(keys), *keys, *args)
+            await self._connections.turn(self._request_timeout)
+        except TimeoutError:
+            raise redis.exceptions.TimeoutError(
+                f"no turn of this client free within {self._request_timeout:.2f} s"
+            ) from None
+        try:
+            yield
+        finally:
+            self._connections.end_turn()
 
     async def _with_wait_on_node(self, pending: Eval, keys: tuple[str, ...]) -> object:
         """The script then ``WAIT`` on one connection of the node serving ``keys`` (a

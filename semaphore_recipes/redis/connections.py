@@ -18,7 +18,8 @@ those idle and every one given back after it. :class:`AsyncIdleConnections`
 does the same for the asyncio runner, on one event loop (a cancelled read closes its
 connection: redis-py's asyncio connections do on any exception), with at most
 :data:`MAX_ASYNC_CONNECTIONS` out at once: the tasks of one loop, unlike threads, can
-all be in a call at the same time.
+all be in a call at the same time. The runner's other calls, sent through the client's
+own pool (which has no limit), take the same turns (:meth:`AsyncIdleConnections.turn`).
 """
 
 from __future__ import annotations
@@ -116,6 +117,16 @@ class AsyncIdleConnections:
             self._hand_on()
             raise
         return conn
+
+    async def turn(self, timeout: float | None = None) -> None:
+        """Wait for a turn for a call that goes through the client's own pool (a
+        command, a read-only script): it counts against the most out at once, as a
+        taken connection does, until :meth:`end_turn`. TimeoutError as :meth:`take`."""
+        await self._turn(timeout)
+
+    def end_turn(self) -> None:
+        """The call of a :meth:`turn` is over."""
+        self._hand_on()
 
     async def _turn(self, timeout: float | None) -> None:
         # (asyncio.wait, not wait_for: before 3.12 wait_for can drop a turn handed over

@@ -207,3 +207,27 @@ def test_a_turn_handed_to_a_cancelled_or_late_taker_goes_on(redis_server: Any) -
             await client.aclose()
 
     assert asyncio.run(scenario()) == ["timed out", "cancelled"]
+
+
+def test_calls_through_the_clients_own_pool_share_the_runners_turns(
+    redis_server: Any, redis_admin: redis.Redis
+) -> None:
+    """300 tasks reading the status at once (a read-only script, sent through redis-py's
+    own pool, which has no limit): they take turns with the scripts, at most
+    MAX_ASYNC_CONNECTIONS calls out (a connection per task before: 300)."""
+    tasks = 300
+    url = f"redis://{redis_server.host_port}/0?prefix=reads-{free_port()}"
+    before = int(redis_admin.info("clients")["connected_clients"])
+
+    async def scenario() -> tuple[int, int]:
+        async with aio.connect(url) as backend:
+            sem = backend.semaphore("reads", capacity=2)
+            holder = await sem.acquire()
+            statuses = await asyncio.gather(*(sem.status() for _ in range(tasks)))
+            most = int(redis_admin.info("clients")["connected_clients"]) - before
+            await holder.release()
+            return most, sum(len(status.holders) for status in statuses)
+
+    most, holders_seen = asyncio.run(scenario())
+    assert holders_seen == tasks  # every read answered, each saw the one holder
+    assert most <= MAX_ASYNC_CONNECTIONS + 8 < tasks, most
