@@ -80,6 +80,7 @@ from ._refusals import Refusals
 from ._tls import TLS_PARAMETERS, is_certificate_refusal, tls_failure, tls_options
 from ._waits import Answering, NoReplyInTime, Pause, Within, ZkProgram, reply_async
 from .log_masking import mask_credentials
+from .polling import PollingHandler
 from .queue import ZooKeeperQueue
 
 log = logging.getLogger("semaphore_recipes.zookeeper")
@@ -689,7 +690,12 @@ class _Opening:
     def new_client(self) -> Any:
         if self.refusals.everywhere():  # no host name resolves
             raise self.refusals.error()
-        client = KazooClient(hosts=self.hosts, timeout=self.session_timeout, **self.kwargs)
+        client = KazooClient(
+            hosts=self.hosts,
+            timeout=self.session_timeout,
+            handler=PollingHandler(),
+            **self.kwargs,
+        )
         mask_credentials(client)  # before its first Auth packet
         _kazoo_compat.track_negotiated_session_timeout(client)
         _kazoo_compat.on_connection_failed(client, self.refusals.failed)
