@@ -7,8 +7,10 @@ implementation is built, so a worker interpreter needs only the library it measu
 
 The floors are not semaphores: ``raw-zk`` is an ephemeral-sequential create (acquire)
 and its delete (release); ``raw-etcd`` a put with a lease and a delete, through the
-library's own gRPC layer. :class:`WatchFloor` is the predecessor-watch floor of the
-handoff: one process deletes a key, another one's watch callback fires.
+library's own gRPC layer (``raw-etcd-txn``, a control: the same put as a txn that
+creates the key only if absent, the least an enqueue can send). :class:`WatchFloor`
+is the predecessor-watch floor of the handoff: one process deletes a key, another
+one's watch callback fires.
 ``ceiling-zk`` is not a semaphore either: it sends the fewest requests a herd-free FIFO
 acquire that has to wait can send, and never waits (docs/design.md section 9).
 """
@@ -32,6 +34,7 @@ IMPLS: dict[str, tuple[str, str]] = {
     "kazoo-lock": ("zookeeper", "kazoo Lock"),
     "raw-etcd": ("etcd", "raw put(lease)+delete (EtcdClient)"),
     "raw-etcd-purepb": ("etcd", "raw put(lease)+delete, pure-Python protobuf"),
+    "raw-etcd-txn": ("etcd", "control: txn(create-if-absent put)+delete (EtcdClient)"),
     "ours-etcd": ("etcd", "semaphore-recipes Semaphore"),
     "etcd3-lock": ("etcd", "python-etcd3 Lock"),
     # acquire_all over k semaphores (benchmarks.multi)
@@ -300,6 +303,25 @@ class RawEtcd:
             self.client.close()
 
 
+class RawEtcdTxn(RawEtcd):
+    """The etcd floor's put made a txn that creates the key only if it is absent (a
+    compare of its create_revision with 0), as every enqueue must be: what etcd's txn
+    path itself costs over a put, with no range and nothing of the library."""
+
+    def __init__(self, target: Target) -> None:
+        super().__init__(target)
+        self._ops = importlib.import_module("semaphore_recipes.etcd.ops")
+
+    def acquire(self) -> None:
+        ops = self._ops
+        reply = self.client.txn(
+            [ops.Compare.create_revision(self.key, "==", 0)],
+            [ops.Op.put(self.key, b"{}", lease=self.lease)],
+        )
+        if not reply.succeeded:
+            raise RuntimeError("the control's key was there already")
+
+
 class Etcd3Lock:
     """python-etcd3's ``Lock`` (a mutex; one object, reused). Its acquire grants a new
     lease and runs a create-if-absent txn; a loser waits with ``watch_once`` on the key."""
@@ -336,6 +358,8 @@ def make_client(impl: str, target: Target) -> Client:
         return HerdFreeCeiling(target)
     if impl in ("raw-etcd", "raw-etcd-purepb"):
         return RawEtcd(target)
+    if impl == "raw-etcd-txn":
+        return RawEtcdTxn(target)
     if impl == "kazoo-sem":
         return KazooSemaphore(target)
     if impl == "kazoo-lock":

@@ -22,7 +22,7 @@ from .results import LatencyRow, Results, median, percentile
 from .servers import ServerSet
 
 ZK = ("raw-zk", "ours-zk", "kazoo-sem", "kazoo-lock")
-ETCD = ("raw-etcd", "ours-etcd", "etcd3-lock", "raw-etcd-purepb")
+ETCD = ("raw-etcd", "raw-etcd-txn", "ours-etcd", "etcd3-lock", "raw-etcd-purepb")
 FLOOR = {"zookeeper": "raw-zk", "etcd": "raw-etcd"}
 IN_OUT = {
     "zookeeper": ("zk_packets_received", "zk_packets_sent"),

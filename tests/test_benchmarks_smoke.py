@@ -27,6 +27,7 @@ ROWS = (
     "| ZooKeeper | kazoo Semaphore |",
     "| ZooKeeper | kazoo Lock |",
     "| etcd | raw put(lease)+delete (EtcdClient) |",
+    "| etcd | control: txn(create-if-absent put)+delete (EtcdClient) |",
     "| etcd | semaphore-recipes Semaphore |",
     "| ZooKeeper | raw predecessor-watch floor (delete -> watch fires) |",
     "| etcd | raw predecessor-watch floor (delete -> watch event) |",
