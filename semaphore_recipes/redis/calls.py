@@ -34,7 +34,7 @@ from ..errors import (
     SemaphoreError,
 )
 from .clients import async_client, close_async, close_sync, sync_client
-from .connections import AsyncIdleConnections, IdleConnections
+from .connections import AsyncIdleConnections, AsyncTurns, IdleConnections
 from .params import RedisParams
 from .scripts import READ_ONLY, SCRIPTS, ScriptName
 
@@ -406,9 +406,12 @@ class AsyncRunner:
         self.cluster = params.cluster
         self.client: Any = async_client(params, AsyncRetry(NoBackoff(), 0))
         self._request_timeout = params.request_timeout
+        # every call out takes one of these turns: a taken connection of its own, or a
+        # call through the client's pool, which has no limit (:mod:`.connections`)
+        self._turns = AsyncTurns()
         # (one server: a cluster's calls go through its client, which follows slots)
         self._connections: AsyncIdleConnections | None = (
-            None if params.cluster else AsyncIdleConnections(self.client)
+            None if params.cluster else AsyncIdleConnections(self.client, self._turns)
         )
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
@@ -437,7 +440,8 @@ class AsyncRunner:
                         return await self._evalsha_on_cluster(script.sha, keys, pending)
                     return await self._evalsha(script.sha, pending.args, pending.timeout)
                 except redis.exceptions.NoScriptError:  # a restarted server: load, run
-                    return await script(keys=keys, args=list(pending.args))
+                    async with self._turn():
+                        return await script(keys=keys, args=list(pending.args))
             async with self._turn(), self.client.pipeline(transaction=False) as pipe:
                 await self._scripts[pending.name](args=list(pending.args), client=pipe)
                 pipe.wait(pending.replicas, pending.wait_ms)  # (on the script's connection)
@@ -451,7 +455,8 @@ class AsyncRunner:
                 await self.client.initialize()  # (the slots mapped: once)
                 node = self.client.get_node_from_key(pending.key)
                 # (the node's own reply: the cluster's answers a SCAN per node)
-                return await node.execute_command(*pending.args)
+                async with self._turn():
+                    return await node.execute_command(*pending.args)
             async with self._turn():
                 return await self.client.execute_command(*pending.args)
         assert isinstance(pending, Soon)
@@ -473,14 +478,11 @@ class AsyncRunner:
 
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncIterator[None]:
-        """One of the runner's turns for a call through the client's own pool, which
-        has no limit (one server; a cluster's client keeps a pool per node), waited
-        for at most the request timeout, as the call's own reply is."""
-        if self._connections is None:
-            yield
-            return
+        """One of the runner's turns for a call through the client's own pool (on a
+        cluster, a pool per node), which has no limit, waited for at most the request
+        timeout, as the call's own reply is."""
         try:
-            await self._connections.turn(self._request_timeout)
+            await self._turns.take(self._request_timeout)
         except TimeoutError:
             raise redis.exceptions.TimeoutError(
                 f"no turn of this client free within {self._request_timeout:.2f} s"
@@ -488,7 +490,7 @@ class AsyncRunner:
         try:
             yield
         finally:
-            self._connections.end_turn()
+            self._turns.give_back()
 
     async def _with_wait_on_node(self, pending: Eval, keys: tuple[str, ...]) -> object:
         """The script then ``WAIT`` on one connection of the node serving ``keys`` (a
@@ -496,43 +498,45 @@ class AsyncRunner:
         await self.client.initialize()
         node = self.client.get_node_from_key(keys[0])
         script = self._scripts[pending.name]
-        conn = node.acquire_connection()
-        try:
-            for attempt in range(2):
-                commands = [
-                    ("EVALSHA", script.sha, len(keys), *keys, *pending.args),
-                    ("WAIT", pending.replicas, pending.wait_ms),
-                ]
-                await conn.send_packed_command(conn.pack_commands(commands))
-                try:
-                    reply = await conn.read_response()
-                except redis.exceptions.NoScriptError:
-                    await conn.read_response()  # (the WAIT's reply: the connection goes on)
-                    if attempt:
-                        raise
-                    await self.client.script_load(script.script)  # (a promoted replica)
-                    continue
-                acknowledged = await conn.read_response()
-                return reply, acknowledged
-            raise AssertionError("unreachable")
-        except BaseException:
-            await conn.disconnect()
-            raise
-        finally:
-            node.release(conn)
+        async with self._turn():
+            conn = node.acquire_connection()
+            try:
+                for attempt in range(2):
+                    commands = [
+                        ("EVALSHA", script.sha, len(keys), *keys, *pending.args),
+                        ("WAIT", pending.replicas, pending.wait_ms),
+                    ]
+                    await conn.send_packed_command(conn.pack_commands(commands))
+                    try:
+                        reply = await conn.read_response()
+                    except redis.exceptions.NoScriptError:
+                        await conn.read_response()  # (the WAIT's reply: the connection goes on)
+                        if attempt:
+                            raise
+                        await self.client.script_load(script.script)  # (a promoted replica)
+                        continue
+                    acknowledged = await conn.read_response()
+                    return reply, acknowledged
+                raise AssertionError("unreachable")
+            except BaseException:
+                await conn.disconnect()
+                raise
+            finally:
+                node.release(conn)
 
     async def _evalsha_on_cluster(self, sha: str, keys: tuple[str, ...], pending: Eval) -> Any:
         """EVALSHA through the cluster client (it follows a slot's move), its reply
         awaited at most the call's time left (a cancelled command closes its
         connection: no late reply is read)."""
-        reply = self.client.evalsha(sha, len(keys), *keys, *pending.args)
-        if pending.timeout is None:
-            return await reply
-        try:
-            return await asyncio.wait_for(reply, pending.timeout)
-        except asyncio.TimeoutError:
-            late = f"no reply within {pending.timeout:.2f} s"
-            raise redis.exceptions.TimeoutError(late) from None
+        async with self._turn():
+            reply = self.client.evalsha(sha, len(keys), *keys, *pending.args)
+            if pending.timeout is None:
+                return await reply
+            try:
+                return await asyncio.wait_for(reply, pending.timeout)
+            except asyncio.TimeoutError:
+                late = f"no reply within {pending.timeout:.2f} s"
+                raise redis.exceptions.TimeoutError(late) from None
 
     async def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
         """EVALSHA on an idle connection of this runner (as :meth:`SyncRunner._evalsha`),

@@ -19,7 +19,8 @@ does the same for the asyncio runner, on one event loop (a cancelled read closes
 connection: redis-py's asyncio connections do on any exception), with at most
 :data:`MAX_ASYNC_CONNECTIONS` out at once: the tasks of one loop, unlike threads, can
 all be in a call at the same time. The runner's other calls, sent through the client's
-own pool (which has no limit), take the same turns (:meth:`AsyncIdleConnections.turn`).
+own pool (which has no limit; on Redis Cluster, every call), take the same turns
+(:class:`AsyncTurns`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-__all__ = ["AsyncIdleConnections", "IdleConnections"]
+__all__ = ["AsyncIdleConnections", "AsyncTurns", "IdleConnections"]
 
 
 class IdleConnections:
@@ -87,22 +88,63 @@ class IdleConnections:
 MAX_ASYNC_CONNECTIONS = 64
 
 
-class AsyncIdleConnections:
-    """Connections of ``client``'s pool kept by one asyncio runner (one event loop), at
-    most :data:`MAX_ASYNC_CONNECTIONS` out at once, handed on in the order asked."""
+class AsyncTurns:
+    """At most ``most`` calls of one asyncio runner (one event loop) out at once, the
+    others waiting their turn in the order they asked."""
 
-    def __init__(self, client: redis.asyncio.Redis, most: int = MAX_ASYNC_CONNECTIONS) -> None:
+    def __init__(self, most: int = MAX_ASYNC_CONNECTIONS) -> None:
+        self._free = most  # calls that may still go out
+        self._asking: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def take(self, timeout: float | None = None) -> None:
+        """A turn, once fewer than the most are out; TimeoutError when none came back
+        within ``timeout`` seconds (None: no limit). A cancelled or timed-out wait
+        takes none. Each turn taken is given back once (:meth:`give_back`)."""
+        # (asyncio.wait, not wait_for: before 3.12 wait_for can drop a turn handed over
+        # as it times out, and the runner would have one turn fewer for good)
+        if self._free > 0 and not self._asking:
+            self._free -= 1
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._asking.append(turn)
+        try:
+            await asyncio.wait((turn,), timeout=timeout)
+        except BaseException:  # cancelled: a turn handed to us meanwhile goes on
+            if turn.done() and not turn.cancelled():
+                self.give_back()
+            raise
+        finally:
+            if not turn.done():
+                turn.cancel()
+                self._asking.remove(turn)
+        if turn.cancelled():
+            raise TimeoutError(f"no turn came back within {timeout} s")
+
+    def give_back(self) -> None:
+        """A call is over: the next one asking may go, else one more is free."""
+        while self._asking:
+            turn = self._asking.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._free += 1
+
+
+class AsyncIdleConnections:
+    """Connections of ``client``'s pool kept by one asyncio runner (one event loop),
+    each taken in one of the runner's :class:`AsyncTurns` (at most
+    :data:`MAX_ASYNC_CONNECTIONS` out at once, by default)."""
+
+    def __init__(self, client: redis.asyncio.Redis, turns: AsyncTurns | None = None) -> None:
         self._pool: Any = client.connection_pool  # (redis-py's pool methods are untyped)
         self._idle: list[Any] = []
         self._closed = False
-        self._free = most  # connections that may still go out
-        self._asking: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._turns = AsyncTurns() if turns is None else turns
 
     async def take(self, timeout: float | None = None) -> Any:
-        """A connected connection with nothing unread (made when none is idle), once
-        fewer than the most are out; TimeoutError when none came back within
-        ``timeout`` seconds (None: no limit). A cancelled or timed-out wait takes none."""
-        await self._turn(timeout)
+        """A connected connection with nothing unread (made when none is idle), in a
+        turn (:meth:`AsyncTurns.take`: TimeoutError after ``timeout``)."""
+        await self._turns.take(timeout)
         try:
             conn = self._idle.pop()
         except IndexError:
@@ -114,53 +156,13 @@ class AsyncIdleConnections:
                 await conn.connect()
         except BaseException:
             await conn.disconnect(nowait=True)
-            self._hand_on()
+            self._turns.give_back()
             raise
         return conn
 
-    async def turn(self, timeout: float | None = None) -> None:
-        """Wait for a turn for a call that goes through the client's own pool (a
-        command, a read-only script): it counts against the most out at once, as a
-        taken connection does, until :meth:`end_turn`. TimeoutError as :meth:`take`."""
-        await self._turn(timeout)
-
-    def end_turn(self) -> None:
-        """The call of a :meth:`turn` is over."""
-        self._hand_on()
-
-    async def _turn(self, timeout: float | None) -> None:
-        # (asyncio.wait, not wait_for: before 3.12 wait_for can drop a turn handed over
-        # as it times out, and the runner would have one connection fewer for good)
-        if self._free > 0 and not self._asking:
-            self._free -= 1
-            return
-        turn = asyncio.get_running_loop().create_future()
-        self._asking.append(turn)
-        try:
-            await asyncio.wait((turn,), timeout=timeout)
-        except BaseException:  # cancelled: a turn handed to us meanwhile goes on
-            if turn.done() and not turn.cancelled():
-                self._hand_on()
-            raise
-        finally:
-            if not turn.done():
-                turn.cancel()
-                self._asking.remove(turn)
-        if turn.cancelled():
-            raise TimeoutError(f"no connection came back within {timeout} s")
-
-    def _hand_on(self) -> None:
-        """A connection came back: the next one asking may go, else one more is free."""
-        while self._asking:
-            turn = self._asking.popleft()
-            if not turn.done():
-                turn.set_result(None)
-                return
-        self._free += 1
-
     async def give_back(self, conn: Any) -> None:
         """``conn`` is in step again (its replies read whole, or disconnected)."""
-        self._hand_on()
+        self._turns.give_back()
         if not self._closed:
             self._idle.append(conn)
             return

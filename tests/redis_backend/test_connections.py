@@ -16,6 +16,7 @@ from semaphore_recipes.devtools.processes import free_port
 from semaphore_recipes.redis.connections import (
     MAX_ASYNC_CONNECTIONS,
     AsyncIdleConnections,
+    AsyncTurns,
     IdleConnections,
 )
 
@@ -179,7 +180,7 @@ def test_a_turn_handed_to_a_cancelled_or_late_taker_goes_on(redis_server: Any) -
 
     async def scenario() -> list[str]:
         client = redis.asyncio.Redis(host=host, port=int(port))
-        connections = AsyncIdleConnections(client, most=1)
+        connections = AsyncIdleConnections(client, AsyncTurns(1))
         try:
             out = await connections.take()
             late = asyncio.ensure_future(connections.take(timeout=0.05))

@@ -4,6 +4,7 @@ that reach a client from any slot, and a bounded number of connections per clien
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes import aio
+from semaphore_recipes.redis.connections import MAX_ASYNC_CONNECTIONS
 from semaphore_recipes.redis.layout import key_slot
 from semaphore_recipes.testing.faces import store_backend
 from semaphore_recipes.testing.redis_harness import RedisClusterHarness
@@ -141,3 +144,33 @@ def test_releases_in_every_slot_wake_one_client_over_a_bounded_set_of_connection
     for permit in got:
         permit.release()
     waiter.close()
+
+
+def test_an_asyncio_client_has_a_bounded_number_of_calls_out_on_a_cluster(
+    redis_cluster_harness: RedisClusterHarness,
+) -> None:
+    """300 tasks reading a status at once through one asyncio cluster backend: they take
+    turns, at most MAX_ASYNC_CONNECTIONS calls out, so no node gets more connections
+    from it than that (redis-py's per-node pools have no limit: a connection per task
+    before: 100 on each node serving the slot)."""
+    tasks = 300
+    admin = redis_cluster_harness.admin
+
+    def connections() -> dict[str, int]:
+        return {node.name: len(node.redis_connection.client_list()) for node in admin.get_nodes()}
+
+    async def scenario() -> tuple[dict[str, int], int]:
+        async with aio.connect(redis_cluster_harness.url) as backend:
+            sem = backend.semaphore("turns", capacity=2)
+            holder = await sem.acquire()
+            statuses = await asyncio.gather(*(sem.status() for _ in range(tasks)))
+            after = connections()
+            await holder.release()
+            return after, sum(len(status.holders) for status in statuses)
+
+    before = connections()
+    after, holders_seen = asyncio.run(scenario())
+    assert holders_seen == tasks
+    opened = {name: after[name] - before.get(name, 0) for name in after}
+    # (its turns, and the few connections of its own: keeper, notifier, slot maps)
+    assert max(opened.values()) <= MAX_ASYNC_CONNECTIONS + 6 < tasks, opened
