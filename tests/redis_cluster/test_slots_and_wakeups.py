@@ -154,7 +154,7 @@ def test_an_asyncio_client_has_a_bounded_number_of_calls_out_on_a_cluster(
     from it than that (redis-py's per-node pools have no limit: a connection per task
     before: 100 on each node serving the slot)."""
     tasks = 300
-    admin = redis_cluster_harness.admin
+    admin: Any = redis_cluster_harness.admin  # (a RedisCluster: every node, replicas too)
 
     def connections() -> dict[str, int]:
         return {node.name: len(node.redis_connection.client_list()) for node in admin.get_nodes()}
