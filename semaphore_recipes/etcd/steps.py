@@ -5,7 +5,9 @@ the config, so it is one round trip and the listing is atomic with the create (n
 later entry can exist in it). That range stops after ``nearest_needed`` entries: a
 short queue is listed whole in the one round trip; a longer one's nearest entries below
 ours are read next, outside the txn, by a read shared with the waiters enqueuing at the
-same time (docs/design.md section 2, "Truncated views"). A retried enqueue after a lost
+same time (docs/design.md section 2, "Truncated views"); once a queue was found long,
+its next enqueues leave the range out of the txn (etcd reads it in its apply loop,
+walking the whole range) and read outside it only. A retried enqueue after a lost
 reply takes the failure branch, which lists every entry: the entry made by the lost
 attempt is adopted.
 
@@ -96,6 +98,9 @@ class ProtocolSteps(Leaving):
         self._below_reading = False
         self._below_turns = Turns(self._lock)  # a turn ends with each read
         self._below_last: SharedRead | None = None
+        # the last listing of this queue found more entries than an enqueue's txn lists:
+        # the next enqueues leave that range out of their txn (see ``enqueue``)
+        self._queue_long = False
 
     # ---- waiters ---------------------------------------------------------------
     def unregister(self, waiter: Waiter) -> None:
@@ -126,7 +131,15 @@ class ProtocolSteps(Leaving):
             # server reads only those): the whole queue when it is short. A longer
             # queue's nearest entries are read next, outside the write (see below).
             nearest = nearest_needed(self.capacity) + 1  # + 1: ours
-            sample = Op.range(self.entries_prefix, self.entries_end, limit=nearest)
+            # Behind a queue known to be long the range is left out: the nearest entries
+            # are read outside the txn anyway, and a write's range is read by etcd's
+            # apply loop, which lease renewals wait for, walking every key of the range
+            # to count it however small its limit (W = 100,000 starved the leases).
+            long = self._queue_long
+            success = [Op.put(key, value, lease=lease), self.entries_and_config[1]]
+            if not long:
+                sample = Op.range(self.entries_prefix, self.entries_end, limit=nearest)
+                success.insert(1, sample)
             try:
                 # Retried as is after UNAVAILABLE: if the lost attempt created the key,
                 # the failure branch lists it and we adopt it (no orphan, no second entry).
@@ -137,7 +150,7 @@ class ProtocolSteps(Leaving):
                 create: Callable[[float], Call] = functools.partial(
                     txn_within,
                     [Compare.create_revision(key, "==", 0)],
-                    [Op.put(key, value, lease=lease), sample, self.entries_and_config[1]],
+                    success,
                     self.entries_and_config,
                     uid,
                 )
@@ -150,8 +163,8 @@ class ProtocolSteps(Leaving):
                 waiter.creating(None)
                 self.backend.free_entry_slot(uid)
                 raise
-            listed = reply.responses[-2].response_range
-            listing = listed.kvs
+            listed = None if reply.succeeded and long else reply.responses[-2].response_range
+            listing = [] if listed is None else listed.kvs
             if reply.succeeded:
                 # our put is the txn's one write: created at the txn's revision
                 token, entry_lease = int(reply.header.revision), lease
@@ -170,7 +183,8 @@ class ProtocolSteps(Leaving):
                 continue
             config = reply.responses[-1].response_range.kvs
             self.apply_listed_capacity(config)
-            if not (reply.succeeded and listed.more):
+            if listed is not None and not (reply.succeeded and listed.more):
+                self._queue_long = False
                 return self.enqueued(waiter, uid, token, listing, complete=True, later=None)
             # A long queue: its nearest entries below ours, newest first. etcd reads
             # every entry to sort them, so this is a read of its own, not part of the
@@ -181,6 +195,8 @@ class ProtocolSteps(Leaving):
             # they may need our held mark (``later_entries``).
             waiter.created(uid, token)  # an error or a cancel below: the entry is undone
             below, complete = yield from self.nearest_below(token, nearest - 1, deadline)
+            # (fewer below us than the txn would list: the next enqueue lists in its txn)
+            self._queue_long = not complete or len(below) >= nearest - 1
             return self.enqueued(waiter, uid, token, below, complete, later=True)
 
     def nearest_below(

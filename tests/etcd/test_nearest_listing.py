@@ -7,9 +7,13 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from semaphore_recipes._core.deadline import Deadline
 from semaphore_recipes._core.protocol import Enqueued
 from semaphore_recipes.backend import Waiter, nearest_needed
+from semaphore_recipes.etcd import steps
+from semaphore_recipes.etcd.keyspace import SemaphoreKeys, txn_within
 from semaphore_recipes.testing.etcd_harness import EtcdHarness
 
 
@@ -105,4 +109,65 @@ def test_waiters_enqueuing_together_share_the_read_of_their_nearest_entries(
         for one in waiters:
             run(queue.abandon_entry(one))
             queue.unregister(one)
+    assert ed.entries() == []
+
+
+def test_behind_a_queue_found_long_the_enqueue_txn_leaves_the_entries_range_out(
+    ed: EtcdHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A range in a write txn is read by etcd's apply loop, which lease renewals wait
+    for, and etcd walks every key of the range to count it whatever the limit: at
+    W = 100,000 the enqueues' ranges starved the leases. Once a listing found the queue
+    longer than the txn lists, the next enqueues leave the range out (their nearest
+    entries are read outside the txn in any case); a read that finds it short puts it
+    back. The answers are the same either way."""
+    queue = ed.connect().semaphore("long-txn", capacity=1)._store
+    assert isinstance(queue, SemaphoreKeys)
+    run = queue.backend.run
+    nearest = nearest_needed(1)
+    deadline = Deadline(30.0, time.monotonic)
+    ranged: list[bool] = []  # per enqueue txn sent: did it range the entries?
+    sent_as = txn_within
+
+    def recording(compare: Any, success: Any, failure: Any, creates: str, timeout: float) -> Any:
+        ranged.append(any(op.request_range.key == queue.entries_prefix for op in success))
+        return sent_as(compare, success, failure, creates, timeout)
+
+    monkeypatch.setattr(steps, "txn_within", recording)
+    waiters: list[Waiter] = []
+
+    def enqueue() -> Enqueued:
+        waiter = Waiter(1, "test-waiter")
+        queue.register(waiter)
+        waiters.append(waiter)
+        answer = run(queue.enqueue(waiter, deadline))
+        assert isinstance(answer, Enqueued)
+        return answer
+
+    try:
+        answers = [enqueue() for _ in range(nearest + 5)]
+        # listed in the txn while short; the first to find it longer tells the next ones
+        assert ranged == [True] * (nearest + 2) + [False] * 3
+        tokens = [a.me.order for a in answers]
+        for answer in answers[nearest + 2 :]:
+            mine = answer.me.order
+            assert (
+                sorted(e.order for e in answer.lower) == [t for t in tokens if t < mine][-nearest:]
+            )
+            assert not answer.lower_complete and answer.later_entries
+        # the queue short again: one more enqueue reads outside its txn and finds it so,
+        # the next lists in its txn again, whole
+        for waiter in waiters[1:]:
+            run(queue.abandon_entry(waiter))
+            queue.unregister(waiter)
+        del waiters[1:]
+        first, second = enqueue(), enqueue()
+        assert ranged[-2:] == [False, True]
+        assert [e.order for e in first.lower] == [tokens[0]] and first.lower_complete
+        assert sorted(e.order for e in second.lower) == [tokens[0], first.me.order]
+        assert second.lower_complete and not second.later_entries
+    finally:
+        for waiter in waiters:
+            run(queue.abandon_entry(waiter))
+            queue.unregister(waiter)
     assert ed.entries() == []
