@@ -234,7 +234,8 @@ class AsyncSemaphore:
         """Store a new capacity; waiters everywhere are woken. Holders keep what they hold.
         Without ``ramp`` it drops any capacity ramp under way; with it, move towards
         ``capacity`` by ``ramp.step`` every ``ramp.interval`` seconds (see the sync
-        ``Semaphore.set_capacity``), returning when the target is reached.
+        ``Semaphore.set_capacity``), returning when the target is reached;
+        ``on_step(capacity, version)`` is called on the event loop: it must not block.
         ValueError above ``MAX_CAPACITY`` (before any I/O); BackendUnavailable when the
         write is not confirmed within the request timeout (it may still be applied)."""
         validate_capacity(capacity)
