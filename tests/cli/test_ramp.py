@@ -30,19 +30,19 @@ def test_a_killed_ramp_leaves_its_plan_in_status_and_resume_finishes_it(
     store: Store, spawn: Spawner
 ) -> None:
     sem = store.service.connect().semaphore("rc", 1)
-    ramping = spawn("set-capacity", "rc", "4", "--ramp", "1/500ms", "--url", store.url)
+    ramping = spawn("set-capacity", "rc", "4", "--ramp", "1/300ms", "--url", store.url)
     wait_for(lambda: sem.status().capacity == 2, 20, "the first step")
     ramping.proc.send_signal(signal.SIGKILL)
     ramping.wait(10)
     assert "rc: capacity 2 (version " in ramping.stdout()
-    time.sleep(1.1)  # overdue by more than an interval
+    time.sleep(0.7)  # overdue by more than an interval
     doc = _status(store, "rc")
     plan = doc["ramp"]
     assert doc["capacity"] == 2 and isinstance(plan, dict), doc
-    assert (plan["target"], plan["step"], plan["interval"]) == (4, 1, 0.5)
+    assert (plan["target"], plan["step"], plan["interval"]) == (4, 1, 0.3)
     assert plan["stalled"] is True
     table = cli("status", "rc", "--url", store.url).stdout
-    assert "ramp: to 4 by 1 every 0.5s" in table and "STALLED" in table, table
+    assert "ramp: to 4 by 1 every 0.3s" in table and "STALLED" in table, table
     assert "set-capacity rc --resume" in table
     resumed = cli("set-capacity", "rc", "--resume", "--url", store.url)
     assert resumed.returncode == 0, resumed.stderr
