@@ -12,6 +12,7 @@ from __future__ import annotations
 from ._core.listing import StoredSemaphore
 from ._core.names import MAX_CAPACITY
 from ._core.position import Position
+from ._core.ramp import Ramp, RampPlan, parse_ramp
 from ._core.slots import Slot
 from ._core.status import EntryStatus, Status
 from .backend import Backend, FencedTransaction, SessionChange, SessionState
@@ -61,6 +62,8 @@ __all__ = [
     "PermitLost",
     "PermitState",
     "Position",
+    "Ramp",
+    "RampPlan",
     "Semaphore",
     "SemaphoreError",
     "SemaphoreNotFound",
@@ -74,6 +77,7 @@ __all__ = [
     "WouldBlock",
     "WriteConflict",
     "connect",
+    "parse_ramp",
 ]
 
 __version__ = "0.1.0"

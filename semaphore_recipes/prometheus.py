@@ -23,6 +23,8 @@ Two collectors:
       semaphore_recipes_oldest_waiter_age_seconds{semaphore}      0 without waiters
       semaphore_recipes_status_up{semaphore}                      1 if the last read succeeded
       semaphore_recipes_draining{semaphore}                       1 while it drains
+      semaphore_recipes_target_capacity{semaphore}                a capacity ramp's target
+                                                                  (the capacity without one)
 
 Labels are semaphore names (and fixed enums), never owners or keys, so the number of
 series is bounded by the semaphores a process uses. Connection loss: the process metrics
@@ -248,6 +250,9 @@ class StatusCollector(Collector):
         oldest = family("oldest_waiter_age_seconds", "Age of the longest-waiting request (0: none)")
         up = family("status_up", "1 if the semaphore's status was read at the last try")
         draining = family("draining", "1 while the semaphore drains (new acquires refused)")
+        target = family(
+            "target_capacity", "The capacity a ramp is moving to (the capacity without one)"
+        )
         now = self._wall_clock()
         for name, (status, ok) in self.readings().items():
             up.add_metric([name], 1.0 if ok else 0.0)
@@ -260,4 +265,6 @@ class StatusCollector(Collector):
             ages = [max(0.0, now - w.since) for w in status.waiters]
             oldest.add_metric([name], max(ages, default=0.0))
             draining.add_metric([name], 1.0 if status.draining else 0.0)
-        return [capacity, in_use, holders, queue, oldest, up, draining]
+            ramp = status.ramp
+            target.add_metric([name], status.capacity if ramp is None else ramp.target)
+        return [capacity, in_use, holders, queue, oldest, up, draining, target]

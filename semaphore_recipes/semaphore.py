@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ._acquire import Leave, StoreCall, acquisition, answer_blocking, validate_slot
 from ._core.deadline import Deadline, validate_timeout
@@ -35,11 +35,13 @@ from ._core.position import Position
 from ._core.program import run_program
 from ._core.protocol import AwaitEvent
 from ._core.queue import Entry
+from ._core.ramp import Ramp
 from ._core.status import Status
 from ._drain import Pause, StoreRun, draining, require_drain
 from ._leave import leave
 from ._permit import LostEvent, PermitState
 from ._position import DEFAULT_POSITION_INTERVAL, validate_position_arguments
+from ._ramp import RampEnd, Stepped, cancelling, new_plan, ramping, require_ramp
 from .backend import (
     FencedTransaction,
     QueueDriver,
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from .backend import Backend
 
 log = logging.getLogger("semaphore_recipes")
+R = TypeVar("R")  # what a ramp program returns
 
 __all__ = ["Permit", "PermitState", "Semaphore"]
 
@@ -246,14 +249,70 @@ class Semaphore:
         read within the request timeout."""
         return self._session.run(self._store.status())
 
-    def set_capacity(self, capacity: int) -> None:
+    def set_capacity(
+        self,
+        capacity: int,
+        *,
+        ramp: Ramp | None = None,
+        on_step: Callable[[int, int], None] | None = None,
+    ) -> None:
         """Store a new capacity; waiters everywhere are woken. Holders keep what they hold.
+        Without ``ramp`` it drops any capacity ramp under way.
 
-        ValueError above ``MAX_CAPACITY`` (before any I/O); BackendUnavailable when the
-        write is not confirmed within the request timeout (it may still be applied).
+        ``ramp=Ramp(step, interval)``: move towards ``capacity`` by ``step`` every
+        ``interval`` seconds instead, each step an ordinary capacity change; the plan is
+        stored beside the capacity (``status().ramp``), replacing any other, and this
+        call returns when the target is reached (the first step is applied at once),
+        or when another client dropped or replaced the plan. ``on_step(capacity,
+        version)`` is called after each step this call applies. If this process dies
+        the plan stays stored: :meth:`resume_ramp` continues it.
+
+        ValueError above ``MAX_CAPACITY`` (before any I/O); NotSupported for a ramp on
+        a store without it; BackendUnavailable when a write is not confirmed within the
+        request timeout (it may still be applied).
         """
         validate_capacity(capacity)
-        self._session.run(self._store.set_capacity(capacity))
+        if ramp is None:
+            self._session.run(self._store.set_capacity(capacity))
+            return
+        if not isinstance(ramp, Ramp):
+            raise TypeError(f"ramp must be a Ramp, not {ramp!r}")
+        require_ramp(self._session)
+        plan = new_plan(capacity, ramp, self.owner, time.time())
+        self._run_ramp(ramping(self._store, plan, time.time), on_step)
+
+    def resume_ramp(self, *, on_step: Callable[[int, int], None] | None = None) -> bool:
+        """Continue the capacity ramp stored for this semaphore (one whose client died):
+        a step overdue is applied at once, then one per interval, until the target.
+        False when no plan is stored; like :meth:`set_capacity` otherwise. Two clients
+        resuming the same plan apply each step once."""
+        require_ramp(self._session)
+        end = self._run_ramp(ramping(self._store, None, time.time), on_step)
+        return end is not RampEnd.NO_PLAN
+
+    def cancel_ramp(self) -> bool:
+        """Drop the stored capacity ramp, keeping the capacity where it is now (a
+        client running it stops at its next step): False when there was none."""
+        require_ramp(self._session)
+        return self._run_ramp(cancelling(self._store), None)
+
+    def _run_ramp(
+        self,
+        program: Generator[StoreRun | Pause | Stepped, object, R],
+        on_step: Callable[[int, int], None] | None,
+    ) -> R:
+        def answer(request: object) -> object:
+            if isinstance(request, Pause):
+                time.sleep(request.seconds)
+            elif isinstance(request, Stepped):
+                if on_step is not None:
+                    on_step(request.capacity, request.version)
+            else:
+                assert isinstance(request, StoreRun)
+                return self._session.run(request.program)
+            return None
+
+        return run_program(program, answer)
 
     def drain(self, *, wait: bool = False, timeout: float | None = None) -> Status | None:
         """Put the semaphore in the *draining* state: new acquires (here and in every

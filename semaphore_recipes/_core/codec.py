@@ -6,15 +6,30 @@ import json
 from dataclasses import dataclass
 
 from ..errors import CorruptState
+from .ramp import RampPlan
 
 
-def encode_capacity(capacity: int, *, draining: bool = False) -> bytes:
-    """The semaphore's stored config: its capacity, and ``"draining": true`` while it
-    drains (absent otherwise, so a config never drained reads as before)."""
+def encode_capacity(
+    capacity: int, *, draining: bool = False, ramp: RampPlan | None = None
+) -> bytes:
+    """The semaphore's stored config: its capacity, ``"draining": true`` while it
+    drains and ``"ramp": {...}`` while a capacity ramp is under way (each absent
+    otherwise, so a config never drained nor ramped reads as before)."""
     doc: dict[str, object] = {"capacity": capacity}
     if draining:
         doc["draining"] = True
+    if ramp is not None:
+        doc["ramp"] = ramp.to_doc()
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_ramp(name: str, raw: bytes | None) -> RampPlan | None:
+    """The capacity ramp a stored config (:func:`encode_capacity`) carries, if any."""
+    try:
+        doc = json.loads(raw or b"").get("ramp")
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise CorruptState(f"semaphore {name!r}: unreadable stored config {raw!r}") from exc
+    return None if doc is None else RampPlan.from_doc(name, doc)
 
 
 def decode_draining(name: str, raw: bytes | None) -> bool:

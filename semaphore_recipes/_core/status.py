@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .ramp import RampPlan
+
 
 @dataclass(frozen=True)
 class EntryStatus:
@@ -29,13 +31,18 @@ class EntryStatus:
 @dataclass(frozen=True)
 class Status:
     """A snapshot of one semaphore: ``holders`` and ``waiters`` in queue order;
-    ``draining``: new acquires are refused (``drain()``) while the holders finish."""
+    ``draining``: new acquires are refused (``drain()``) while the holders finish;
+    ``ramp``: the capacity ramp under way, if any (``set_capacity(n, ramp=...)``);
+    ``config_version``: the store version of the config read (capacity, flag, ramp;
+    -1 where a store does not tell it), what a ramp step compares before writing."""
 
     name: str
     capacity: int
     holders: tuple[EntryStatus, ...]
     waiters: tuple[EntryStatus, ...]
     draining: bool = False
+    ramp: RampPlan | None = None
+    config_version: int = -1
 
     @property
     def used(self) -> int:
@@ -44,7 +51,13 @@ class Status:
 
 
 def split_queue(
-    name: str, capacity: int, entries: Iterable[EntryStatus], *, draining: bool = False
+    name: str,
+    capacity: int,
+    entries: Iterable[EntryStatus],
+    *,
+    draining: bool = False,
+    ramp: RampPlan | None = None,
+    config_version: int = -1,
 ) -> Status:
     """Entries in queue order -> holders (marked held, or inside the admitted prefix) and
     waiters. An admitted entry whose held mark is still in flight counts as a holder."""
@@ -63,4 +76,6 @@ def split_queue(
         holders=tuple(holders),
         waiters=tuple(waiters),
         draining=draining,
+        ramp=ramp,
+        config_version=config_version,
     )

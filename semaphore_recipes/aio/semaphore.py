@@ -31,10 +31,12 @@ from .._core.position import Position
 from .._core.program import run_program_async
 from .._core.protocol import AwaitEvent
 from .._core.queue import Entry
+from .._core.ramp import Ramp
 from .._core.status import Status
 from .._drain import Pause, StoreRun, draining, require_drain
 from .._leave import leave_in_background
 from .._position import DEFAULT_POSITION_INTERVAL, validate_position_arguments
+from .._ramp import RampEnd, Stepped, cancelling, new_plan, ramping, require_ramp
 from ..backend import QueueDriver, Waiter
 from ..errors import AcquireTimeout
 from ..limit import AsyncLimit
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
     from .backend import AsyncBackend
 
 __all__ = ["AsyncSemaphore"]
+
+
+R = TypeVar("R")  # what a ramp program returns
 
 
 class AsyncSemaphore:
@@ -219,13 +224,65 @@ class AsyncSemaphore:
         cannot be read within the request timeout)."""
         return await self._backend.backend.run_async((await self._opened()).status())
 
-    async def set_capacity(self, capacity: int) -> None:
+    async def set_capacity(
+        self,
+        capacity: int,
+        *,
+        ramp: Ramp | None = None,
+        on_step: Callable[[int, int], None] | None = None,
+    ) -> None:
         """Store a new capacity; waiters everywhere are woken. Holders keep what they hold.
+        Without ``ramp`` it drops any capacity ramp under way; with it, move towards
+        ``capacity`` by ``ramp.step`` every ``ramp.interval`` seconds (see the sync
+        ``Semaphore.set_capacity``), returning when the target is reached;
+        ``on_step(capacity, version)`` is called on the event loop: it must not block.
         ValueError above ``MAX_CAPACITY`` (before any I/O); BackendUnavailable when the
         write is not confirmed within the request timeout (it may still be applied)."""
         validate_capacity(capacity)
+        if ramp is None:
+            store = await self._opened()
+            await self._backend.backend.run_async(store.set_capacity(capacity))
+            return
+        if not isinstance(ramp, Ramp):
+            raise TypeError(f"ramp must be a Ramp, not {ramp!r}")
+        require_ramp(self._backend.backend)
+        plan = new_plan(capacity, ramp, self.owner, time.time())
         store = await self._opened()
-        await self._backend.backend.run_async(store.set_capacity(capacity))
+        await self._run_ramp(ramping(store, plan, time.time), on_step)
+
+    async def resume_ramp(self, *, on_step: Callable[[int, int], None] | None = None) -> bool:
+        """Continue the stored capacity ramp (see the sync ``Semaphore.resume_ramp``):
+        False when no plan is stored."""
+        require_ramp(self._backend.backend)
+        store = await self._opened()
+        end = await self._run_ramp(ramping(store, None, time.time), on_step)
+        return end is not RampEnd.NO_PLAN
+
+    async def cancel_ramp(self) -> bool:
+        """Drop the stored capacity ramp, keeping the capacity: False when there was none."""
+        require_ramp(self._backend.backend)
+        store = await self._opened()
+        return await self._run_ramp(cancelling(store), None)
+
+    async def _run_ramp(
+        self,
+        program: Generator[StoreRun | Pause | Stepped, object, R],
+        on_step: Callable[[int, int], None] | None,
+    ) -> R:
+        runner = self._backend.backend
+
+        async def answer(request: object) -> object:
+            if isinstance(request, Pause):
+                await asyncio.sleep(request.seconds)
+            elif isinstance(request, Stepped):
+                if on_step is not None:
+                    on_step(request.capacity, request.version)
+            else:
+                assert isinstance(request, StoreRun)
+                return await runner.run_async(request.program)
+            return None
+
+        return await run_program_async(program, answer)
 
     async def drain(self, *, wait: bool = False, timeout: float | None = None) -> Status | None:
         """Put the semaphore in the draining state (see the sync ``Semaphore.drain``):

@@ -38,6 +38,7 @@ from .._core.protocol import (
     StoreAdmitted,
 )
 from .._core.queue import Entry, EntryState, nearest_needed
+from .._core.ramp import RampPlan
 from .._core.shown import quoted, quoted_url, redact_url
 from .._core.slots import Slot
 from .._core.status import EntryStatus, Status, split_queue
@@ -77,6 +78,7 @@ __all__ = [
     "FencedTransaction",
     "Program",
     "QueueDriver",
+    "RampPlan",
     "Runner",
     "ServiceURL",
     "SessionChange",

@@ -30,6 +30,7 @@ from .._core.protocol import (
     Step,
 )
 from .._core.queue import Entry, EntryState
+from .._core.ramp import RampPlan
 from .._core.slots import ListSlots, TakeSlot
 from .._core.status import Status
 from ..errors import NotSupported, SlotsNotSupported
@@ -362,6 +363,15 @@ class QueueDriver(ABC):
         (``Capabilities(drain=True)``), within the request timeout: every backend of
         the store that opened the semaphore is told, as of a capacity change."""
         raise NotSupported(self.backend.scheme, "drain a semaphore", "drain")
+
+    def write_ramp(self, capacity: int, ramp: RampPlan | None, version: int) -> Program[int | None]:
+        """One step of a capacity ramp (``Capabilities(ramp=True)``): store ``capacity``
+        and the plan ``ramp`` (None: no plan left) beside it, as an ordinary capacity
+        change, only if the config's version is still ``version`` (the
+        ``Status.config_version`` read): the new version, or None when the config
+        changed meanwhile (nothing written). The drain flag is kept. Within the
+        request timeout; every backend that opened the semaphore is told."""
+        raise NotSupported(self.backend.scheme, "ramp a capacity", "ramp")
 
     @abstractmethod
     def transaction(self, key: str, token: int) -> FencedTransaction:

@@ -4,7 +4,7 @@
     semaphore-recipes hold NAME --capacity N [--listen HOST:PORT] [--token-file PATH] [--on-lost M]
     semaphore-recipes status NAME [--json]
     semaphore-recipes watch NAME [--interval S] [--json]
-    semaphore-recipes set-capacity NAME N
+    semaphore-recipes set-capacity NAME N [--ramp STEP/INTERVAL] | NAME (--resume | --cancel)
     semaphore-recipes ls [--json]
     semaphore-recipes delete NAME [--force]
     semaphore-recipes drain NAME [--wait [--timeout S]]
@@ -17,7 +17,8 @@
 defaults to ``$SEMAPHORE_RECIPES_URL``; it and ``-v`` go before or after the subcommand.
 A NAME starting with ``-`` is given as ``--name=-x`` (or after ``--`` where no command
 follows: ``status -- -x``). One subcommand per module: :mod:`.run`,
-:mod:`.hold`, :mod:`.status` (status, watch, set-capacity), :mod:`.listing` (ls),
+:mod:`.hold`, :mod:`.status` (status, watch, set-capacity; :mod:`.ramp` its
+ramps), :mod:`.listing` (ls),
 :mod:`.delete`, :mod:`.drain` (drain, resume), :mod:`.exporter`,
 :mod:`.devserver`, :mod:`.demo`.
 ``docs/cli.md`` is the reference, with the exit codes (:class:`ExitCode`).

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from .. import registry
 from .._core.names import validate_name
+from .._core.ramp import RampPlan
 from .._core.shown import redact_url
 from .._core.status import EntryStatus, Status
 from .._url import ServiceURL
@@ -62,6 +63,8 @@ class ExitCode(enum.IntEnum):
     NO_PERMISSION = 77  #: EX_NOPERM: the server refused the credentials or the access (ACL, role)
     IN_USE = 73  #: delete: the semaphore has holders or waiters (--force deletes it anyway)
     DRAINING = 79  #: the semaphore drains: run/hold refused (semaphore-recipes drain)
+    #: set-capacity --ramp/--resume: another client dropped or replaced the ramp's plan
+    RAMP_CANCELLED = 80
     CANNOT_EXECUTE = 126  #: the command exists but could not be executed
     COMMAND_NOT_FOUND = 127  #: the command was not found
 
@@ -223,8 +226,42 @@ def status_json(st: Status, now: float | None = None) -> dict[str, Any]:
         "holders": [entry(pos, e) for pos, state, e in rows if state == "holding"],
         "waiters": [entry(pos, e) for pos, state, e in rows if state == "waiting"],
         "draining": st.draining,
+        "ramp": ramp_json(st.ramp, now),
         "time": now,
     }
+
+
+def ramp_json(plan: RampPlan | None, now: float) -> dict[str, Any] | None:
+    """A capacity ramp's plan in ``status --json`` (None: no ramp under way)."""
+    if plan is None:
+        return None
+    return {
+        "target": plan.target,
+        "step": plan.step,
+        "interval": plan.interval,
+        "next_step_at": plan.next_at,
+        "next_step_in": round(plan.next_at - now, 3),
+        "stalled": plan.stalled(now),
+        "by": plan.by,
+        "since": plan.since,
+    }
+
+
+def ramp_line(name: str, plan: RampPlan, now: float) -> str:
+    """The ``status`` table's line about a capacity ramp under way."""
+    line = (
+        f"ramp: to {plan.target} by {plan.step} every {plan.interval:g}s "
+        f"(started by {plan.by}, {format_age(now - plan.since)} ago); "
+    )
+    due = plan.next_at - now
+    if plan.stalled(now):
+        return line + (
+            f"STALLED: next step overdue by {format_age(-due)} "
+            f"(`{PROG} set-capacity {name} --resume` continues it)"
+        )
+    if due <= 0:
+        return line + "next step due now"
+    return line + f"next step in {format_age(due)}"
 
 
 def status_table(st: Status, now: float | None = None) -> list[str]:
@@ -238,6 +275,8 @@ def status_table(st: Status, now: float | None = None) -> list[str]:
         f"{st.name}: capacity {st.capacity}, {st.used} in use, {free} free; {holders}, {waiters}"
         + drains
     ]
+    if st.ramp is not None:
+        lines.append(ramp_line(st.name, st.ramp, now))
     rows = status_rows(st)
     if not rows:
         return lines

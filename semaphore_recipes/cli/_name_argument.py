@@ -13,6 +13,9 @@ from ._common import CliError, ExitCode
 
 
 def add_name_argument(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """NAME, positional or ``--name``. A subcommand whose positional after NAME is
+    optional names it in ``set_defaults(optional_after_name=DEST)``: with ``--name``, a
+    lone positional is that one."""
     p.add_argument("name", metavar="NAME", nargs="?", help=help)
     p.add_argument(
         "--name",
@@ -27,6 +30,12 @@ def resolve_name(args: argparse.Namespace) -> None:
     if not hasattr(args, "name_option"):
         return
     given, option = args.name, args.name_option
+    shifted = getattr(args, "optional_after_name", None)
+    if given is not None and option is not None and shifted and getattr(args, shifted) is None:
+        # (``set-capacity --name=-x 4``: the one positional is the optional one after
+        # NAME, as text: its handler checks it)
+        setattr(args, shifted, given)
+        given = None
     if given is not None and option is not None:
         raise CliError(ExitCode.USAGE, f"{args.command}: NAME given twice ({given!r}, --name)")
     if given is None and option is None:

@@ -1,4 +1,5 @@
-"""``status``, ``watch`` and ``set-capacity``: look at a semaphore, change its capacity.
+"""``status``, ``watch`` and ``set-capacity``: look at a semaphore, change its capacity
+(at once; ``--ramp``/``--resume``/``--cancel`` are :mod:`.ramp`'s).
 
 None of them creates a semaphore: they open it with ``backend.semaphore(name,
 create=False)``, which writes nothing and uses the stored capacity, so ``status`` and
@@ -22,8 +23,11 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
+from .._core.ramp import Ramp, parse_ramp
 from ..errors import SemaphoreNotFound
 from ._common import (
+    CliError,
+    ExitCode,
     check_name,
     connect,
     describe_url,
@@ -33,6 +37,7 @@ from ._common import (
     status_table,
 )
 from ._name_argument import add_name_argument
+from .ramp import set_capacity_by_ramp
 from .run import non_negative_float, positive_int
 from .watch import quiet_library, watch
 
@@ -72,13 +77,39 @@ def add_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "set-capacity",
         parents=parents,
-        help="store a new capacity (waiters everywhere are woken)",
+        help="store a new capacity (waiters everywhere are woken), at once or in a ramp",
         description="Store a new capacity for an existing semaphore. Holders keep what "
-        "they hold; after a decrease new grants wait until the use fits.",
+        "they hold; after a decrease new grants wait until the use fits. Without --ramp "
+        "it cancels any ramp under way. With --ramp STEP/INTERVAL the capacity moves "
+        "towards N by STEP every INTERVAL (each step an ordinary capacity change; the "
+        "plan is stored beside the capacity) and the command returns at the target; if "
+        "it dies, --resume continues the stored plan and --cancel drops it.",
     )
     add_name_argument(p)
-    p.add_argument("capacity", metavar="N", type=positive_int)
-    p.set_defaults(handler=cmd_set_capacity)
+    p.add_argument("capacity", metavar="N", type=positive_int, nargs="?")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument(
+        "--ramp",
+        type=ramp_argument,
+        metavar="STEP/INTERVAL",
+        help="move by STEP permits every INTERVAL (e.g. 2/30s; units ms, s, m, h)",
+    )
+    how.add_argument(
+        "--resume", action="store_true", help="continue the ramp stored for NAME (no N)"
+    )
+    how.add_argument(
+        "--cancel",
+        action="store_true",
+        help="drop the ramp stored for NAME, keeping the capacity where it is (no N)",
+    )
+    p.set_defaults(handler=cmd_set_capacity, optional_after_name="capacity")
+
+
+def ramp_argument(text: str) -> Ramp:
+    try:
+        return parse_ramp(text)
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @contextlib.contextmanager
@@ -110,7 +141,19 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
 
 def cmd_set_capacity(args: argparse.Namespace, command: list[str]) -> int:
     name = check_name(args.name)
+    if isinstance(args.capacity, str):  # (given after --name=NAME: not parsed yet)
+        try:
+            args.capacity = positive_int(args.capacity)
+        except argparse.ArgumentTypeError as exc:
+            raise CliError(ExitCode.USAGE, f"set-capacity: argument N: {exc}") from None
+    plan_only = args.resume or args.cancel
+    if plan_only and args.capacity is not None:
+        raise CliError(ExitCode.USAGE, "--resume and --cancel take no capacity N")
+    if not plan_only and args.capacity is None:
+        raise CliError(ExitCode.USAGE, "the new capacity N is required")
     url, _ = resolve_url(args.url)
+    if args.ramp is not None or plan_only:
+        return set_capacity_by_ramp(url, name, args.capacity, args.ramp, args.cancel)
     with _backend(url) as backend:
         sem = backend.semaphore(name, create=False)
         old = sem.capacity

@@ -22,11 +22,13 @@ from .._core.codec import (
     decode_capacity,
     decode_draining,
     decode_entry,
+    decode_ramp,
     encode_capacity,
 )
 from .._core.deadline import Deadline
 from .._core.names import parse_etcd_entry, parse_slot_index, validate_capacity
 from .._core.program import Program
+from .._core.ramp import RampPlan
 from ..backend import QueueDriver
 from ..errors import (
     AcquireTimeout,
@@ -227,19 +229,40 @@ class SemaphoreKeys(QueueDriver):
         key = self.config_key
         while True:
             read = yield from self.call(lambda timeout: Call.range(key, timeout=timeout))
+            ramp: RampPlan | None = None
             if read.kvs:
                 raw = read.kvs[0].value
                 stored = decode_capacity(self.name, raw), decode_draining(self.name, raw)
                 guard = Compare.value(key, "==", raw)
+                if capacity is None:  # a flag write keeps a ramp plan; a capacity write drops it
+                    ramp = decode_ramp(self.name, raw)
             else:  # deleted: made again, as a waiter would
                 stored, guard = (self.capacity, False), Compare.create_revision(key, "==", 0)
             new_capacity = stored[0] if capacity is None else capacity
             new_draining = stored[1] if draining is None else draining
-            write = _guarded_put(guard, key, encode_capacity(new_capacity, draining=new_draining))
+            value = encode_capacity(new_capacity, draining=new_draining, ramp=ramp)
+            write = _guarded_put(guard, key, value)
             reply = yield from self.call(write)
             if reply.succeeded:
                 self.apply_capacity(new_capacity, reply.header.revision, new_draining)
                 return
+
+    def write_ramp(self, capacity: int, ramp: RampPlan | None, version: int) -> Program[int | None]:
+        validate_capacity(capacity)
+        key = self.config_key
+        read = yield from self.call(lambda timeout: Call.range(key, timeout=timeout))
+        if not read.kvs:
+            raise SemaphoreNotFound(self.name, f"etcd key {key.decode()}")
+        if read.kvs[0].mod_revision != version:
+            return None  # changed since the status read: the ramp reads again
+        draining = decode_draining(self.name, read.kvs[0].value)
+        value = encode_capacity(capacity, draining=draining, ramp=ramp)
+        guard = Compare.mod_revision(key, "==", version)
+        reply = yield from self.call(_guarded_put(guard, key, value))
+        if not reply.succeeded:
+            return None
+        self.apply_capacity(capacity, reply.header.revision, draining)
+        return int(reply.header.revision)
 
     def apply_config(self, kv: Any) -> None:
         """Apply the config key's value ``kv`` (its capacity and drain flag)."""

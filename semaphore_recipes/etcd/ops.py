@@ -111,6 +111,16 @@ class Compare:
         )
 
     @staticmethod
+    def mod_revision(key: Key, op: CompareOp, revision: int) -> pb.Compare:
+        """Compare the revision of the key's last write (0 when it does not exist)."""
+        return pb.Compare(
+            result=_COMPARE_RESULT[op],
+            target=pb.Compare.MOD,
+            key=to_bytes(key),
+            mod_revision=revision,
+        )
+
+    @staticmethod
     def value(key: Key, op: CompareOp, value: Key) -> pb.Compare:
         """Compare the key's value (a key that does not exist fails ``==``)."""
         return pb.Compare(

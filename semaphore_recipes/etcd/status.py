@@ -5,7 +5,7 @@ then BackendUnavailable.
 
 from __future__ import annotations
 
-from .._core.codec import decode_capacity, decode_draining, decode_slot
+from .._core.codec import decode_capacity, decode_draining, decode_ramp, decode_slot
 from .._core.program import Program
 from .._core.status import EntryStatus, Status, split_queue
 from ..errors import SemaphoreNotFound
@@ -45,4 +45,11 @@ class StatusReading(SemaphoreKeys):
                 )
             )
         rows.sort(key=lambda r: r[0])
-        return split_queue(self.name, capacity, (r[1] for r in rows), draining=draining)
+        return split_queue(
+            self.name,
+            capacity,
+            (r[1] for r in rows),
+            draining=draining,
+            ramp=decode_ramp(self.name, config[0].value),
+            config_version=int(config[0].mod_revision),
+        )

@@ -23,6 +23,7 @@ from ..backend import (
     EntryState,
     EntryStatus,
     QueueDriver,
+    RampPlan,
     SessionLost,
     Status,
     Waiter,
@@ -97,6 +98,14 @@ class MemoryQueue(QueueDriver):
     def set_draining(self, draining: bool) -> Generator[object, object, None]:
         capacity = self.capacity
         yield from self.call(lambda: self.store.set_draining(self.path, draining, capacity))
+
+    def write_ramp(
+        self, capacity: int, ramp: RampPlan | None, version: int
+    ) -> Generator[object, object, int | None]:
+        text = None if ramp is None else ramp.encode()
+        return (
+            yield from self.call(lambda: self.store.write_ramp(self.path, capacity, text, version))
+        )
 
     # ---- the protocol steps ----------------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, Enqueued]:
@@ -220,8 +229,10 @@ class MemoryQueue(QueueDriver):
             yield from self.remove(key, slot_records)
 
     def status(self) -> Generator[object, object, Status]:
+        # (the version first: a write between the two reads fails a ramp step over it)
+        config = yield from self.call(lambda: self.store.config(self.path))
         stored, draining, entries, slots = yield from self.call(lambda: self.store.queue(self.path))
-        if stored is None:  # deleted (or never stored): not the capacity we knew
+        if stored is None or config is None:  # deleted (or never stored): not the capacity we knew
             where = f"memory store {self.store.name!r} at {self.path}"
             raise SemaphoreNotFound(self.name, where)
         capacity = stored
@@ -237,7 +248,15 @@ class MemoryQueue(QueueDriver):
             )
             for e in entries
         ]
-        return split_queue(self.name, capacity, rows, draining=draining)
+        version, ramp = config
+        return split_queue(
+            self.name,
+            capacity,
+            rows,
+            draining=draining,
+            ramp=RampPlan.decode(self.name, ramp),
+            config_version=version,
+        )
 
     def transaction(self, key: str, token: int) -> MemoryFencedTransaction:
         return MemoryFencedTransaction(self, key, token)

@@ -61,6 +61,7 @@ class _Semaphore:
     capacity: int
     version: int  # the store revision of the last capacity (or drain flag) write
     draining: bool = False  # the drain flag, kept beside the capacity
+    ramp: str | None = None  # a capacity ramp's plan (RampPlan.encode), beside it too
     entries: dict[str, StoredEntry] = field(default_factory=dict)  # in token order
     #: job slots: index -> (key of the entry holding it, the record's token)
     slots: dict[int, tuple[str, int]] = field(default_factory=dict)
@@ -152,6 +153,7 @@ class MemoryStore:
         return semaphore
 
     def set_capacity(self, path: str, capacity: int) -> None:
+        """Store ``capacity``, dropping any ramp plan (a plain change cancels it)."""
         self._set_config(path, capacity, None)
 
     def set_draining(self, path: str, draining: bool, capacity: int) -> None:
@@ -159,12 +161,39 @@ class MemoryStore:
         it was deleted, as ``set_capacity`` does)."""
         self._set_config(path, capacity, draining)
 
-    def _set_config(self, path: str, capacity: int, draining: bool | None) -> None:
+    def write_ramp(self, path: str, capacity: int, ramp: str | None, version: int) -> int | None:
+        """A capacity ramp's step: store ``capacity`` and the plan ``ramp`` if the
+        config's version is still ``version``: the new version, or None (nothing
+        written; also when there is no semaphore)."""
+        with self._lock:
+            if path not in self._semaphores:
+                return None
+        return self._set_config(path, capacity, None, ramp, expected=version)
+
+    def config(self, path: str) -> tuple[int, str | None] | None:
+        """The config's version and the ramp plan stored beside it (None: no semaphore)."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            return None if semaphore is None else (semaphore.version, semaphore.ramp)
+
+    def _set_config(
+        self,
+        path: str,
+        capacity: int,
+        draining: bool | None,
+        ramp: str | None = None,
+        expected: int | None = None,
+    ) -> int | None:
+        """Write the capacity (dropping any ramp plan, or storing ``ramp``) or the
+        drain flag (keeping the rest), with a new version: that version; ``expected``:
+        only over that version (else nothing is written: None)."""
         with self._lock:
             semaphore = self._semaphore(path, capacity)
+            if expected is not None and semaphore.version != expected:
+                return None
             self._revision += 1
             if draining is None:
-                semaphore.capacity = capacity
+                semaphore.capacity, semaphore.ramp = capacity, ramp
             else:
                 semaphore.draining = draining
             semaphore.version = self._revision
@@ -180,6 +209,7 @@ class MemoryStore:
             version = self._revision
         for listener in listeners:
             listener(capacity, version, draining)
+        return version
 
     def capacities(self, under: str) -> dict[str, int]:
         """name -> capacity of the semaphores at ``under/<name>``, read at once."""

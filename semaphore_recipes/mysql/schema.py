@@ -27,7 +27,7 @@ from __future__ import annotations
 __all__ = ["PROCEDURES", "SCHEMA_VERSION", "TABLES", "schema_script", "schema_statements"]
 
 #: the version of the tables and procedures below (``sr_schema_version``)
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # names, entry ids and session ids are ASCII (validate_name) and compared byte for byte
 _ID = "VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin"
@@ -52,7 +52,8 @@ TABLES = [
         used BIGINT NOT NULL DEFAULT 0,
         waiting BIGINT NOT NULL DEFAULT 0,
         head BIGINT NOT NULL DEFAULT 0,
-        draining BOOLEAN NOT NULL DEFAULT FALSE
+        draining BOOLEAN NOT NULL DEFAULT FALSE,
+        ramp TEXT NULL
     ) ENGINE=InnoDB""",
     f"""CREATE TABLE IF NOT EXISTS sr_entries (
         semaphore {_ID} NOT NULL,
@@ -391,7 +392,8 @@ END
 """
 
 # The new capacity's version (null: no such semaphore); waiters that now fit admitted,
-# and every live client told (rare: a notice for each).
+# and every live client told (rare: a notice for each); a ramp plan dropped (a plain
+# change cancels it).
 PROCEDURES["sr_set_capacity"] = f"""
 CREATE PROCEDURE sr_set_capacity(sem {_ID}, cap INT)
 BEGIN
@@ -404,7 +406,7 @@ BEGIN
         SELECT NULL;
     ELSE
         CALL sr_next_token(ver);
-        UPDATE sr_semaphores SET capacity = cap, version = ver WHERE name = sem;
+        UPDATE sr_semaphores SET capacity = cap, ramp = NULL, version = ver WHERE name = sem;
         CALL sr_admit(sem, '', wake);
         INSERT INTO sr_notices (session, notice)
             SELECT id, JSON_ARRAY('capacity', sem, '', cap, ver) FROM sr_sessions
@@ -415,6 +417,42 @@ BEGIN
             IF wake <> '[]' THEN
         CALL sr_wake(wake);
     END IF;
+        END IF;
+        SELECT ver;
+    END IF;
+END
+"""
+
+# A capacity ramp's step: the capacity and the plan beside it (plan '': none), only over
+# version `expected` (the config as the ramp read it), then as sr_set_capacity: the new
+# version; 0 when the version moved meanwhile (nothing written); null: no semaphore.
+PROCEDURES["sr_ramp_step"] = f"""
+CREATE PROCEDURE sr_ramp_step(sem {_ID}, cap INT, expected BIGINT, plan TEXT)
+BEGIN
+    DECLARE stored BIGINT;
+    DECLARE ver BIGINT;
+    DECLARE wake LONGTEXT DEFAULT '[]';
+    {_ROLLBACK}
+    START TRANSACTION;
+    SELECT version INTO stored FROM sr_semaphores WHERE name = sem FOR UPDATE;
+    IF stored IS NULL THEN
+        ROLLBACK;
+        SELECT NULL;
+    ELSEIF stored <> expected THEN
+        ROLLBACK;
+        SELECT 0;
+    ELSE
+        CALL sr_next_token(ver);
+        UPDATE sr_semaphores SET capacity = cap, ramp = NULLIF(plan, ''), version = ver
+            WHERE name = sem;
+        CALL sr_admit(sem, '', wake);
+        INSERT INTO sr_notices (session, notice)
+            SELECT id, JSON_ARRAY('capacity', sem, '', cap, ver) FROM sr_sessions
+            WHERE expires_at > SYSDATE(6);
+        SELECT JSON_ARRAYAGG(id) INTO wake FROM sr_sessions WHERE expires_at > SYSDATE(6);
+        COMMIT;
+        IF wake <> '[]' THEN
+            CALL sr_wake(wake);
         END IF;
         SELECT ver;
     END IF;
@@ -460,6 +498,15 @@ CREATE PROCEDURE sr_add_drain_flag()
 BEGIN
     DECLARE CONTINUE HANDLER FOR 1060 BEGIN END;
     ALTER TABLE sr_semaphores ADD COLUMN draining BOOLEAN NOT NULL DEFAULT FALSE;
+END
+"""
+
+# Version 3 -> 4: the ramp plan's column, the same way.
+PROCEDURES["sr_add_ramp_plan"] = """
+CREATE PROCEDURE sr_add_ramp_plan()
+BEGIN
+    DECLARE CONTINUE HANDLER FOR 1060 BEGIN END;
+    ALTER TABLE sr_semaphores ADD COLUMN ramp TEXT NULL;
 END
 """
 
@@ -767,18 +814,19 @@ END
 """
 
 # [capacity, version, [[id, owner, weight, token, held, since, [slot, ...]], ...],
-# draining], after a sweep; null when there is no such semaphore.
+# draining, ramp plan or null], after a sweep; null when there is no such semaphore.
 PROCEDURES["sr_status"] = f"""
 CREATE PROCEDURE sr_status(sem {_ID})
 BEGIN
     DECLARE cap INT;
     DECLARE ver BIGINT;
     DECLARE drain BOOLEAN;
+    DECLARE plan TEXT;
     DECLARE reply LONGTEXT;
     DECLARE wake LONGTEXT DEFAULT '[]';
     {_ROLLBACK}
     START TRANSACTION;
-    SELECT capacity, version, draining INTO cap, ver, drain
+    SELECT capacity, version, draining, ramp INTO cap, ver, drain, plan
         FROM sr_semaphores WHERE name = sem FOR UPDATE;
     IF cap IS NOT NULL THEN
         CALL sr_admit(sem, '', wake);
@@ -787,7 +835,7 @@ BEGIN
                    e.token, IF(e.held, 1, 0), e.since,
                    (SELECT COALESCE(JSON_ARRAYAGG(l.idx), JSON_ARRAY()) FROM sr_slots l
                     WHERE l.semaphore = sem AND l.entry = e.id))), JSON_ARRAY()),
-                   IF(drain, 1, 0))
+                   IF(drain, 1, 0), plan)
             INTO reply
             FROM sr_entries e WHERE e.semaphore = sem;
     END IF;
@@ -1049,6 +1097,7 @@ def schema_statements() -> list[str]:
     for name, text in PROCEDURES.items():
         statements += [f"DROP PROCEDURE IF EXISTS {name}", text.strip()]
     statements.append("CALL sr_add_drain_flag()")
+    statements.append("CALL sr_add_ramp_plan()")
     statements.append(f"INSERT IGNORE INTO sr_schema_version VALUES ({SCHEMA_VERSION})")
     return statements
 
@@ -1063,5 +1112,6 @@ def schema_script() -> str:
         lines.append(f"{text.strip()}//")
     lines.append("DELIMITER ;")
     lines.append("CALL sr_add_drain_flag();")
+    lines.append("CALL sr_add_ramp_plan();")
     lines.append(f"INSERT IGNORE INTO sr_schema_version VALUES ({SCHEMA_VERSION});")
     return "\n".join(lines) + "\n"

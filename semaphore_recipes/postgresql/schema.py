@@ -23,7 +23,7 @@ from __future__ import annotations
 __all__ = ["SCHEMA_VERSION", "capacity_channel", "schema_sql"]
 
 #: the version of the tables and functions below (``<schema>.schema_version``)
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _TABLES = """
 CREATE SCHEMA IF NOT EXISTS {s};
@@ -49,9 +49,12 @@ CREATE TABLE IF NOT EXISTS {s}.semaphores (
     -- past the entries admitted and deleted since the last vacuum
     head bigint NOT NULL DEFAULT 0,
     -- the drain flag beside the capacity: enqueues refused, nobody admitted (version 3)
-    draining boolean NOT NULL DEFAULT false
+    draining boolean NOT NULL DEFAULT false,
+    -- a capacity ramp's plan (JSON) while one is under way, else null (version 4)
+    ramp text
 );
 ALTER TABLE {s}.semaphores ADD COLUMN IF NOT EXISTS draining boolean NOT NULL DEFAULT false;
+ALTER TABLE {s}.semaphores ADD COLUMN IF NOT EXISTS ramp text;
 CREATE TABLE IF NOT EXISTS {s}.entries (
     -- (no foreign key to semaphores: every step holds the semaphore's row locked, and
     -- delete_semaphore deletes the entries; a key's check would cost each enqueue)
@@ -247,19 +250,42 @@ BEGIN
     RETURN json_build_array(srow.capacity, srow.version)::text;
 END $$;
 
--- The new capacity's version (null: no such semaphore); waiters that now fit admitted.
+-- The new capacity's version (null: no such semaphore); waiters that now fit admitted;
+-- a ramp plan dropped (a plain change cancels it).
 CREATE OR REPLACE FUNCTION {s}.set_capacity(sem text, cap integer) RETURNS bigint
 LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     ver bigint;
 BEGIN
-    UPDATE {s}.semaphores SET capacity = cap, version = nextval('{s}.tokens')
+    UPDATE {s}.semaphores SET capacity = cap, ramp = NULL, version = nextval('{s}.tokens')
         WHERE name = sem RETURNING version INTO ver;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
     PERFORM {s}.admit(sem, '');
     -- (rare: every client of the schema hears of it, on the schema's channel)
+    PERFORM pg_notify({capacity_channel}, json_build_array('capacity', sem, '{s}', cap, ver)::text);
+    RETURN ver;
+END $$;
+
+-- A capacity ramp's step: the capacity and the plan beside it (plan '': none), only
+-- over version `expected` (the config as the ramp read it), then as set_capacity: the
+-- new version; 0 when the version moved meanwhile (nothing written); null: no semaphore.
+CREATE OR REPLACE FUNCTION {s}.ramp_step(sem text, cap integer, expected bigint, plan text)
+RETURNS bigint LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    ver bigint;
+BEGIN
+    UPDATE {s}.semaphores
+        SET capacity = cap, ramp = nullif(plan, ''), version = nextval('{s}.tokens')
+        WHERE name = sem AND version = expected RETURNING version INTO ver;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM {s}.semaphores WHERE name = sem) THEN
+            RETURN 0;
+        END IF;
+        RETURN NULL;
+    END IF;
+    PERFORM {s}.admit(sem, '');
     PERFORM pg_notify({capacity_channel}, json_build_array('capacity', sem, '{s}', cap, ver)::text);
     RETURN ver;
 END $$;
@@ -452,13 +478,14 @@ BEGIN
 END $$;
 
 -- [capacity, version, [[id, owner, weight, token, held, since, [slot, ...]], ...],
--- draining] in queue order, after a sweep; null when there is no such semaphore.
+-- draining, ramp plan or null] in queue order, after a sweep; null when there is no
+-- such semaphore.
 CREATE OR REPLACE FUNCTION {s}.status(sem text) RETURNS text
 LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     srow record;
 BEGIN
-    SELECT capacity, version, draining INTO srow FROM {s}.semaphores
+    SELECT capacity, version, draining, ramp INTO srow FROM {s}.semaphores
         WHERE name = sem FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -468,7 +495,7 @@ BEGIN
                 coalesce(json_agg(json_build_array(e.id, e.owner, e.weight, e.token, e.held,
                     e.since, (SELECT coalesce(json_agg(l.idx ORDER BY l.idx), '[]')
                               FROM {s}.slots l WHERE l.semaphore = sem AND l.entry = e.id))
-                    ORDER BY e.token), '[]'), srow.draining)::text
+                    ORDER BY e.token), '[]'), srow.draining, srow.ramp)::text
             FROM {s}.entries e WHERE e.semaphore = sem);
 END $$;
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._core.ramp import RampPlan
 from ..backend import (
     Deadline,
     Enqueued,
@@ -206,6 +207,19 @@ class RedisQueue(QueueDriver):
         if not reply:
             raise SemaphoreNotFound(self.name, self.backend.describe())
         self.apply_capacity(int(reply[0]), int(reply[1]), draining)
+
+    def write_ramp(self, capacity: int, ramp: RampPlan | None, version: int) -> Program[int | None]:
+        validate_capacity(capacity)  # (before any I/O: when the program is made)
+        return self._writing_ramp(capacity, "" if ramp is None else ramp.encode(), version)
+
+    def _writing_ramp(self, capacity: int, plan: str, version: int) -> Program[int | None]:
+        reply = yield from self._run_script(ScriptName.RAMP_STEP, capacity, version, plan)
+        if isinstance(reply, list):
+            raise SemaphoreNotFound(self.name, self.backend.describe())
+        if not reply:
+            return None
+        self.apply_capacity(capacity, int(reply))
+        return int(reply)
 
     # ---- the protocol steps ------------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
@@ -457,9 +471,16 @@ class RedisQueue(QueueDriver):
                 float(reply[i + 5]),
                 tuple(sorted(slot.index for slot in parse_slots(reply[i + 6]))),
             )
-            for i in range(3, len(reply), 7)
+            for i in range(4, len(reply), 7)
         ]
-        return split_queue(self.name, int(reply[0]), rows, draining=draining)
+        return split_queue(
+            self.name,
+            int(reply[0]),
+            rows,
+            draining=draining,
+            ramp=RampPlan.decode(self.name, reply[3]),
+            config_version=int(reply[1]),
+        )
 
     def transaction(self, key: str, token: int) -> RedisFencedTransaction:
         return RedisFencedTransaction(self, key, token)

@@ -15,7 +15,8 @@ Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md s
     entry removed by someone else (``"x": "deleted"``), and
     one per capacity change of a semaphore it opened (``"x": "capacity"``).
 ``P:s:S:cfg``
-    hash: ``capacity`` and its ``version``.
+    hash: ``capacity`` and its ``version`` (of every config write), ``drain`` while it
+    drains, ``ramp`` while a capacity ramp is under way (its plan, JSON).
 ``P:s:S:q``
     sorted set: entry id -> order (FIFO by the counter, never by client clocks).
 ``P:s:S:e``
@@ -291,6 +292,7 @@ class ScriptName(enum.Enum):
     REMOVE = "remove"
     SET_CAPACITY = "set_capacity"
     SET_DRAINING = "set_draining"
+    RAMP_STEP = "ramp_step"
     STATUS = "status"
     CONFIG = "config"
     FENCE = "fence"
@@ -492,6 +494,27 @@ return found
     + r"""
 local ver = redis.call('incr', P .. ':seq')
 redis.call('hset', CK, 'capacity', ARGV[3], 'version', ver)
+redis.call('hdel', CK, 'ramp')  -- (a plain capacity change cancels a ramp)
+sweep(nil)
+tell_openers({x = 'capacity', n = S, c = tonumber(ARGV[3]), v = ver})
+return ver
+""",
+    # ARGV: P, S, capacity, version, plan ('' for none). A capacity ramp's step: the
+    # capacity and the plan beside it, only over `version` (the config as the ramp read
+    # it), then as SET_CAPACITY. -> the new version, 0 when the config changed meanwhile
+    # (nothing written), {} when missing
+    ScriptName.RAMP_STEP: _TELL_OPENERS
+    + r"""
+local cap, ver = config()
+if not cap then return {} end
+if ver ~= tonumber(ARGV[4]) then return 0 end
+ver = redis.call('incr', P .. ':seq')
+redis.call('hset', CK, 'capacity', ARGV[3], 'version', ver)
+if ARGV[5] == '' then
+  redis.call('hdel', CK, 'ramp')
+else
+  redis.call('hset', CK, 'ramp', ARGV[5])
+end
 sweep(nil)
 tell_openers({x = 'capacity', n = S, c = tonumber(ARGV[3]), v = ver})
 return ver
@@ -517,12 +540,12 @@ if not cap then return {} end
 return {cap, ver}
 """,
     # ARGV: P, S. -> {} when missing, else {capacity, version, draining (1 or 0),
-    # id1, owner1, w1, t1, h1, s1, slots1, ...} (live entries in queue order, slots as
-    # {index, token, ...}; reads only)
+    # ramp plan ('' for none), id1, owner1, w1, t1, h1, s1, slots1, ...} (live entries
+    # in queue order, slots as {index, token, ...}; reads only)
     ScriptName.STATUS: r"""
 local cap, ver, drain = config()
 if not cap then return {} end
-local out = {cap, ver, drain and 1 or 0}
+local out = {cap, ver, drain and 1 or 0, redis.call('hget', CK, 'ramp') or ''}
 for _, id in ipairs(redis.call('zrange', QK, 0, -1)) do
   local e = entry(id)
   if alive(e) then

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._core.ramp import RampPlan
 from ..backend import (
     Deadline,
     Enqueued,
@@ -136,6 +137,19 @@ class SQLQueue(QueueDriver):
         if reply is None:
             raise SemaphoreNotFound(self.name, self.backend.describe())
         self.apply_capacity(int(reply[0]), int(reply[1]), draining)
+
+    def write_ramp(self, capacity: int, ramp: RampPlan | None, version: int) -> Program[int | None]:
+        validate_capacity(capacity)  # (before any I/O: when the program is made)
+        return self._writing_ramp(capacity, "" if ramp is None else ramp.encode(), version)
+
+    def _writing_ramp(self, capacity: int, plan: str, version: int) -> Program[int | None]:
+        written = yield from self._step("ramp_step", self.name, capacity, version, plan)
+        if written is None:
+            raise SemaphoreNotFound(self.name, self.backend.describe())
+        if not int(written):
+            return None
+        self.apply_capacity(capacity, int(written))
+        return int(written)
 
     # ---- the protocol steps ------------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
@@ -331,8 +345,10 @@ class SQLQueue(QueueDriver):
         reply = yield from self._step("status", self.name)
         if reply is None:  # deleted: not the capacity we knew
             raise SemaphoreNotFound(self.name, self.backend.describe())
-        capacity, version, rows, *rest = reply  # (rest: the drain flag, schema version 3)
+        # (rest: the drain flag, schema version 3; the ramp plan, schema version 4)
+        capacity, version, rows, *rest = reply
         draining = bool(rest) and flag(rest[0])
+        ramp = RampPlan.decode(self.name, rest[1] if len(rest) > 1 else None)
         self.apply_capacity(int(capacity), int(version), draining)
         entries = [
             EntryStatus(key, owner, int(weight), int(token), flag(held), float(since),
@@ -340,7 +356,14 @@ class SQLQueue(QueueDriver):
             for key, owner, weight, token, held, since, slots in rows
         ]  # fmt: skip
         entries.sort(key=lambda entry: entry.token)  # (MySQL's aggregate keeps no order)
-        return split_queue(self.name, int(capacity), entries, draining=draining)
+        return split_queue(
+            self.name,
+            int(capacity),
+            entries,
+            draining=draining,
+            ramp=ramp,
+            config_version=int(version),
+        )
 
     def transaction(self, key: str, token: int) -> FencedTransaction:
         return self.backend.fenced_transaction([(self.name, key)], token)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._core.ramp import Ramp
 from ..client import Client
 from ..instrumentation import Instrumentation
 
@@ -264,8 +265,20 @@ class BlockingSemaphore:
     def status(self) -> Status:
         return self._loop.run(self.aio.status())
 
-    def set_capacity(self, capacity: int) -> None:
-        self._loop.run(self.aio.set_capacity(capacity))
+    def set_capacity(
+        self,
+        capacity: int,
+        *,
+        ramp: Ramp | None = None,
+        on_step: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self._loop.run(self.aio.set_capacity(capacity, ramp=ramp, on_step=on_step))
+
+    def resume_ramp(self, *, on_step: Callable[[int, int], None] | None = None) -> bool:
+        return self._loop.run(self.aio.resume_ramp(on_step=on_step))
+
+    def cancel_ramp(self) -> bool:
+        return self._loop.run(self.aio.cancel_ramp())
 
     def drain(self, *, wait: bool = False, timeout: float | None = None) -> Status | None:
         return self._loop.run(self.aio.drain(wait=wait, timeout=timeout))

@@ -27,10 +27,11 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType, KeeperState
 
-from .._core.codec import decode_capacity, decode_draining, encode_capacity
+from .._core.codec import decode_capacity, decode_draining, decode_ramp, encode_capacity
 from .._core.deadline import Deadline
 from .._core.names import join_path, validate_capacity
 from .._core.protocol import SessionLost
+from .._core.ramp import RampPlan
 from ..backend import QueueDriver
 from ..errors import AcquireTimeout, CapacityMismatch, SemaphoreNotFound
 from ._kazoo_compat import data_watch_registered
@@ -185,7 +186,9 @@ class SemaphoreNode(QueueDriver):
                     continue
                 new_capacity = decode_capacity(self.name, raw) if capacity is None else capacity
                 new_draining = decode_draining(self.name, raw) if draining is None else draining
-                value = encode_capacity(new_capacity, draining=new_draining)
+                # a capacity write drops a ramp plan (it cancels it); a flag write keeps it
+                ramp = decode_ramp(self.name, raw) if capacity is None else None
+                value = encode_capacity(new_capacity, draining=new_draining, ramp=ramp)
                 try:
                     stat = yield self.client.set_async(self.path, value, version=read.version)
                 except (BadVersionError, NoNodeError):
@@ -194,6 +197,30 @@ class SemaphoreNode(QueueDriver):
                 return
 
         return write
+
+    def write_ramp(
+        self, capacity: int, ramp: RampPlan | None, version: int
+    ) -> ZkProgram[int | None]:
+        validate_capacity(capacity)
+
+        def write() -> ZkProgram[int | None]:
+            try:
+                raw, read = yield self.client.get_async(self.path)
+            except NoNodeError:
+                raise SemaphoreNotFound(self.name, f"ZooKeeper node {self.path}") from None
+            if read.mzxid != version:
+                return None  # changed since the status read: the ramp reads again
+            draining = decode_draining(self.name, raw)
+            value = encode_capacity(capacity, draining=draining, ramp=ramp)
+            try:
+                stat = yield self.client.set_async(self.path, value, version=read.version)
+            except (BadVersionError, NoNodeError):
+                return None
+            self.apply_capacity(capacity, stat.mzxid, draining)
+            return int(stat.mzxid)
+
+        writing = self.backend.within_request_timeout(write, f"writing {self.path}", self.path)
+        return (yield from writing)
 
     def capacity_checked(self, version: int) -> ZkProgram[bool]:
         """Is the capacity a listing saw (its parent's ``mzxid``) the one applied? If

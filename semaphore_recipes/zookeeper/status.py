@@ -10,12 +10,23 @@ from __future__ import annotations
 
 from kazoo.exceptions import NoNodeError
 
-from .._core.codec import decode_capacity, decode_draining, decode_entry, decode_slot
+from .._core.codec import (
+    decode_capacity,
+    decode_draining,
+    decode_entry,
+    decode_ramp,
+    decode_slot,
+)
 from .._core.names import ZK_SLOT_PREFIX, parse_slot_index, parse_zk_entry
+from .._core.ramp import RampPlan
 from .._core.status import EntryStatus, Status, split_queue
 from ..errors import SemaphoreNotFound
 from ._waits import ZkProgram
 from .node import SemaphoreNode
+
+#: what a status read found: capacity, drain flag, (sequence, entry) rows, ramp plan,
+#: the config's version (mzxid)
+_Found = tuple[int, bool, list[tuple[int, EntryStatus]], RampPlan | None, int]
 
 
 class StatusReading(SemaphoreNode):
@@ -27,18 +38,17 @@ class StatusReading(SemaphoreNode):
         )
         return self._status_of((yield from reading))
 
-    def _reading_status(
-        self,
-    ) -> ZkProgram[tuple[int, bool, list[tuple[int, EntryStatus]]] | None]:
+    def _reading_status(self) -> ZkProgram[_Found | None]:
         listing = self.client.get_children_async(self.path)
         capacity_reply = self.client.get_async(self.path)
         try:
             children = yield listing
-            raw, _ = yield capacity_reply
+            raw, config_stat = yield capacity_reply
         except NoNodeError:
             return None
         capacity = decode_capacity(self.name, raw)
         draining = decode_draining(self.name, raw)
+        ramp = decode_ramp(self.name, raw)
         entries = []
         slot_reads = []
         for child in children:
@@ -67,12 +77,19 @@ class StatusReading(SemaphoreNode):
                 child, data.owner, weight, stat.czxid, data.held, data.since, held_slots
             )
             rows.append((seq, row))
-        return capacity, draining, rows
+        return capacity, draining, rows, ramp, int(config_stat.mzxid)
 
-    def _status_of(self, found: tuple[int, bool, list[tuple[int, EntryStatus]]] | None) -> Status:
+    def _status_of(self, found: _Found | None) -> Status:
         if found is None:  # deleted, or the store lost its data: not the capacity we knew
             where = f"ZooKeeper node {(self.client.chroot or '') + self.path}"
             raise SemaphoreNotFound(self.name, where)
-        capacity, draining, rows = found
+        capacity, draining, rows, ramp, version = found
         rows.sort(key=lambda r: r[0])
-        return split_queue(self.name, capacity, (r[1] for r in rows), draining=draining)
+        return split_queue(
+            self.name,
+            capacity,
+            (r[1] for r in rows),
+            draining=draining,
+            ramp=ramp,
+            config_version=version,
+        )

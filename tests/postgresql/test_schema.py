@@ -88,6 +88,7 @@ LANGUAGE sql AS $$ SELECT '["version 1"]' $$;
 DELETE FROM {s}.schema_version;
 INSERT INTO {s}.schema_version VALUES (1);
 ALTER TABLE {s}.semaphores DROP COLUMN draining;
+ALTER TABLE {s}.semaphores DROP COLUMN ramp;
 """
 
 
@@ -109,13 +110,15 @@ def test_a_schema_of_version_1_is_upgraded_on_connect(
     (version,) = postgresql_admin.execute(
         f"SELECT max(version) FROM {postgresql_schema}.schema_version"
     ).fetchone()
-    assert version == SCHEMA_VERSION == 3
+    assert version == SCHEMA_VERSION == 4
     assert postgresql_admin.execute(take).fetchone() == ('["lost"]',)  # today's function
     sem = running.semaphore("after", capacity=1)
     with sem.acquire(slot=True, timeout=5) as permit:
         assert [slot.index for slot in permit.slots] == [0]
     sem.drain()  # the drain flag's column (version 3) is there
     assert sem.status().draining
+    sem.set_capacity(2, ramp=sr.Ramp(1, 0.01))  # the ramp plan's column (version 4) too
+    assert sem.status().capacity == 2
 
 
 def test_a_role_that_may_not_upgrade_is_told_what_to_run(
