@@ -89,9 +89,12 @@ class RampPlan:
         return now > self.next_at + self.interval
 
     def same_plan(self, other: RampPlan | None) -> bool:
+        """``other`` is this plan, maybe steps further on (the same ``by`` and ``since``),
+        not a plan that replaced it."""
         return other is not None and (other.by, other.since) == (self.by, self.since)
 
     def to_doc(self) -> dict[str, object]:
+        """The plan as a JSON object, as ZooKeeper's and etcd's config stores it."""
         return {
             "target": self.target,
             "step": self.step,

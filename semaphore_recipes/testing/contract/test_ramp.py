@@ -56,10 +56,13 @@ def test_a_ramp_steps_the_capacity_and_grants_waiters_as_it_rises(service: Harne
         thread.start()
     wait_until(lambda: len(admin.status().waiters) == 4)
     steps: list[tuple[int, int]] = []
+    # (long enough for the status reads below to see the capacity at 4 on a loaded
+    # machine: one read of MySQL's took longer than 0.3 s there, and none saw it)
+    interval = 3 * INTERVAL
     ramp = threading.Thread(
         target=admin.set_capacity,
         args=(6,),
-        kwargs={"ramp": sr.Ramp(2, INTERVAL), "on_step": lambda c, v: steps.append((c, v))},
+        kwargs={"ramp": sr.Ramp(2, interval), "on_step": lambda c, v: steps.append((c, v))},
     )
     seen: list[sr.Status] = []
     ramp.start()
@@ -77,7 +80,7 @@ def test_a_ramp_steps_the_capacity_and_grants_waiters_as_it_rises(service: Harne
     at_four = [s for s in seen if s.capacity == 4 and s.used == 4]
     assert at_four, [(s.capacity, s.used) for s in seen]
     plan = at_four[0].ramp
-    assert plan is not None and (plan.target, plan.step, plan.interval) == (6, 2, INTERVAL)
+    assert plan is not None and (plan.target, plan.step, plan.interval) == (6, 2, interval)
     assert len(at_four[0].waiters) == 2
     final = admin.status()
     assert final.capacity == 6 and final.used == 6 and final.ramp is None
