@@ -14,6 +14,7 @@ from ._core.names import MAX_CAPACITY
 from ._core.position import Position
 from ._core.slots import Slot
 from ._core.status import EntryStatus, Status
+from ._revoke import Revoked
 from .backend import Backend, FencedTransaction, SessionChange, SessionState
 from .client import Client
 from .errors import (
@@ -61,6 +62,7 @@ __all__ = [
     "PermitLost",
     "PermitState",
     "Position",
+    "Revoked",
     "Semaphore",
     "SemaphoreError",
     "SemaphoreNotFound",

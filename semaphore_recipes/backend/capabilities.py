@@ -25,6 +25,7 @@ class Capability(enum.Enum):
     SLOTS = "keep job slots (acquire(slot=True))"
     ACQUIRE_ALL = "acquire several semaphores at once (acquire_all)"
     DRAIN = "drain a semaphore (drain/resume)"
+    REVOKE = "revoke a holder's permits (revoke)"
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,10 @@ class Capabilities:
     waiter (``StoreAdmitted``); the protocol then never arms, relists nor writes a held
     mark. Without it the queue class defines ``arm``, ``relist`` and ``write_mark``;
     ``drain``: its queues store a drain flag beside the capacity, read with it
-    (``QueueDriver.set_draining``; ``apply_capacity(..., draining)`` where it is read).
+    (``QueueDriver.set_draining``; ``apply_capacity(..., draining)`` where it is read);
+    ``revoke``: its queues write a revoke request on a holder's entry, tell the
+    holder through the watch of its entry, and remove an entry of a given token
+    (``QueueDriver.request_revoke``/``watch_revocation``/``remove_revoked``).
     """
 
     async_face: bool = False
@@ -51,6 +55,7 @@ class Capabilities:
     server_admission: bool = False
     admission_slots: bool = False
     drain: bool = False
+    revoke: bool = False
 
     def __post_init__(self) -> None:
         if self.admission_slots and not (self.slots and self.server_admission):
@@ -62,6 +67,7 @@ class Capabilities:
             Capability.SLOTS: self.slots,
             Capability.ACQUIRE_ALL: self.acquire_all,
             Capability.DRAIN: self.drain,
+            Capability.REVOKE: self.revoke,
         }[capability]
 
     def require(self, scheme: str, *capabilities: Capability) -> None:
@@ -82,5 +88,7 @@ HOOKS: dict[Capability, tuple[str, ...]] = {
 SLOT_HOOKS = ("list_slots", "take_slot")
 #: ... of a store that drains (``drain``)
 DRAIN_HOOKS = ("set_draining",)
+#: ... of a store that revokes (``revoke``)
+REVOKE_HOOKS = ("request_revoke", "watch_revocation", "remove_revoked")
 #: ... and of a store that does not decide admission on the server
 CLIENT_ADMISSION_HOOKS = ("arm", "relist", "write_mark")

@@ -30,6 +30,7 @@ from .capabilities import (
     CLIENT_ADMISSION_HOOKS,
     DRAIN_HOOKS,
     HOOKS,
+    REVOKE_HOOKS,
     SLOT_HOOKS,
     Capabilities,
     Capability,
@@ -198,6 +199,8 @@ class Backend(SessionHub, Runner):
             queue_hooks += CLIENT_ADMISSION_HOOKS
         if declared.drain and queue is not None:  # (a queue class set later: not checked)
             queue_hooks += DRAIN_HOOKS
+        if declared.revoke and queue is not None:
+            queue_hooks += REVOKE_HOOKS
         if queue_hooks and queue is None:
             missing.append("queue_type")
         elif queue is not None:

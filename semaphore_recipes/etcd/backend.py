@@ -119,7 +119,9 @@ class EtcdBackend(Backend):
     """
 
     scheme = "etcd"
-    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True, drain=True)
+    capabilities = Capabilities(
+        async_face=True, slots=True, acquire_all=True, drain=True, revoke=True
+    )
     queue_type = EtcdQueue
 
     def __init__(

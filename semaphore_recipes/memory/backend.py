@@ -74,7 +74,9 @@ class MemoryBackend(Backend):
     """
 
     scheme = "memory"
-    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True, drain=True)
+    capabilities = Capabilities(
+        async_face=True, slots=True, acquire_all=True, drain=True, revoke=True
+    )
     queue_type = MemoryQueue
 
     def __init__(
