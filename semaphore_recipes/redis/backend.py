@@ -118,6 +118,7 @@ class RedisBackend(Backend):
         server_admission=True,
         admission_slots=True,
         drain=True,
+        revoke=True,
     )
     default_port = DEFAULT_PORT
 

@@ -13,13 +13,14 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.backend import Capability
+from semaphore_recipes.cli._common import status_table
 from semaphore_recipes.registry import backend_class
 
 from .conftest import Spawner, Store, assert_one_line_error, cli, wait_for
 from .test_hold import Hold, hold  # noqa: F401 (the fixture)
 
 #: the stores whose backends revoke (the contract suite checks both faces on each)
-REVOKING = pytest.mark.parametrize("service", ["etcd"], indirect=True)
+REVOKING = pytest.mark.parametrize("service", ["etcd", "redis"], indirect=True)
 
 
 def _revokes(store: Store) -> None:
@@ -89,7 +90,7 @@ def test_hold_turns_unready_then_releases(
 ) -> None:
     _revokes(store)
     token_file = tmp_path / "t.env"
-    side = hold(store.url, "rv-hold", "-c", "1", "--grace", "3", "--token-file", str(token_file))
+    side = hold(store.url, "rv-hold", "-c", "1", "--grace", "5", "--token-file", str(token_file))
     side.wait_state("held")
     owner = side.status()["owner"]
     assert isinstance(owner, str)
@@ -99,7 +100,8 @@ def test_hold_turns_unready_then_releases(
     assert not token_file.exists()
     shown = _holders(store, "rv-hold")  # still held for its grace, shown as revoked
     assert [h["revoke_requested"] for h in shown] == [True]
-    assert "revoked" in cli("status", "rv-hold", "--url", store.url).stdout
+    table = status_table(store.service.connect().semaphore("rv-hold", 1).status())
+    assert table[-1].split()[1] == "revoked", table
     assert side.spawned.wait(20) == 0, side.spawned.stderr()
     assert "hold: released 'rv-hold'" in side.spawned.stderr()
     assert _holders(store, "rv-hold") == []
