@@ -37,6 +37,12 @@ decides admission admits nobody while the flag is set. Checks: once nothing is i
 flight, nobody waits in a draining queue (every waiter was told and left, none sleeps
 on a lost or misordered event), and after a final resume every run still completes and
 leaves no entry behind.
+
+Forced revokes (``revokes=True``): an operator removes a holder's entries, as the end
+of its session would but with the holder still running (``revoke(force=True)``): the
+holder's permit no longer counts (its fence fails) and it only releases later, which
+removes nothing more; the successors are admitted by the same watches and sweeps. The
+usual checks (prefix rule, no lost wakeup, every run completes, no entry left) hold.
 """
 
 from __future__ import annotations
@@ -173,6 +179,7 @@ class Simulation:
         admission_slots: bool = False,
         store_mutation: str = "",
         drains: bool = False,
+        revokes: bool = False,
     ) -> None:
         """``queues`` > 1: several semaphores ``q0``, ``q1``... of ``capacity`` each,
         each client asking random weights of a random non-empty subset of them (or the
@@ -210,6 +217,8 @@ class Simulation:
         self.drains = drains
         self.draining = {name: False for name in self.names}  # the drain flag beside it
         self.refused = 0  # acquires that ended with Draining
+        self.revokes = revokes
+        self.revoked = 0  # holders whose entries a forced revoke removed
         # a deleted entry's view reaches some of its watchers (those in its process)
         self.deleted_views = deleted_views
         # a mutation: the view of the entry admitted before it (a key naming two entries)
@@ -498,6 +507,10 @@ class Simulation:
                 acts.append(("start", c))
             elif c.state == "holding":
                 acts.extend([("release", c)] * 3 + [("crash", c)])
+                if self.revokes:
+                    acts.append(("revoke", c))
+            elif c.state == "revoked":  # its lost fired: it releases, nothing is left
+                acts.append(("release", c))
             elif c.state == "waiting" and isinstance(c.step, AwaitEvent) and not c.events:
                 if c.timeout:
                     acts.append(("timeout", c))
@@ -697,6 +710,14 @@ class Simulation:
         elif action == "release" or action == "crash":
             self._delete(c.keys)
             self._forget(c)
+        elif action == "revoke":
+            # the operator's token-checked removal; the holder goes on until it sees it
+            self._delete(c.keys)
+            self.revoked += 1
+            c.state, c.keys = "revoked", {}
+            c.admitted.clear()  # no longer counted: its fenced writes fail
+            c.mark_pending.clear()
+            c.unmarked.clear()
         elif action == "timeout":
             c.clock = math.inf
             self._send(c, None)
@@ -780,7 +801,7 @@ class Simulation:
             self.set_draining(queue, False)
         self.drain()
         while True:
-            holders = [c for c in self.clients if c.state == "holding"]
+            holders = [c for c in self.clients if c.state in ("holding", "revoked")]
             waiting = [c for c in self.clients if c.state == "waiting"]
             new = [c for c in self.clients if c.state == "new"]
             if new:
