@@ -59,7 +59,12 @@ class MySQLBackend(SQLBackend):
 
     scheme = "mysql"
     capabilities = Capabilities(
-        async_face=True, slots=True, acquire_all=True, server_admission=True, drain=True
+        async_face=True,
+        slots=True,
+        acquire_all=True,
+        server_admission=True,
+        drain=True,
+        revoke=True,
     )
     default_port = DEFAULT_PORT
     keeper: SessionKeeper

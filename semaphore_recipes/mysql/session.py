@@ -326,6 +326,8 @@ class SessionKeeper:
                     queue.admitted(str(entry_id), int(str(capacity)), int(str(version)))
                 elif kind == "deleted":
                     queue.deleted(str(entry_id))
+                elif kind == "revoke":
+                    queue.revoke_requested(str(entry_id))
 
     def _holder_gone(self, session: str) -> None:
         """Every waiting entry looks once the session's grace is over (it is dead for

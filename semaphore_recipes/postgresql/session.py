@@ -275,6 +275,8 @@ class SessionKeeper:
                     queue.admitted(entry_id, int(capacity), int(version))
                 elif kind == "deleted":
                     queue.deleted(entry_id)
+                elif kind == "revoke":
+                    queue.revoke_requested(entry_id)
 
     def _next_timer(self) -> float:
         with self._timer_lock:

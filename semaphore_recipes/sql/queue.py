@@ -101,6 +101,9 @@ class SQLQueue(QueueDriver):
         self.where = f"semaphore {name!r} on {backend.describe()}"
         self._routes: dict[str, _Route] = {}
         self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
+        # our held entries whose holder is told of a revoke request: id -> (token, tell)
+        self._revocation_watches: dict[str, tuple[int, Callable[[], None]]] = {}
+        self._revoked: set[str] = set()  # requests told before the holder watched
 
     def _step(self, name: str, *args: StepArg, deadline: Deadline | None = None) -> Program[Any]:
         """Step ``name``, its reply parsed as JSON (None: NULL)."""
@@ -219,6 +222,30 @@ class SQLQueue(QueueDriver):
                   route.generation)  # fmt: skip
         route.waiter.post(route.generation, StoreAdmitted(entry_id))
 
+    # ---- revocation: a column of the entry, told on its client's channel --------------------
+    def request_revoke(self, key: str, token: int) -> Program[bool]:
+        return flag((yield from self._step("revoke", self.name, key, token, False)))
+
+    def remove_revoked(self, key: str, token: int) -> Program[bool]:
+        return flag((yield from self._step("revoke", self.name, key, token, True)))
+
+    def watch_revocation(self, key: str, token: int, on_revoke: Callable[[], None]) -> None:
+        with self._lock:
+            seen = key in self._revoked
+            if not seen:
+                self._revocation_watches[key] = (token, on_revoke)
+        if seen:  # told before the acquire handed us the permit
+            on_revoke()
+
+    def revoke_requested(self, entry_id: str) -> None:
+        """The notifier: a revoke request is on our entry ``entry_id``."""
+        with self._lock:
+            watch = self._revocation_watches.pop(entry_id, None)
+            if watch is None and entry_id in self._routes:
+                self._revoked.add(entry_id)  # ours, its holder not watching yet
+        if watch is not None:
+            watch[1]()
+
     def deleted(self, entry_id: str) -> None:
         """Someone else removed our entry ``entry_id``."""
         with self._lock:
@@ -267,6 +294,8 @@ class SQLQueue(QueueDriver):
         """Our entry ``key`` is about to be removed: nothing of ours waits for it."""
         with self._lock:
             self._holder_watches.pop(key, None)
+            self._revocation_watches.pop(key, None)
+            self._revoked.discard(key)
             self._routes.pop(key, None)
 
     def drop_route(self, entry_id: str | None) -> None:
@@ -335,10 +364,18 @@ class SQLQueue(QueueDriver):
         draining = bool(rest) and flag(rest[0])
         self.apply_capacity(int(capacity), int(version), draining)
         entries = [
-            EntryStatus(key, owner, int(weight), int(token), flag(held), float(since),
-                        tuple(sorted(int(i) for i in slots)))
-            for key, owner, weight, token, held, since, slots in rows
-        ]  # fmt: skip
+            EntryStatus(
+                key,
+                owner,
+                int(weight),
+                int(token),
+                flag(held),
+                float(since),
+                tuple(sorted(int(i) for i in slots)),
+                bool(asked) and flag(asked[0]),
+            )
+            for key, owner, weight, token, held, since, slots, *asked in rows
+        ]  # fmt: skip (asked: the revoke request, schema version 4)
         entries.sort(key=lambda entry: entry.token)  # (MySQL's aggregate keeps no order)
         return split_queue(self.name, int(capacity), entries, draining=draining)
 

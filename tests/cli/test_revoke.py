@@ -20,7 +20,9 @@ from .conftest import Spawner, Store, assert_one_line_error, cli, wait_for
 from .test_hold import Hold, hold  # noqa: F401 (the fixture)
 
 #: the stores whose backends revoke (the contract suite checks both faces on each)
-REVOKING = pytest.mark.parametrize("service", ["etcd", "redis"], indirect=True)
+REVOKING = pytest.mark.parametrize(
+    "service", ["etcd", "redis", "postgresql", "mysql"], indirect=True
+)
 
 
 def _revokes(store: Store) -> None:

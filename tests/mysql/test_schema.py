@@ -82,6 +82,7 @@ _VERSION_1 = [
     "DELETE FROM sr_schema_version",
     "INSERT INTO sr_schema_version VALUES (1)",
     "ALTER TABLE sr_semaphores DROP COLUMN draining",  # (added by version 3)
+    "ALTER TABLE sr_entries DROP COLUMN revoke_requested",  # (added by version 4)
 ]
 _TAKE = "CALL sr_take_slot('none', 'none', 0)"
 
@@ -98,11 +99,13 @@ def test_a_schema_of_version_1_is_upgraded_on_connect(
     _made_at_version_1(mysql_admin, mysql_database)
     mysql_backend().close()
     rows = execute(mysql_admin, "SELECT MAX(version) FROM sr_schema_version")
-    assert rows == ((SCHEMA_VERSION,),) and SCHEMA_VERSION == 3
+    assert rows == ((SCHEMA_VERSION,),) and SCHEMA_VERSION == 4
     assert execute(mysql_admin, _TAKE) == (('["lost"]',),)  # today's procedure
     sem = running.semaphore("after", capacity=1)
-    with sem.acquire(slot=True, timeout=5) as permit:
+    with sem.acquire(slot=True, timeout=5, watch_entry=True) as permit:
         assert [slot.index for slot in permit.slots] == [0]
+        assert sem.revoke(token=permit.token).asked == 1  # the column of version 4
+        assert permit.revoke_requested.wait(5)
     sem.drain()  # the drain flag's column is there
     assert sem.status().draining
 

@@ -88,6 +88,7 @@ LANGUAGE sql AS $$ SELECT '["version 1"]' $$;
 DELETE FROM {s}.schema_version;
 INSERT INTO {s}.schema_version VALUES (1);
 ALTER TABLE {s}.semaphores DROP COLUMN draining;
+ALTER TABLE {s}.entries DROP COLUMN revoke_requested;
 """
 
 
@@ -109,11 +110,13 @@ def test_a_schema_of_version_1_is_upgraded_on_connect(
     (version,) = postgresql_admin.execute(
         f"SELECT max(version) FROM {postgresql_schema}.schema_version"
     ).fetchone()
-    assert version == SCHEMA_VERSION == 3
+    assert version == SCHEMA_VERSION == 4
     assert postgresql_admin.execute(take).fetchone() == ('["lost"]',)  # today's function
     sem = running.semaphore("after", capacity=1)
-    with sem.acquire(slot=True, timeout=5) as permit:
+    with sem.acquire(slot=True, timeout=5, watch_entry=True) as permit:
         assert [slot.index for slot in permit.slots] == [0]
+        assert sem.revoke(token=permit.token).asked == 1  # the column of version 4
+        assert permit.revoke_requested.wait(5)
     sem.drain()  # the drain flag's column (version 3) is there
     assert sem.status().draining
 
