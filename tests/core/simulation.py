@@ -43,6 +43,11 @@ of its session would but with the holder still running (``revoke(force=True)``):
 holder's permit no longer counts (its fence fails) and it only releases later, which
 removes nothing more; the successors are admitted by the same watches and sweeps. The
 usual checks (prefix rule, no lost wakeup, every run completes, no entry left) hold.
+Revoke requests are modelled too (client-decided admission): a write on an entry,
+which its watchers see as the stores' watches show it: ZooKeeper's one-shot watch
+fires as for a held mark (``EntryHeld``), also on an entry not marked (or a waiter's:
+the revoker's status read may be older than a capacity decrease); etcd's persistent
+watch carries the value (a marked entry's mark again, else ``EntryChanged``).
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from semaphore_recipes._core.protocol import (
     CapacityChanged,
     Enqueue,
     Enqueued,
+    EntryChanged,
     EntryDeleted,
     EntryHeld,
     EntryMarked,
@@ -508,10 +514,12 @@ class Simulation:
             elif c.state == "holding":
                 acts.extend([("release", c)] * 3 + [("crash", c)])
                 if self.revokes:
-                    acts.append(("revoke", c))
+                    acts.extend([("revoke", c), ("ask", c), ("ask", c)])
             elif c.state == "revoked":  # its lost fired: it releases, nothing is left
                 acts.append(("release", c))
             elif c.state == "waiting" and isinstance(c.step, AwaitEvent) and not c.events:
+                if self.revokes and self.rng.random() < 0.3:
+                    acts.append(("ask", c))
                 if c.timeout:
                     acts.append(("timeout", c))
                 acts.append(("expire", c))
@@ -710,6 +718,19 @@ class Simulation:
         elif action == "release" or action == "crash":
             self._delete(c.keys)
             self._forget(c)
+        elif action == "ask":
+            # a revoke request written on each of its entries: nothing the protocol
+            # reads changes, but the watchers see a write
+            for key in c.keys.values():
+                if self.server_admission or key not in self.store:
+                    continue
+                entry = self.store[key]
+                if not self.persistent_watches:
+                    self._fire(key, EntryHeld(key))
+                elif entry.held:
+                    self._tell(key, EntryMarked(key, entry.lower))
+                else:
+                    self._fire(key, EntryChanged(key))
         elif action == "revoke":
             # the operator's token-checked removal; the holder goes on until it sees it
             self._delete(c.keys)

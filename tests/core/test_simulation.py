@@ -488,15 +488,29 @@ def test_simulation_catches_a_waiter_deaf_to_a_drain(monkeypatch: pytest.MonkeyP
 # ---- forced revokes: one holder's entries removed while it still runs ------------------
 
 
-@pytest.mark.parametrize("server_admission", [False, True], ids=["client", "store"])
-def test_forced_revokes_admit_the_next_waiters_and_leak_no_entry(server_admission: bool) -> None:
-    """Holders' entries removed by an operator at random (a forced revoke), among
-    creates, releases, crashes, session losses, drains and capacity changes: the prefix
-    rule holds with the removed holders no longer counted, no waiter sleeps while
-    admissible, and every run completes with no entry left behind."""
+@pytest.mark.parametrize(
+    ("server_admission", "persistent_watches"),
+    [(False, False), (False, True), (True, False)],
+    ids=["one-shot", "persistent", "store"],
+)
+def test_revokes_admit_the_next_waiters_and_leak_no_entry(
+    server_admission: bool, persistent_watches: bool
+) -> None:
+    """Revoke requests written on entries (holders', and waiters' as a stale status
+    read would pick them), which their watchers see as a write, and holders' entries
+    removed by an operator (a forced revoke), among creates, releases, crashes, session
+    losses, drains and capacity changes: the prefix rule holds with the removed holders
+    no longer counted, no waiter sleeps while admissible, and every run completes with
+    no entry left behind."""
     revoked = admissions = 0
     for seed in range(RUNS // 2):
-        sim = run_one(seed, revokes=True, drains=seed % 3 == 0, server_admission=server_admission)
+        sim = run_one(
+            seed,
+            revokes=True,
+            drains=seed % 3 == 0,
+            server_admission=server_admission,
+            persistent_watches=persistent_watches,
+        )
         revoked += sim.revoked
         admissions += sim.admissions
     assert revoked > RUNS // 4  # the runs do go through forced revokes
