@@ -115,7 +115,9 @@ class ZooKeeperBackend(Backend):
     """
 
     scheme = "zookeeper"
-    capabilities = Capabilities(async_face=True, slots=True, acquire_all=True, drain=True)
+    capabilities = Capabilities(
+        async_face=True, slots=True, acquire_all=True, drain=True, revoke=True
+    )
     queue_type = ZooKeeperQueue
 
     def __init__(

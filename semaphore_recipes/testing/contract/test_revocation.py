@@ -92,3 +92,18 @@ def test_forced_revoke_removes_the_entry_and_fences_the_old_holder(service: Harn
     assert waiting.failed == []
     holder.release()  # (its entry is gone: nothing else of it is removed)
     assert admin.status().holders == ()
+
+
+def test_a_request_outlives_the_holders_later_held_mark(service: Harness) -> None:
+    _revokes(service)
+    admin = service.connect().semaphore("rv-mark", capacity=2)
+    client = service.connect()
+    holder = client.semaphore("rv-mark", capacity=2).acquire(watch_entry=True)
+    assert admin.revoke(owner=holder.owner).asked == 1
+    assert holder.revoke_requested.wait(10)
+    admin.set_capacity(1)  # a holder whose mark was deferred writes it now
+    wait_until(lambda: admin.status().holders[0].held)
+    (shown,) = admin.status().holders
+    assert shown.revoke_requested and shown.token == holder.token
+    assert holder.state is sr.PermitState.HELD
+    holder.release()
