@@ -948,14 +948,17 @@ BEGIN
 END
 """
 
-# Is a watched holder entry there (with its token, its session alive)? 1 or 0.
+# Is a watched holder entry there (with its token, its session alive)? 0: gone, 1: there,
+# 2: there with a revoke request (a heartbeat sees one whose notice was missed).
 PROCEDURES["sr_holder_exists"] = f"""
 CREATE PROCEDURE sr_holder_exists(sem {_ID}, eid {_ID}, tok BIGINT)
 BEGIN
-    DECLARE found_rows INT;
-    SELECT COUNT(*) INTO found_rows FROM sr_entries e JOIN sr_sessions x ON x.id = e.session
+    -- 0: gone; 1: there; 2: there with a revoke request (version 4)
+    DECLARE found INT;
+    SELECT COALESCE(MAX(IF(e.revoke_requested, 2, 1)), 0) INTO found
+        FROM sr_entries e JOIN sr_sessions x ON x.id = e.session
         WHERE e.semaphore = sem AND e.id = eid AND e.token = tok AND {_live("x")};
-    SELECT found_rows > 0;
+    SELECT found;
 END
 """
 

@@ -260,8 +260,8 @@ class SessionKeeper:
                 log.info("mysql session %s renewed again: permits restored", session)
                 backend.session_restored()
             backend.check_holders(
-                lambda name, key, token: (
-                    self._call(conn, "CALL sr_holder_exists(%s, %s, %s)", name, key, token) == "1"
+                lambda name, key, token: int(
+                    self._call(conn, "CALL sr_holder_exists(%s, %s, %s)", name, key, token) or 0
                 )
             )
             return

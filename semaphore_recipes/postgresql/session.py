@@ -219,7 +219,7 @@ class SessionKeeper:
                 self._suspended = False
                 log.info("postgresql session %s renewed again: permits restored", session)
                 backend.session_restored()
-            backend.check_holders(backend.holder_exists(lambda sql, p: self._execute(conn, sql, p)))
+            backend.check_holders(backend.holder_state(lambda sql, p: self._execute(conn, sql, p)))
             return
         self._replace(conn, session, "the session expired on the server")
 

@@ -52,6 +52,8 @@ log = logging.getLogger("semaphore_recipes.sql")
 
 #: a look after the session a waiter depends on would have expired comes this much later
 CHECK_MARGIN = 0.05
+#: what a heartbeat's look at a watched holder entry answers (``check_holders``)
+HOLDER_GONE, HOLDER_THERE, HOLDER_ASKED = 0, 1, 2
 
 
 def flag(value: object) -> bool:
@@ -274,12 +276,17 @@ class SQLQueue(QueueDriver):
         with self._lock:
             return [k for k, r in self._routes.items() if not r.admitted]
 
-    def check_holders(self, exists: Callable[[str, int], bool]) -> None:
-        """Report each watched holder entry that is gone (``exists(id, token)``)."""
+    def check_holders(self, state: Callable[[str, int], int]) -> None:
+        """Report each watched holder entry that is gone (``state(id, token)`` 0), and
+        tell its holder of a revoke request (2) whose notification was lost (a
+        listener reconnecting): the heartbeat bounds how late a holder learns of it."""
         with self._lock:
             watches = list(self._holder_watches.items())
         for key, (token, on_lost) in watches:
-            if not exists(key, token):
+            seen = state(key, token)
+            if seen == HOLDER_ASKED:
+                self.revoke_requested(key)
+            if seen == HOLDER_GONE:
                 with self._lock:
                     found = self._holder_watches.pop(key, None)
                 if found is not None:

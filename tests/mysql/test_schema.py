@@ -127,3 +127,20 @@ def test_a_user_that_may_not_upgrade_is_told_what_to_run(
     assert execute(mysql_admin, _TAKE) == (('["version 1"]',),)  # left as it was
     execute(mysql_admin, *schema_statements())  # the owner runs the printed schema
     sr.connect(url).close()
+
+
+def test_a_revoke_request_whose_notice_was_missed_is_seen_at_the_heartbeat(
+    mysql_backend: Any, mysql_admin: Any, mysql_database: str
+) -> None:
+    """The flag written with no notice and no wake-up (as if its notice were lost): the
+    holder's keeper sees it at its next renewal, within the session timeout."""
+    sem = mysql_backend(session_timeout=3).semaphore("quiet", capacity=1)
+    permit = sem.acquire(watch_entry=True)
+    execute(
+        mysql_admin,
+        f"UPDATE `{mysql_database}`.sr_entries SET revoke_requested = TRUE "
+        f"WHERE id = '{permit.key}'",
+        "COMMIT",
+    )
+    assert permit.revoke_requested.wait(6)
+    permit.release()

@@ -139,3 +139,19 @@ def test_a_role_that_may_not_upgrade_is_told_what_to_run(
     assert postgresql_admin.execute(take).fetchone() == ('["version 1"]',)  # left as it was
     postgresql_admin.execute(schema_sql(s))  # the owner runs the printed schema
     sr.connect(url).close()
+
+
+def test_a_revoke_request_whose_notification_was_lost_is_seen_at_the_heartbeat(
+    postgresql_backend: Any, postgresql_admin: Any, postgresql_schema: str
+) -> None:
+    """The flag written with no notification (as if it were lost while the listener
+    reconnected): the holder's keeper sees it at its next renewal, within the session
+    timeout."""
+    sem = postgresql_backend(session_timeout=3).semaphore("quiet", capacity=1)
+    permit = sem.acquire(watch_entry=True)
+    postgresql_admin.execute(
+        f"UPDATE {postgresql_schema}.entries SET revoke_requested = true WHERE id = %s",
+        (permit.key,),
+    )
+    assert permit.revoke_requested.wait(6)
+    permit.release()
