@@ -15,6 +15,7 @@ from ._core.position import Position
 from ._core.ramp import Ramp, RampPlan, parse_ramp
 from ._core.slots import Slot
 from ._core.status import EntryStatus, Status
+from ._revoke import Revoked
 from .backend import Backend, FencedTransaction, SessionChange, SessionState
 from .client import Client
 from .errors import (
@@ -64,6 +65,7 @@ __all__ = [
     "Position",
     "Ramp",
     "RampPlan",
+    "Revoked",
     "Semaphore",
     "SemaphoreError",
     "SemaphoreNotFound",

@@ -40,6 +40,8 @@ class HeldPermit(Protocol):
 
     def _entry_lost(self, why: str) -> None: ...
 
+    def _revoke_requested(self) -> None: ...
+
     def _abandoned(self) -> None: ...
 
     def _observe(self, instrumentation: Instrumentation) -> None: ...
@@ -142,6 +144,8 @@ def acquisition(
         assert permit is not None and mark is not None
         log.debug("acquired %d of %r (token %d)", waiter.weight, name, permit.token)
         if watch_entry:
+            if store.backend.capabilities.revoke:  # told through the same watch
+                store.watch_revocation(permit.key, permit.token, permit._revoke_requested)
             store.watch_entry(permit.key, permit.token, permit._entry_lost)
         # Last: a backend may hand the mark to a thread of its own, which would
         # then compete with this one for the GIL until acquire returns.

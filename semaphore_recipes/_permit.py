@@ -3,7 +3,9 @@
 A backend reports from its own threads (kazoo's, the etcd watch and keepalive threads,
 the memory store's caller); the state changes at once, under a lock. How ``lost`` is
 signalled is the face's: a :class:`threading.Event` set in place, or an
-:class:`asyncio.Event` set through the event loop.
+:class:`asyncio.Event` set through the event loop; so is ``revoke_requested``, set when
+someone asks the holder to give its permits back (``Semaphore.revoke``): the permit
+stays HELD until it is released, or LOST if the revoker removes its entry.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class PermitBase:
         self._removed = False  # release() has asked the store to delete the entry
         self._instrumentation: Instrumentation | None = None  # told while it counts it held
         self._lost_reason: LostReason | None = None
+        self._revoke_asked = False  # a revoke request was seen on the entry
 
     def __repr__(self) -> str:
         return (
@@ -137,6 +140,22 @@ class PermitBase:
         self._dropped(reason)
         self._signal_lost()
 
+    def _signal_revoke(self) -> None:
+        """Set the face's ``revoke_requested`` event (called once, under the lock)."""
+        raise NotImplementedError
+
+    def _revoke_requested(self) -> None:
+        """A revoke request is on the entry (the store's watch of it, backend thread)."""
+        with self._lock:
+            if self._revoke_asked or self._state in (PermitState.RELEASED, PermitState.LOST):
+                return
+            self._revoke_asked = True
+            log.warning("permit %r of %r: revocation requested", self.key, self._name)
+            self._signal_revoke()
+            instrumentation = self._instrumentation
+        if instrumentation is not None:
+            report(instrumentation.permit_revoked, self._name, self.permits)
+
     def _observe(self, instrumentation: Instrumentation) -> None:
         """The acquire returns this permit: tell ``instrumentation`` it is held, and of
         its end when it comes (or at once if it was lost before the acquire returned)."""
@@ -146,6 +165,8 @@ class PermitBase:
                 report(instrumentation.permit_dropped, self._name, self.permits, self._lost_reason)
             elif self._state is not PermitState.RELEASED:
                 self._instrumentation = instrumentation
+                if self._revoke_asked:  # asked before the acquire returned
+                    report(instrumentation.permit_revoked, self._name, self.permits)
 
     def _dropped(self, lost: LostReason | None) -> None:
         """No longer held (under the lock): tell the instrumentation, once."""
@@ -172,6 +193,7 @@ class LostEvent(PermitBase):
     one costs a lock and a condition on every acquire)."""
 
     _lost_event: threading.Event | None = None
+    _revoke_event: threading.Event | None = None
 
     @property
     def lost(self) -> threading.Event:
@@ -186,3 +208,19 @@ class LostEvent(PermitBase):
     def _signal_lost(self) -> None:
         if self._lost_event is not None:  # (else made set when asked for: under the lock)
             self._lost_event.set()
+
+    @property
+    def revoke_requested(self) -> threading.Event:
+        """Set when someone asked this holder to give its permits back
+        (``Semaphore.revoke``; seen with ``acquire(watch_entry=True)``): release soon.
+        Never cleared; the permit stays HELD until released or its entry is removed."""
+        with self._lock:
+            if self._revoke_event is None:
+                self._revoke_event = threading.Event()
+                if self._revoke_asked:
+                    self._revoke_event.set()
+            return self._revoke_event
+
+    def _signal_revoke(self) -> None:
+        if self._revoke_event is not None:  # (else made set when asked for)
+            self._revoke_event.set()

@@ -78,6 +78,10 @@ class Instrumentation:
     def permit_dropped(self, name: str, permits: int, lost: LostReason | None) -> None:
         """Those permits are no longer held: released (``lost`` None) or lost."""
 
+    def permit_revoked(self, name: str, permits: int) -> None:
+        """A holder of ``permits`` of ``name`` in this process was asked to give them
+        back (``Semaphore.revoke``): its ``revoke_requested`` is set now."""
+
     def removal_deferred(self, name: str) -> None:
         """An acquire of ``name`` ended without a permit before the store confirmed
         its entry's removal: the removal goes on in the background (the store did not

@@ -11,6 +11,7 @@ Two collectors:
       semaphore_recipes_permits_held{semaphore}                   permits held in this process
       semaphore_recipes_requests_waiting{semaphore}               acquires waiting in this process
       semaphore_recipes_permits_lost_total{semaphore, reason}     session|entry
+      semaphore_recipes_permits_revoked_total{semaphore}          revoke requests seen
       semaphore_recipes_session_state{backend, state}             1 for the current state
 
 * :class:`StatusCollector`: the store-wide view of a list of semaphores, read with
@@ -105,6 +106,12 @@ class PrometheusMetrics(Instrumentation):
             ["semaphore", "reason"],
             registry=registry,
         )
+        self.revoked = Counter(
+            f"{PREFIX}_permits_revoked",
+            "Permits held here whose holder was asked to give them back (revoke)",
+            ["semaphore"],
+            registry=registry,
+        )
         self.removals_deferred = Counter(
             f"{PREFIX}_removals_deferred",
             "Acquires that ended without a permit before the store confirmed their entry's "
@@ -140,6 +147,9 @@ class PrometheusMetrics(Instrumentation):
         self.held.labels(name).dec(permits)
         if lost is not None:
             self.lost.labels(name, lost.value).inc(permits)
+
+    def permit_revoked(self, name: str, permits: int) -> None:
+        self.revoked.labels(name).inc(permits)
 
     def removal_deferred(self, name: str) -> None:
         self.removals_deferred.labels(name).inc()

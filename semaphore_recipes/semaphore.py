@@ -42,6 +42,14 @@ from ._leave import leave
 from ._permit import LostEvent, PermitState
 from ._position import DEFAULT_POSITION_INTERVAL, validate_position_arguments
 from ._ramp import RampEnd, Stepped, cancelling, new_plan, ramping, require_ramp
+from ._revoke import (
+    DEFAULT_GRACE,
+    Revoked,
+    require_revoke,
+    revoke_target,
+    revoking,
+    validate_grace,
+)
 from .backend import (
     FencedTransaction,
     QueueDriver,
@@ -345,3 +353,37 @@ class Semaphore:
 
         program = draining(self._store, drain, wait, Deadline(timeout, self._clock))
         return run_program(program, answer)
+
+    def revoke(
+        self,
+        *,
+        token: int | None = None,
+        owner: str | None = None,
+        all: bool = False,  # (the documented name: revoke(all=True))
+        force: bool = False,
+        grace: float = DEFAULT_GRACE,
+    ) -> Revoked:
+        """Ask holders to give their permits back: the holder of fencing ``token``, the
+        holders made by ``owner`` (``connect(owner=...)``), or ``all`` of them (exactly
+        one). A revoke request is written on each one's entry; a holder that watches
+        it (``acquire(watch_entry=True)``) sees ``permit.revoke_requested`` set.
+
+        ``force=True`` then waits ``grace`` seconds and removes the entries still held
+        with the same token, as a session's end would: the old holder's fenced writes
+        fail and its ``lost`` is set; the next waiters are admitted in queue order.
+        Answers ``Revoked(asked, removed)``. ValueError/TypeError on bad arguments and
+        NotSupported on a store without it (before any I/O); BackendUnavailable when a
+        request is not answered within the request timeout.
+        """
+        target = revoke_target(token, owner, all)
+        seconds = validate_grace(grace)
+        require_revoke(self._session)
+
+        def answer(request: object) -> object:
+            if isinstance(request, Pause):
+                time.sleep(request.seconds)
+                return None
+            assert isinstance(request, StoreRun)
+            return self._session.run(request.program)
+
+        return run_program(revoking(self._store, target, bool(force), seconds), answer)

@@ -86,6 +86,8 @@ class EntryData:
     since: float
     weight: int | None = None  # etcd keeps the weight in the value; ZooKeeper in the name
     lower: tuple[str, ...] | None = None  # with the held mark: the holder's view
+    #: a revoke request written by ``Semaphore.revoke`` (absent from the JSON when not)
+    revoke: bool = False
 
     def encode(self) -> bytes:
         doc: dict[str, object] = {"owner": self.owner, "held": self.held, "since": self.since}
@@ -93,6 +95,8 @@ class EntryData:
             doc["w"] = self.weight
         if self.lower is not None:
             doc["lower"] = list(self.lower)
+        if self.revoke:
+            doc["revoke"] = True
         return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -102,6 +106,7 @@ def decode_entry(key: str, raw: bytes | None) -> EntryData:
         owner, held, since = doc["owner"], doc["held"], doc["since"]
         weight = doc.get("w")
         lower = doc.get("lower")
+        revoke = doc.get("revoke", False)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise CorruptState(f"unreadable queue entry {key!r}: {raw!r}") from exc
     if (
@@ -114,6 +119,7 @@ def decode_entry(key: str, raw: bytes | None) -> EntryData:
             lower is not None
             and not (isinstance(lower, list) and all(isinstance(k, str) for k in lower))
         )
+        or not isinstance(revoke, bool)
     ):
         raise CorruptState(f"unreadable queue entry {key!r}: {raw!r}")
     return EntryData(
@@ -122,4 +128,5 @@ def decode_entry(key: str, raw: bytes | None) -> EntryData:
         since=float(since),
         weight=weight,
         lower=None if lower is None else tuple(lower),
+        revoke=revoke,
     )

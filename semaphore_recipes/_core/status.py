@@ -16,7 +16,9 @@ class EntryStatus:
     ``owner``: its backend's owner string; ``permits``: its weight; ``token``: its
     fencing token; ``held``: its held mark was written; ``since``: Unix time of that
     mark, or of the enqueue while it is not marked (the writer's clock); ``slots``: the
-    job slots it holds (``acquire(slot=True)``), lowest first; empty without.
+    job slots it holds (``acquire(slot=True)``), lowest first; empty without;
+    ``revoke_requested``: someone asked its holder to give the permits back
+    (``Semaphore.revoke``).
     """
 
     key: str
@@ -26,6 +28,7 @@ class EntryStatus:
     held: bool
     since: float
     slots: tuple[int, ...] = ()
+    revoke_requested: bool = False
 
 
 @dataclass(frozen=True)

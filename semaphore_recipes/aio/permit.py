@@ -5,7 +5,9 @@ connection ``state`` is SUSPENDED, back to HELD when the same session reconnects
 the session ends or the entry is deleted, ``state`` is LOST and ``lost`` (an
 :class:`asyncio.Event`) is set. The state changes the moment the backend learns of it
 (from its own thread); ``lost`` is set through the event loop, so a task awaiting
-``permit.lost.wait()`` wakes on the loop's next turn.
+``permit.lost.wait()`` wakes on the loop's next turn. ``revoke_requested`` (an
+:class:`asyncio.Event`) is set the same way when someone asks the holder to give its
+permits back.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class LostOnLoop:
 
     def _lost_on_loop(self) -> asyncio.Event:
         self.lost = asyncio.Event()  #: set when the permit is gone (never cleared)
+        #: set when someone asked this holder to give its permits back (never cleared)
+        self.revoke_requested = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         return self.lost
@@ -46,6 +50,13 @@ class LostOnLoop:
             return
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it any more
             self._loop.call_soon_threadsafe(self.lost.set)
+
+    def _signal_revoke(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self.revoke_requested.set()
+            return
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it any more
+            self._loop.call_soon_threadsafe(self.revoke_requested.set)
 
     async def release(self) -> None:
         raise NotImplementedError

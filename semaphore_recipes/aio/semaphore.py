@@ -37,6 +37,14 @@ from .._drain import Pause, StoreRun, draining, require_drain
 from .._leave import leave_in_background
 from .._position import DEFAULT_POSITION_INTERVAL, validate_position_arguments
 from .._ramp import RampEnd, Stepped, cancelling, new_plan, ramping, require_ramp
+from .._revoke import (
+    DEFAULT_GRACE,
+    Revoked,
+    require_revoke,
+    revoke_target,
+    revoking,
+    validate_grace,
+)
 from ..backend import QueueDriver, Waiter
 from ..errors import AcquireTimeout
 from ..limit import AsyncLimit
@@ -310,6 +318,33 @@ class AsyncSemaphore:
 
         program = draining(store, drain, wait, Deadline(timeout, self._clock))
         return await run_program_async(program, answer)
+
+    async def revoke(
+        self,
+        *,
+        token: int | None = None,
+        owner: str | None = None,
+        all: bool = False,  # (the documented name: revoke(all=True))
+        force: bool = False,
+        grace: float = DEFAULT_GRACE,
+    ) -> Revoked:
+        """Ask holders to give their permits back (see the sync ``Semaphore.revoke``):
+        the holder sees ``permit.revoke_requested`` (an :class:`asyncio.Event`) set;
+        ``force=True`` removes their entries after ``grace`` seconds."""
+        target = revoke_target(token, owner, all)
+        seconds = validate_grace(grace)
+        require_revoke(self._backend.backend)
+        store = await self._opened()
+        runner = self._backend.backend
+
+        async def answer(request: object) -> object:
+            if isinstance(request, Pause):
+                await asyncio.sleep(request.seconds)
+                return None
+            assert isinstance(request, StoreRun)
+            return await runner.run_async(request.program)
+
+        return await run_program_async(revoking(store, target, bool(force), seconds), answer)
 
 
 class _Releasable(Protocol):

@@ -26,6 +26,7 @@ class Capability(enum.Enum):
     ACQUIRE_ALL = "acquire several semaphores at once (acquire_all)"
     DRAIN = "drain a semaphore (drain/resume)"
     RAMP = "ramp a semaphore's capacity (set_capacity(n, ramp=...))"
+    REVOKE = "revoke a holder's permits (revoke)"
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class Capabilities:
     (``QueueDriver.set_draining``; ``apply_capacity(..., draining)`` where it is read);
     ``ramp``: its config keeps a capacity ramp's plan too, its status reads it with the
     config's version, and ``QueueDriver.write_ramp`` writes a step over that version.
+    ``revoke``: its queues write a revoke request on a holder's entry, tell the
+    holder through the watch of its entry, and remove an entry of a given token
+    (``QueueDriver.request_revoke``/``watch_revocation``/``remove_revoked``).
     """
 
     async_face: bool = False
@@ -55,6 +59,7 @@ class Capabilities:
     admission_slots: bool = False
     drain: bool = False
     ramp: bool = False
+    revoke: bool = False
 
     def __post_init__(self) -> None:
         if self.admission_slots and not (self.slots and self.server_admission):
@@ -67,6 +72,7 @@ class Capabilities:
             Capability.ACQUIRE_ALL: self.acquire_all,
             Capability.DRAIN: self.drain,
             Capability.RAMP: self.ramp,
+            Capability.REVOKE: self.revoke,
         }[capability]
 
     def require(self, scheme: str, *capabilities: Capability) -> None:
@@ -89,5 +95,7 @@ SLOT_HOOKS = ("list_slots", "take_slot")
 DRAIN_HOOKS = ("set_draining",)
 #: ... of a store that ramps (``ramp``)
 RAMP_HOOKS = ("write_ramp",)
+#: ... of a store that revokes (``revoke``)
+REVOKE_HOOKS = ("request_revoke", "watch_revocation", "remove_revoked")
 #: ... and of a store that does not decide admission on the server
 CLIENT_ADMISSION_HOOKS = ("arm", "relist", "write_mark")

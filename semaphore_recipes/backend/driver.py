@@ -373,6 +373,27 @@ class QueueDriver(ABC):
         request timeout; every backend that opened the semaphore is told."""
         raise NotSupported(self.backend.scheme, "ramp a capacity", "ramp")
 
+    # -- revocation (``Capabilities(revoke=True)``: the backend's queue class defines all
+    # three; docs/design.md "Revocation") --
+    def request_revoke(self, key: str, token: int) -> Program[bool]:
+        """Write a revoke request on the entry ``key`` if it still has ``token`` (never
+        re-creating it, never changing what the protocol reads of it), within the request
+        timeout: False when it is gone. Every backend watching it (``watch_revocation``)
+        is told."""
+        raise NotSupported(self.backend.scheme, "revoke a holder's permits", "revoke")
+
+    def watch_revocation(self, key: str, token: int, on_revoke: Callable[[], None]) -> None:
+        """Call ``on_revoke`` once when a revoke request is on our held entry ``key``
+        (written before or after this call), through the watch ``watch_entry`` keeps,
+        until ``remove(key)``. Called right before ``watch_entry``; must not block."""
+        raise NotSupported(self.backend.scheme, "revoke a holder's permits", "revoke")
+
+    def remove_revoked(self, key: str, token: int) -> Program[bool]:
+        """Delete the entry ``key`` (and its slot records) only if it still has
+        ``token``, as a session's end would: its holder's fence fails, and its
+        successors are admitted as after a release. False when it was gone already."""
+        raise NotSupported(self.backend.scheme, "revoke a holder's permits", "revoke")
+
     @abstractmethod
     def transaction(self, key: str, token: int) -> FencedTransaction:
         """A transaction fenced by the entry ``key`` created with ``token`` (no I/O)."""

@@ -31,6 +31,7 @@ from .capabilities import (
     DRAIN_HOOKS,
     HOOKS,
     RAMP_HOOKS,
+    REVOKE_HOOKS,
     SLOT_HOOKS,
     Capabilities,
     Capability,
@@ -201,6 +202,8 @@ class Backend(SessionHub, Runner):
             queue_hooks += DRAIN_HOOKS
         if declared.ramp and queue is not None:
             queue_hooks += RAMP_HOOKS
+        if declared.revoke and queue is not None:
+            queue_hooks += REVOKE_HOOKS
         if queue_hooks and queue is None:
             missing.append("queue_type")
         elif queue is not None:

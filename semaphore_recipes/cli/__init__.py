@@ -9,6 +9,7 @@
     semaphore-recipes delete NAME [--force]
     semaphore-recipes drain NAME [--wait [--timeout S]]
     semaphore-recipes resume NAME
+    semaphore-recipes revoke NAME (--token T | --owner O | --all) [--force] [--grace S]
     semaphore-recipes exporter (NAME... | --all) [--listen HOST:PORT] [--min-interval S]
     semaphore-recipes dev-server [--backend etcd|zookeeper] [--port P]
     semaphore-recipes demo [--url URL]
@@ -19,7 +20,7 @@ A NAME starting with ``-`` is given as ``--name=-x`` (or after ``--`` where no c
 follows: ``status -- -x``). One subcommand per module: :mod:`.run`,
 :mod:`.hold`, :mod:`.status` (status, watch, set-capacity; :mod:`.ramp` its
 ramps), :mod:`.listing` (ls),
-:mod:`.delete`, :mod:`.drain` (drain, resume), :mod:`.exporter`,
+:mod:`.delete`, :mod:`.drain` (drain, resume), :mod:`.revoke`, :mod:`.exporter`,
 :mod:`.devserver`, :mod:`.demo`.
 ``docs/cli.md`` is the reference, with the exit codes (:class:`ExitCode`).
 
@@ -89,7 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    from . import delete, demo, devserver, drain, exporter, hold, listing, run, sql_schema, status
+    from . import (
+        delete,
+        demo,
+        devserver,
+        drain,
+        exporter,
+        hold,
+        listing,
+        revoke,
+        run,
+        sql_schema,
+        status,
+    )
 
     run.add_parser(sub, [common])
     hold.add_parser(sub, [common])
@@ -97,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_parser(sub, [common])
     delete.add_parser(sub, [common])
     drain.add_parsers(sub, [common])
+    revoke.add_parser(sub, [common])
     exporter.add_parser(sub, [common])
     devserver.add_parser(sub, [common])
     demo.add_parser(sub, [common])

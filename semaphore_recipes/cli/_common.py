@@ -54,6 +54,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 64  #: EX_USAGE: bad arguments, semaphore name or URL; no URL at all
     CONFLICT = 65  #: EX_DATAERR: stored with another capacity, or unreadable stored data
     NO_SUCH_SEMAPHORE = 66  #: EX_NOINPUT: status/set-capacity of a semaphore that does not exist
+    NO_SUCH_HOLDER = 67  #: EX_NOUSER: revoke: no holder matched --token/--owner/--all
     UNAVAILABLE = 69  #: EX_UNAVAILABLE: server unreachable, or no server software / extra
     INTERNAL = 70  #: EX_SOFTWARE: a bug in semaphore-recipes (a traceback is printed)
     #: EX_TEMPFAIL: run --timeout passed before the permit was granted; drain --wait
@@ -195,8 +196,11 @@ def format_age(seconds: float) -> str:
 
 
 def status_rows(st: Status) -> list[tuple[int, str, EntryStatus]]:
-    """(queue position, "holding"/"waiting", entry) in queue order."""
-    rows = [(i + 1, "holding", e) for i, e in enumerate(st.holders)]
+    """(queue position, "holding"/"revoked"/"waiting", entry) in queue order
+    ("revoked": a holder asked to give its permits back)."""
+    rows = [
+        (i + 1, "revoked" if e.revoke_requested else "holding", e) for i, e in enumerate(st.holders)
+    ]
     rows += [(len(rows) + i + 1, "waiting", e) for i, e in enumerate(st.waiters)]
     return rows
 
@@ -213,6 +217,7 @@ def status_json(st: Status, now: float | None = None) -> dict[str, Any]:
             "token": e.token,
             "key": e.key,
             "slots": list(e.slots),
+            "revoke_requested": e.revoke_requested,
             "since": e.since,
             "age": round(max(0.0, now - e.since), 3),
         }
@@ -223,7 +228,7 @@ def status_json(st: Status, now: float | None = None) -> dict[str, Any]:
         "capacity": st.capacity,
         "used": st.used,
         "free": max(0, st.capacity - st.used),
-        "holders": [entry(pos, e) for pos, state, e in rows if state == "holding"],
+        "holders": [entry(pos, e) for pos, state, e in rows if state != "waiting"],
         "waiters": [entry(pos, e) for pos, state, e in rows if state == "waiting"],
         "draining": st.draining,
         "ramp": ramp_json(st.ramp, now),

@@ -16,6 +16,11 @@ is restarted and queues again; ``unready`` stays up with ``/readyz`` at 503 for 
 ``/healthz`` answers 503 only once the client can never reach the store again (failed
 or closed): an expired session is replaced by a new one. docs/kubernetes.md has the
 pod's life around it.
+
+Revocation (``semaphore-recipes revoke``): when a revoke request reaches the permit,
+``/readyz`` answers 503 (``revoked``) and the token file is removed at once; ``--grace``
+seconds later (time for the app to see it unready) the permits are released and
+``hold`` exits 0.
 """
 
 from __future__ import annotations
@@ -46,7 +51,14 @@ from ._common import (
     status_json,
 )
 from ._http import ProbeServer, Reply, add_listen_argument, metrics_route, parse_listen
-from .run import add_semaphore_arguments, check_permits, open_semaphore, slot_env
+from .run import (
+    DEFAULT_GRACE,
+    add_semaphore_arguments,
+    check_permits,
+    non_negative_float,
+    open_semaphore,
+    slot_env,
+)
 
 DEFAULT_LISTEN = "0.0.0.0:8479"
 POLL = 0.05  # seconds between checks of the permit and of the stop signal
@@ -66,6 +78,7 @@ class Phase(enum.Enum):
     HELD = "held"
     SUSPENDED = "suspended"
     LOST = "lost"
+    REVOKED = "revoked"  # a revoke request came: unready, releasing after --grace
     STOPPING = "stopping"
 
 
@@ -93,6 +106,14 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         choices=[m.value for m in OnLost],
         default=OnLost.EXIT.value,
         help="when the permit is lost: exit 76 (exit, default) or stay up unready (unready)",
+    )
+    p.add_argument(
+        "--grace",
+        type=non_negative_float,
+        default=DEFAULT_GRACE,
+        metavar="S",
+        help="when the permit is revoked: seconds unready before releasing and exiting 0 "
+        f"(default {DEFAULT_GRACE:g})",
     )
     p.set_defaults(handler=cmd_hold)
 
@@ -147,7 +168,7 @@ class Sidecar:
 
     def current(self) -> Phase:
         permit = self.permit
-        if permit is None or self.phase in (Phase.STOPPING, Phase.LOST):
+        if permit is None or self.phase in (Phase.STOPPING, Phase.LOST, Phase.REVOKED):
             return self.phase
         state = permit.state
         if state is PermitState.HELD:
@@ -259,7 +280,7 @@ def cmd_hold(args: argparse.Namespace, command: list[str]) -> int:
             f"hold: holding {permit.permits} of {sem.capacity} permit(s) of {name!r}, "
             f"token {permit.token}, after {time.monotonic() - started:.2f} s"
         )
-        return _hold(sidecar, permit, stop, token_file, on_lost)
+        return _hold(sidecar, permit, stop, token_file, on_lost, args.grace)
     finally:
         # (a permit granted as a signal came, before it was stored above, goes with
         # the session that close() ends)
@@ -277,12 +298,26 @@ def cmd_hold(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def _hold(
-    sidecar: Sidecar, permit: Permit, stop: threading.Event, token_file: TokenFile, on_lost: OnLost
+    sidecar: Sidecar,
+    permit: Permit,
+    stop: threading.Event,
+    token_file: TokenFile,
+    on_lost: OnLost,
+    grace: float,
 ) -> int:
-    """Until a stop signal; returns the exit status."""
+    """Until a stop signal, or ``grace`` seconds after a revoke request; returns the
+    exit status."""
     state = PermitState.HELD
     lost = False
+    release_at: float | None = None
     while not stop.is_set():
+        if release_at is None and not lost and permit.revoke_requested.is_set():
+            sidecar.phase = Phase.REVOKED  # /readyz: 503 from now on
+            token_file.remove()
+            release_at = time.monotonic() + grace
+            say(f"hold: permit of {sidecar.name!r} revoked: unready, releasing in {grace:g} s")
+        if release_at is not None and time.monotonic() >= release_at:
+            return 0  # (the caller releases)
         if not lost and permit.lost.is_set():
             lost = True
             token_file.remove()

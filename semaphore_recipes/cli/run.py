@@ -19,6 +19,10 @@ it reconnects; on ZooKeeper also after a whole session timeout without reconnect
 etcd only when it reaches a member again (a new leader may have renewed the lease), so
 CMD keeps running SUSPENDED meanwhile: fence its writes with the token when that matters.
 
+Revocation (``semaphore-recipes revoke``): when a revoke request reaches the permit, CMD
+gets SIGTERM, then SIGKILL after ``--grace`` seconds; ``run`` releases the permit when
+CMD has exited and exits with CMD's status (143 when SIGTERM ended it).
+
 Signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to ``run`` are
 forwarded to CMD, and ``run`` exits when CMD does. A Ctrl-C (SIGINT, SIGQUIT) typed in a
 terminal already reaches CMD, which is in the same foreground process group; it is not
@@ -97,8 +101,8 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         type=non_negative_float,
         default=DEFAULT_GRACE,
         metavar="S",
-        help=f"seconds between SIGTERM and SIGKILL with --on-lost=terminate "
-        f"(default {DEFAULT_GRACE:g})",
+        help=f"seconds between SIGTERM and SIGKILL, when the permit is revoked or lost "
+        f"(with --on-lost=terminate) (default {DEFAULT_GRACE:g})",
     )
     p.add_argument(
         "--quiet",
@@ -368,6 +372,7 @@ def _supervise(
     signals.started(child)
     lost_at: float | None = None
     kill_at: float | None = None
+    revoked = False
     state = PermitState.HELD
     while True:
         code = child.poll()
@@ -391,6 +396,15 @@ def _supervise(
                     f"warning: permit of {name!r} lost while the command runs "
                     "(--on-lost=ignore): it no longer holds the semaphore"
                 )
+        elif lost_at is None and not revoked and permit.revoke_requested.is_set():
+            revoked = True  # (a lost permit after this still counts as lost, below)
+            say(
+                f"permit of {name!r} revoked: sending SIGTERM to pid {child.pid}"
+                + (f", SIGKILL in {grace:g} s" if grace else "")
+                + "; releasing when it exits"
+            )
+            _send(child, signal.SIGTERM)
+            kill_at = now + grace
         elif lost_at is None:
             current = permit.state
             if current is not state:

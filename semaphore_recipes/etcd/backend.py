@@ -120,7 +120,7 @@ class EtcdBackend(Backend):
 
     scheme = "etcd"
     capabilities = Capabilities(
-        async_face=True, slots=True, acquire_all=True, drain=True, ramp=True
+        async_face=True, slots=True, acquire_all=True, drain=True, ramp=True, revoke=True
     )
     queue_type = EtcdQueue
 

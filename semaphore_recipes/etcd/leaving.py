@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,9 @@ class Leaving(SemaphoreKeys):
         self._tokens: dict[str, int] = {}  # our entries' create_revisions
         self._holder_watchers: dict[str, Watcher] = {}  # acquire(watch_entry=True)
         self._marks_pending: set[tuple[str, int]] = set()  # marks handed to the background
+        # our held entries whose holder is told of a revoke request: key -> (token, tell)
+        self._revocation_watches: dict[str, tuple[int, Callable[[], None]]] = {}
+        self._revoked: set[tuple[str, int]] = set()  # requests seen (kept by a late mark)
 
     # ---- what an entry's leaving undoes ------------------------------------------
     def entry_created(self, uid: str, token: int) -> None:
@@ -72,6 +75,27 @@ class Leaving(SemaphoreKeys):
         """The watch of our held entry ``key`` (``acquire(watch_entry=True)``)."""
         with self._lock:
             self._holder_watchers[key] = watcher
+
+    def watch_revocation(self, key: str, token: int, on_revoke: Callable[[], None]) -> None:
+        """Told by the holder's entry watch (``watch_entry``), which sees every write
+        of the entry from its creation: a request written before this call too."""
+        with self._lock:
+            self._revocation_watches[key] = (token, on_revoke)
+
+    def revoke_seen(self, key: str, token: int) -> None:
+        """The holder's watch saw a revoke request on our entry ``key`` of ``token``."""
+        with self._lock:
+            watch = self._revocation_watches.get(key)
+            if watch is None or watch[0] != token:
+                return
+            del self._revocation_watches[key]
+            self._revoked.add((key, token))
+        watch[1]()
+
+    def revoked(self, key: str, token: int) -> bool:
+        """Was a revoke request seen on our entry (a held mark written later keeps it)?"""
+        with self._lock:
+            return (key, token) in self._revoked
 
     def drop_holder_watchers(self) -> list[Watcher]:
         """The holders' watches, forgotten (the queue closes): to cancel."""
@@ -101,6 +125,8 @@ class Leaving(SemaphoreKeys):
         with self._lock:
             token = self._tokens.pop(key, None)
             self._marks_pending.discard((key, token))
+            self._revoked.discard((key, token))
+            self._revocation_watches.pop(key, None)
             watcher = self._holder_watchers.pop(key, None)
         if watcher is not None:
             self.cancel_watchers([watcher])

@@ -86,9 +86,14 @@ def range_request(
     return request
 
 
-def put_request(key: Key, value: Key, *, lease: int = 0) -> pb.PutRequest:
-    """A write of ``key``; with ``lease`` the key is deleted when the lease ends."""
-    return pb.PutRequest(key=to_bytes(key), value=to_bytes(value), lease=lease)
+def put_request(
+    key: Key, value: Key, *, lease: int = 0, ignore_lease: bool = False
+) -> pb.PutRequest:
+    """A write of ``key``; with ``lease`` the key is deleted when the lease ends; with
+    ``ignore_lease`` it keeps the lease it has (a write by another session)."""
+    return pb.PutRequest(
+        key=to_bytes(key), value=to_bytes(value), lease=lease, ignore_lease=ignore_lease
+    )
 
 
 def delete_request(key: Key, range_end: Key = b"") -> pb.DeleteRangeRequest:
@@ -136,9 +141,11 @@ class Op:
     ``add()`` takes)."""
 
     @staticmethod
-    def put(key: Key, value: Key, *, lease: int = 0) -> pb.RequestOp:
+    def put(key: Key, value: Key, *, lease: int = 0, ignore_lease: bool = False) -> pb.RequestOp:
         """A put; see :func:`put_request`."""
-        return pb.RequestOp(request_put=put_request(key, value, lease=lease))
+        return pb.RequestOp(
+            request_put=put_request(key, value, lease=lease, ignore_lease=ignore_lease)
+        )
 
     @staticmethod
     def range(key: Key, range_end: Key = b"", *, limit: int = 0) -> pb.RequestOp:

@@ -3,7 +3,7 @@
 ``EtcdQueue`` is the driver the base runs, made of one part per concept: the keys, the
 capacity and how a call is made (``keyspace.py``), the protocol steps (``steps.py``),
 job slots (``job_slots.py``), leaving and retried deletes (``leaving.py``), the status
-(``status.py``); fenced writes are ``transaction.py``.
+(``status.py``), revocation (``revocation.py``); fenced writes are ``transaction.py``.
 
 Layout (``keyspace.py``): ``<prefix><name>/config`` holds ``{"capacity": N}``; each
 entry is ``<prefix><name>/entries/<lease>-<slot>`` on the session lease, ordered by
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from .._core.program import Program
 from .job_slots import SlotRecords
+from .revocation import Revocation
 from .status import StatusReading
 from .steps import ProtocolSteps
 from .transaction import EtcdFencedTransaction
@@ -37,7 +38,7 @@ from .transaction import EtcdFencedTransaction
 __all__ = ["EtcdFencedTransaction", "EtcdQueue"]
 
 
-class EtcdQueue(ProtocolSteps, SlotRecords, StatusReading):
+class EtcdQueue(ProtocolSteps, SlotRecords, StatusReading, Revocation):
     """One semaphore's queue, made by the :meth:`EtcdBackend.open_queue` program (its
     :meth:`open`): each step is a program that the backend's runner (:mod:`.runner`)
     runs, blocking or awaited."""

@@ -40,7 +40,14 @@ class StatusReading(SemaphoreKeys):
                 (
                     kv.create_revision,
                     EntryStatus(
-                        uid, data.owner, weight, kv.create_revision, data.held, data.since, held
+                        uid,
+                        data.owner,
+                        weight,
+                        kv.create_revision,
+                        data.held,
+                        data.since,
+                        held,
+                        data.revoke,
                     ),
                 )
             )

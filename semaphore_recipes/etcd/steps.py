@@ -20,6 +20,8 @@ that finds its lease replaced while its txn was on its way deletes the entry it 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import dataclasses
 import functools
 import logging
 import threading
@@ -414,6 +416,8 @@ class ProtocolSteps(Leaving):
         lease, _ = parse_etcd_entry(key)  # the entry's own lease, whatever the current one
         if not self.mark_still_pending(key, token):
             return  # released (or abandoned) already
+        if self.revoked(key, token):  # a request seen before the mark: kept in it
+            mark = dataclasses.replace(mark, revoke=True)
         value = mark.encode()  # by the background: not on acquire's path
         if self.closed:
             return
@@ -441,6 +445,11 @@ class ProtocolSteps(Leaving):
         def on_events(events: list[Any], revision: int) -> None:
             if any(e.type == pb.Event.DELETE for e in events):
                 on_lost("the entry was deleted (lease revoked or expired, or by hand)")
+                return
+            # a write of the entry: its held mark, or a revoke request (revocation.py)
+            with contextlib.suppress(CorruptState):
+                if any(decode_entry(key, e.kv.value).revoke for e in events):
+                    self.revoke_seen(key, token)
 
         # from our create_revision: a delete that already happened is seen too
         watcher = Watcher(

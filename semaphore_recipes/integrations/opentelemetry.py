@@ -11,9 +11,13 @@ for ``backend.instrument(...)`` (either face):
   ``semaphore.token`` (the fencing token); status ERROR for the ``error`` outcome;
 * one span ``semaphore.permit_lost`` per permit lost while held, with the event
   ``semaphore.permit.lost`` (``semaphore.lost_reason``: ``session`` when the session or
-  lease ended, ``entry`` when the entry was deleted from outside, revoked by hand or on
-  etcd a lease revoked; no other kind of revocation exists). Losses are seen by the
-  backend's own threads, where no span is current, so this span is a root.
+  lease ended, ``entry`` when the entry was deleted from outside: by hand, by a forced
+  ``revoke``, or on etcd a lease revoked). Losses are seen by the
+  backend's own threads, where no span is current, so this span is a root;
+* one span ``semaphore.permit_revoked`` per permit held here whose holder was asked to
+  give it back (``Semaphore.revoke``), with the event ``semaphore.permit.revoked``; a
+  root too (seen by the watch of the holder's entry). A forced revoke that then removes
+  the entry adds a ``semaphore.permit_lost`` span with ``lost_reason`` ``entry``.
 
 The acquire span is made when the acquire ends, with its start time set back by the
 wait (the hooks of one acquire are not paired by an object of their own); so spans that
@@ -34,11 +38,20 @@ except ImportError as exc:  # pragma: no cover (the extra is in the test depende
 
 from ..instrumentation import AcquireOutcome, Instrumentation, LostReason
 
-__all__ = ["ACQUIRE_SPAN", "LOST_EVENT", "LOST_SPAN", "OpenTelemetryTracing"]
+__all__ = [
+    "ACQUIRE_SPAN",
+    "LOST_EVENT",
+    "LOST_SPAN",
+    "REVOKED_EVENT",
+    "REVOKED_SPAN",
+    "OpenTelemetryTracing",
+]
 
 ACQUIRE_SPAN = "semaphore.acquire"
 LOST_SPAN = "semaphore.permit_lost"
 LOST_EVENT = "semaphore.permit.lost"
+REVOKED_SPAN = "semaphore.permit_revoked"
+REVOKED_EVENT = "semaphore.permit.revoked"
 _SCOPE = "semaphore_recipes"
 
 
@@ -68,6 +81,11 @@ class OpenTelemetryTracing(Instrumentation):
         }
         with self.tracer.start_as_current_span(LOST_SPAN, attributes=attributes) as span:
             span.add_event(LOST_EVENT, attributes)
+
+    def permit_revoked(self, name: str, permits: int) -> None:
+        attributes: dict[str, str | int] = {"semaphore.name": name, "semaphore.permits": permits}
+        with self.tracer.start_as_current_span(REVOKED_SPAN, attributes=attributes) as span:
+            span.add_event(REVOKED_EVENT, attributes)
 
     def _acquire_span(
         self,

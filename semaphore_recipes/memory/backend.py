@@ -75,7 +75,7 @@ class MemoryBackend(Backend):
 
     scheme = "memory"
     capabilities = Capabilities(
-        async_face=True, slots=True, acquire_all=True, drain=True, ramp=True
+        async_face=True, slots=True, acquire_all=True, drain=True, ramp=True, revoke=True
     )
     queue_type = MemoryQueue
 

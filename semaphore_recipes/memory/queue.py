@@ -178,6 +178,20 @@ class MemoryQueue(QueueDriver):
 
         self.backend.send(start)  # now, or on reconnect: never blocks (the asyncio face)
 
+    # ---- revocation: a flag on the entry, told to its holder's watch ----------------------
+    def request_revoke(self, key: str, token: int) -> Generator[object, object, bool]:
+        return (yield from self.call(lambda: self.store.request_revoke(self.path, key, token)))
+
+    def watch_revocation(self, key: str, token: int, on_revoke: Callable[[], None]) -> None:
+        self.backend.send(
+            lambda: call_with_sigint_held(
+                lambda: self.store.watch_revocation(self.path, key, token, on_revoke)
+            )
+        )
+
+    def remove_revoked(self, key: str, token: int) -> Generator[object, object, bool]:
+        return (yield from self.call(lambda: self.store.delete_entry(self.path, key, token)))
+
     # ---- job slots: records in the store, deleted with their entry -------------------------
     def list_slots(
         self, waiter: Waiter, deadline: Deadline
@@ -216,6 +230,7 @@ class MemoryQueue(QueueDriver):
             watch_id = self._holder_watches.pop(key, None)
         if watch_id is not None:  # first: our own delete is no loss to report
             self.store.unwatch(self.path, key, watch_id)
+        self.store.unwatch_revocation(self.path, key)
         self.backend.send(
             lambda: call_with_sigint_held(lambda: self.store.delete_entry(self.path, key))
         )
@@ -245,6 +260,7 @@ class MemoryQueue(QueueDriver):
                 e.data.held,
                 e.data.since,
                 tuple(sorted(i for i, key in slots.items() if key == e.key)),
+                e.revoke_requested,
             )
             for e in entries
         ]

@@ -54,6 +54,7 @@ class StoredEntry:
     token: int
     session: int
     data: EntryData
+    revoke_requested: bool = False  # Semaphore.revoke asked its holder to release
 
 
 @dataclass
@@ -81,6 +82,8 @@ class MemoryStore:
         self._capacity_listeners: dict[str, dict[int, _Listener]] = {}
         self._data: dict[str, bytes] = {}
         self._watches: dict[tuple[str, str], dict[int, EntryWatch]] = {}
+        # (path, key) -> the holder's revocation callback (one holder per entry)
+        self._revoke_watches: dict[tuple[str, str], Callable[[], None]] = {}
 
     def __repr__(self) -> str:
         return f"<MemoryStore {self.name!r} revision={self._revision}>"
@@ -368,11 +371,47 @@ class MemoryStore:
             watch(marked)
         return True
 
-    def delete_entry(self, path: str, key: str) -> bool:
-        """Delete the entry ``key`` of the semaphore at ``path``; False if there is none."""
+    def request_revoke(self, path: str, key: str, token: int) -> bool:
+        """Set the revoke request on entry ``key`` if it still has ``token`` and tell its
+        holder's revocation watch: False when it is gone."""
         with self._lock:
             semaphore = self._semaphores.get(path)
-            if semaphore is None or key not in semaphore.entries:
+            entry = None if semaphore is None else semaphore.entries.get(key)
+            if semaphore is None or entry is None or entry.token != token:
+                return False
+            self._revision += 1
+            semaphore.entries[key] = replace(entry, revoke_requested=True)
+            told = self._revoke_watches.pop((path, key), None)
+        if told is not None:
+            told()
+        return True
+
+    def watch_revocation(
+        self, path: str, key: str, token: int, on_revoke: Callable[[], None]
+    ) -> None:
+        """Call ``on_revoke`` once the entry ``key`` (of ``token``) has a revoke request:
+        now if it has one already; nothing if it is gone (its entry watch tells)."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            entry = None if semaphore is None else semaphore.entries.get(key)
+            if entry is None or entry.token != token:
+                return
+            if not entry.revoke_requested:
+                self._revoke_watches[(path, key)] = on_revoke
+                return
+        on_revoke()
+
+    def unwatch_revocation(self, path: str, key: str) -> None:
+        with self._lock:
+            self._revoke_watches.pop((path, key), None)
+
+    def delete_entry(self, path: str, key: str, token: int | None = None) -> bool:
+        """Delete the entry ``key`` of the semaphore at ``path`` (only if it has
+        ``token``, when given); False if there is none."""
+        with self._lock:
+            semaphore = self._semaphores.get(path)
+            entry = None if semaphore is None else semaphore.entries.get(key)
+            if semaphore is None or entry is None or token not in (None, entry.token):
                 return False
             deliveries = self._delete_locked(path, semaphore, key)
         _all(deliveries)()
@@ -384,6 +423,7 @@ class MemoryStore:
             del semaphore.slots[index]  # a slot record dies with its entry, in one step
         self._revision += 1
         watches = self._watches.pop((path, key), {})
+        self._revoke_watches.pop((path, key), None)
         return [functools.partial(watch, None) for watch in watches.values()]
 
     # ---- the key space of fenced transactions ------------------------------------------

@@ -65,6 +65,7 @@ class MySQLBackend(SQLBackend):
         server_admission=True,
         drain=True,
         ramp=True,
+        revoke=True,
     )
     default_port = DEFAULT_PORT
     keeper: SessionKeeper

@@ -64,6 +64,7 @@ TABLES = [
         token BIGINT NOT NULL,
         held BOOLEAN NOT NULL DEFAULT FALSE,
         since DOUBLE NOT NULL,
+        revoke_requested BOOLEAN NOT NULL DEFAULT FALSE,
         PRIMARY KEY (semaphore, id),
         KEY entries_queue (semaphore, held, token),
         KEY entries_session (session)
@@ -510,6 +511,16 @@ BEGIN
 END
 """
 
+# Version 3 -> 4 too: the revoke request's column on a table made before it (error 1060
+# ignored, as above).
+PROCEDURES["sr_add_revoke_flag"] = """
+CREATE PROCEDURE sr_add_revoke_flag()
+BEGIN
+    DECLARE CONTINUE HANDLER FOR 1060 BEGIN END;
+    ALTER TABLE sr_entries ADD COLUMN revoke_requested BOOLEAN NOT NULL DEFAULT FALSE;
+END
+"""
+
 # Enqueue (or find again, after a lost reply) the entry `eid`: its view, or ["missing"]
 # (no semaphore), ["draining"] (it drains: nothing was made), ["lost"] (our session
 # expired: nothing was made), ["gone"] (the id was abandoned). An entry that fits with
@@ -549,8 +560,8 @@ BEGIN
     ELSE
         CALL sr_next_token(tok);
         SET fits = waiting_now = 0 AND used_now + w <= cap;
-        INSERT INTO sr_entries VALUES (sem, eid, sess, who, w, tok, fits,
-                                       UNIX_TIMESTAMP(SYSDATE(6)));
+        INSERT INTO sr_entries (semaphore, id, session, owner, weight, token, held, since)
+            VALUES (sem, eid, sess, who, w, tok, fits, UNIX_TIMESTAMP(SYSDATE(6)));
         IF fits THEN
             UPDATE sr_semaphores SET used = used + w WHERE name = sem;
             SET reply = JSON_ARRAY('ok', tok, 1, cap, ver, -1);
@@ -632,7 +643,8 @@ BEGIN
             CALL sr_next_token(tok);
             WHILE i < n DO
                 SET sem = JSON_UNQUOTE(JSON_EXTRACT(sems, CONCAT('$[', i, ']')));
-                INSERT INTO sr_entries VALUES (sem, eid, sess, who,
+                INSERT INTO sr_entries (semaphore, id, session, owner, weight, token, held,
+                                        since) VALUES (sem, eid, sess, who,
                     JSON_EXTRACT(weights, CONCAT('$[', i, ']')), tok, FALSE,
                     UNIX_TIMESTAMP(SYSDATE(6)));
                 UPDATE sr_semaphores SET waiting = waiting + 1 WHERE name = sem;
@@ -813,8 +825,46 @@ BEGIN
 END
 """
 
-# [capacity, version, [[id, owner, weight, token, held, since, [slot, ...]], ...],
-# draining, ramp plan or null], after a sweep; null when there is no such semaphore.
+# Ask the live held entry `eid` created with `tok` to give its permits back: the flag set
+# and its client told (a notice ["revoke", ...] and a wake-up); with `force`, remove it as
+# an operator's remove does (its client told ["deleted", ...]) and admit what fits.
+# -> true, or false when there is no such entry
+PROCEDURES["sr_revoke"] = f"""
+CREATE PROCEDURE sr_revoke(sem {_ID}, eid {_ID}, tok BIGINT, by_force BOOLEAN)
+BEGIN
+    DECLARE esess {_ID} DEFAULT NULL;
+    DECLARE wake LONGTEXT DEFAULT '[]';
+    {_ROLLBACK}
+    START TRANSACTION;
+    IF EXISTS (SELECT 1 FROM sr_semaphores WHERE name = sem FOR UPDATE) THEN
+        SELECT e.session INTO esess FROM sr_entries e JOIN sr_sessions x ON x.id = e.session
+            WHERE e.semaphore = sem AND e.id = eid AND e.token = tok AND e.held
+                AND x.expires_at > SYSDATE(6);
+    END IF;
+    IF esess IS NULL THEN
+        ROLLBACK;
+        SELECT 'false';
+    ELSE
+        IF by_force THEN
+            CALL sr_remove_from(sem, JSON_ARRAY(sem), JSON_ARRAY(eid), '', TRUE, wake);
+        ELSE
+            UPDATE sr_entries SET revoke_requested = TRUE WHERE semaphore = sem AND id = eid;
+            INSERT INTO sr_notices (session, notice)
+                VALUES (esess, JSON_ARRAY('revoke', sem, eid, 0, 0));
+            SET wake = JSON_ARRAY(esess);
+        END IF;
+        COMMIT;
+        IF wake <> '[]' THEN
+            CALL sr_wake(wake);
+        END IF;
+        SELECT 'true';
+    END IF;
+END
+"""
+
+# [capacity, version, [[id, owner, weight, token, held, since, [slot, ...],
+# revoke_requested], ...], draining, ramp plan or null], after a sweep; null when there
+# is no such semaphore.
 PROCEDURES["sr_status"] = f"""
 CREATE PROCEDURE sr_status(sem {_ID})
 BEGIN
@@ -834,7 +884,8 @@ BEGIN
         SELECT JSON_ARRAY(cap, ver, COALESCE(JSON_ARRAYAGG(JSON_ARRAY(e.id, e.owner, e.weight,
                    e.token, IF(e.held, 1, 0), e.since,
                    (SELECT COALESCE(JSON_ARRAYAGG(l.idx), JSON_ARRAY()) FROM sr_slots l
-                    WHERE l.semaphore = sem AND l.entry = e.id))), JSON_ARRAY()),
+                    WHERE l.semaphore = sem AND l.entry = e.id),
+                   IF(e.revoke_requested, 1, 0))), JSON_ARRAY()),
                    IF(drain, 1, 0), plan)
             INTO reply
             FROM sr_entries e WHERE e.semaphore = sem;
@@ -946,14 +997,17 @@ BEGIN
 END
 """
 
-# Is a watched holder entry there (with its token, its session alive)? 1 or 0.
+# Is a watched holder entry there (with its token, its session alive)? 0: gone, 1: there,
+# 2: there with a revoke request (a heartbeat sees one whose notice was missed).
 PROCEDURES["sr_holder_exists"] = f"""
 CREATE PROCEDURE sr_holder_exists(sem {_ID}, eid {_ID}, tok BIGINT)
 BEGIN
-    DECLARE found_rows INT;
-    SELECT COUNT(*) INTO found_rows FROM sr_entries e JOIN sr_sessions x ON x.id = e.session
+    -- 0: gone; 1: there; 2: there with a revoke request (version 4)
+    DECLARE found INT;
+    SELECT COALESCE(MAX(IF(e.revoke_requested, 2, 1)), 0) INTO found
+        FROM sr_entries e JOIN sr_sessions x ON x.id = e.session
         WHERE e.semaphore = sem AND e.id = eid AND e.token = tok AND {_live("x")};
-    SELECT found_rows > 0;
+    SELECT found;
 END
 """
 
@@ -1098,6 +1152,7 @@ def schema_statements() -> list[str]:
         statements += [f"DROP PROCEDURE IF EXISTS {name}", text.strip()]
     statements.append("CALL sr_add_drain_flag()")
     statements.append("CALL sr_add_ramp_plan()")
+    statements.append("CALL sr_add_revoke_flag()")
     statements.append(f"INSERT IGNORE INTO sr_schema_version VALUES ({SCHEMA_VERSION})")
     return statements
 
@@ -1113,5 +1168,6 @@ def schema_script() -> str:
     lines.append("DELIMITER ;")
     lines.append("CALL sr_add_drain_flag();")
     lines.append("CALL sr_add_ramp_plan();")
+    lines.append("CALL sr_add_revoke_flag();")
     lines.append(f"INSERT IGNORE INTO sr_schema_version VALUES ({SCHEMA_VERSION});")
     return "\n".join(lines) + "\n"

@@ -260,8 +260,8 @@ class SessionKeeper:
                 log.info("mysql session %s renewed again: permits restored", session)
                 backend.session_restored()
             backend.check_holders(
-                lambda name, key, token: (
-                    self._call(conn, "CALL sr_holder_exists(%s, %s, %s)", name, key, token) == "1"
+                lambda name, key, token: int(
+                    self._call(conn, "CALL sr_holder_exists(%s, %s, %s)", name, key, token) or 0
                 )
             )
             return
@@ -326,6 +326,8 @@ class SessionKeeper:
                     queue.admitted(str(entry_id), int(str(capacity)), int(str(version)))
                 elif kind == "deleted":
                     queue.deleted(str(entry_id))
+                elif kind == "revoke":
+                    queue.revoke_requested(str(entry_id))
 
     def _holder_gone(self, session: str) -> None:
         """Every waiting entry looks once the session's grace is over (it is dead for

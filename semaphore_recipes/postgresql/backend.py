@@ -59,6 +59,7 @@ class PostgreSQLBackend(SQLBackend):
         server_admission=True,
         drain=True,
         ramp=True,
+        revoke=True,
     )
     default_port = DEFAULT_PORT
     keeper: SessionKeeper
@@ -248,15 +249,18 @@ class PostgreSQLBackend(SQLBackend):
             self.describe(),
         )
 
-    def holder_exists(
+    def holder_state(
         self, execute: Callable[[bytes, tuple[str, ...]], str | None]
-    ) -> Callable[[str, str, int], bool]:
-        """After a renewal (on the keeper's connection): is a watched holder entry there?"""
+    ) -> Callable[[str, str, int], int]:
+        """After a renewal (on the keeper's connection): is a watched holder entry there
+        (1), with a revoke request (2), or gone (0)? (A request whose notification was
+        lost, the listener reconnecting, is seen here.)"""
         sql = self.sql(
-            "SELECT count(*) FROM {s}.entries WHERE semaphore = $1 AND id = $2 "
+            "SELECT coalesce(max(CASE WHEN revoke_requested THEN 2 ELSE 1 END), 0) "
+            "FROM {s}.entries WHERE semaphore = $1 AND id = $2 "
             "AND token = $3 AND {s}.live(session)"
         )
-        return lambda name, key, token: execute(sql, (name, key, str(token))) == "1"
+        return lambda name, key, token: int(execute(sql, (name, key, str(token))) or 0)
 
     # ---- Backend ---------------------------------------------------------------------------
     def describe(self) -> str:

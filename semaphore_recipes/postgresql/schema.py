@@ -66,8 +66,11 @@ CREATE TABLE IF NOT EXISTS {s}.entries (
     token bigint NOT NULL,
     held boolean NOT NULL DEFAULT false,
     since double precision NOT NULL,
+    -- a revoke request on a holder (Semaphore.revoke, version 4): admit() never reads it
+    revoke_requested boolean NOT NULL DEFAULT false,
     PRIMARY KEY (semaphore, id)
 );
+ALTER TABLE {s}.entries ADD COLUMN IF NOT EXISTS revoke_requested boolean NOT NULL DEFAULT false;
 CREATE INDEX IF NOT EXISTS entries_queue ON {s}.entries (semaphore, token);
 CREATE INDEX IF NOT EXISTS entries_session ON {s}.entries (session);
 CREATE TABLE IF NOT EXISTS {s}.slots (
@@ -477,9 +480,39 @@ BEGIN
     END LOOP;
 END $$;
 
--- [capacity, version, [[id, owner, weight, token, held, since, [slot, ...]], ...],
--- draining, ramp plan or null] in queue order, after a sweep; null when there is no
--- such semaphore.
+-- Ask the live held entry `eid` created with `tok` to give its permits back: the flag
+-- set and its client told on its channel (["revoke", ...]); with `force`, remove it as
+-- an operator's remove does (its client told ["deleted", ...]) and admit what fits.
+-- -> 'true', or 'false' when there is no such entry (JSON, as the steps answer)
+CREATE OR REPLACE FUNCTION {s}.revoke(sem text, eid text, tok bigint, force boolean)
+RETURNS text
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    r record;
+BEGIN
+    PERFORM 1 FROM {s}.semaphores WHERE name = sem FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'false';
+    END IF;
+    SELECT e.session, x.channel INTO r FROM {s}.entries e
+        JOIN {s}.sessions x ON x.id = e.session
+        WHERE e.semaphore = sem AND e.id = eid AND e.token = tok AND e.held
+            AND x.expires_at > clock_timestamp();
+    IF NOT FOUND THEN
+        RETURN 'false';
+    END IF;
+    IF force THEN
+        PERFORM {s}.remove(ARRAY[sem], ARRAY[eid], '', true);
+        RETURN 'true';
+    END IF;
+    UPDATE {s}.entries SET revoke_requested = true WHERE semaphore = sem AND id = eid;
+    PERFORM pg_notify(r.channel, json_build_array('revoke', sem, eid, 0, 0)::text);
+    RETURN 'true';
+END $$;
+
+-- [capacity, version, [[id, owner, weight, token, held, since, [slot, ...],
+-- revoke_requested], ...], draining, ramp plan or null] in queue order, after a sweep;
+-- null when there is no such semaphore.
 CREATE OR REPLACE FUNCTION {s}.status(sem text) RETURNS text
 LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
@@ -494,7 +527,8 @@ BEGIN
     RETURN (SELECT json_build_array(srow.capacity, srow.version,
                 coalesce(json_agg(json_build_array(e.id, e.owner, e.weight, e.token, e.held,
                     e.since, (SELECT coalesce(json_agg(l.idx ORDER BY l.idx), '[]')
-                              FROM {s}.slots l WHERE l.semaphore = sem AND l.entry = e.id))
+                              FROM {s}.slots l WHERE l.semaphore = sem AND l.entry = e.id),
+                    e.revoke_requested)
                     ORDER BY e.token), '[]'), srow.draining, srow.ramp)::text
             FROM {s}.entries e WHERE e.semaphore = sem);
 END $$;

@@ -219,7 +219,7 @@ class SessionKeeper:
                 self._suspended = False
                 log.info("postgresql session %s renewed again: permits restored", session)
                 backend.session_restored()
-            backend.check_holders(backend.holder_exists(lambda sql, p: self._execute(conn, sql, p)))
+            backend.check_holders(backend.holder_state(lambda sql, p: self._execute(conn, sql, p)))
             return
         self._replace(conn, session, "the session expired on the server")
 
@@ -275,6 +275,8 @@ class SessionKeeper:
                     queue.admitted(entry_id, int(capacity), int(version))
                 elif kind == "deleted":
                     queue.deleted(entry_id)
+                elif kind == "revoke":
+                    queue.revoke_requested(entry_id)
 
     def _next_timer(self) -> float:
         with self._timer_lock:

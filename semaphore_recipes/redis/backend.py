@@ -119,6 +119,7 @@ class RedisBackend(Backend):
         admission_slots=True,
         drain=True,
         ramp=True,
+        revoke=True,
     )
     default_port = DEFAULT_PORT
 

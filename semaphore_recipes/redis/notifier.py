@@ -155,6 +155,8 @@ class Notifier:
                 queue.admitted(entry_id, int(message["c"]), int(message["v"]), slots, acknowledged)
             elif message.get("x") == "deleted":
                 queue.deleted(entry_id)
+            elif message.get("x") == "revoke":
+                queue.revoke_requested(entry_id)
             elif message.get("x") == "capacity":  # (``d``: the drain flag, when it changed)
                 draining = message.get("d")
                 queue.apply_capacity(

@@ -139,6 +139,9 @@ class RedisQueue(QueueDriver):
         self._where = f"semaphore {name!r} on {backend.describe()}"
         self._routes: dict[str, _Route] = {}
         self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
+        # our held entries whose holder is told of a revoke request: id -> (token, tell)
+        self._revocation_watches: dict[str, tuple[int, Callable[[], None]]] = {}
+        self._revoked: set[str] = set()  # requests told before the holder watched
         #: the lease the scripts know as one of the openers (told of capacity changes)
         self._opener: str | None = None
 
@@ -363,6 +366,30 @@ class RedisQueue(QueueDriver):
         decided = slots if route.waiter.wants_slots else None
         route.waiter.post(route.generation, StoreAdmitted(entry_id, decided))
 
+    # ---- revocation: a flag in the entry, told through the holder's inbox ------------------
+    def request_revoke(self, key: str, token: int) -> Program[bool]:
+        return bool((yield from self._run_script(ScriptName.REVOKE, key, token, "")))
+
+    def remove_revoked(self, key: str, token: int) -> Program[bool]:
+        return bool((yield from self._run_script(ScriptName.REVOKE, key, token, "force")))
+
+    def watch_revocation(self, key: str, token: int, on_revoke: Callable[[], None]) -> None:
+        with self._lock:
+            seen = key in self._revoked
+            if not seen:
+                self._revocation_watches[key] = (token, on_revoke)
+        if seen:  # told before the acquire handed us the permit
+            on_revoke()
+
+    def revoke_requested(self, entry_id: str) -> None:
+        """The notifier: a revoke request is on our entry ``entry_id``."""
+        with self._lock:
+            watch = self._revocation_watches.pop(entry_id, None)
+            if watch is None and entry_id in self._routes:
+                self._revoked.add(entry_id)  # ours, its holder not watching yet
+        if watch is not None:
+            watch[1]()
+
     def deleted(self, entry_id: str) -> None:
         """Someone else removed our entry ``entry_id``."""
         with self._lock:
@@ -407,6 +434,8 @@ class RedisQueue(QueueDriver):
         """Our entry ``key`` is about to be removed: nothing of ours waits for it."""
         with self._lock:
             self._holder_watches.pop(key, None)
+            self._revocation_watches.pop(key, None)
+            self._revoked.discard(key)
             self._routes.pop(key, None)
 
     def drop_route(self, entry_id: str | None) -> None:
@@ -470,8 +499,9 @@ class RedisQueue(QueueDriver):
                 bool(int(reply[i + 4])),
                 float(reply[i + 5]),
                 tuple(sorted(slot.index for slot in parse_slots(reply[i + 6]))),
+                bool(int(reply[i + 7])),
             )
-            for i in range(4, len(reply), 7)
+            for i in range(4, len(reply), 8)
         ]
         return split_queue(
             self.name,

@@ -12,7 +12,8 @@ Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md s
     the client's notification list: the scripts push one message per newly admitted
     entry of that client (``{"x": "admitted", "n": S, "k": entry id, "c": capacity,
     "v": version}``, and ``"z"``: the entry's job slots when it asked for them), one per
-    entry removed by someone else (``"x": "deleted"``), and
+    entry removed by someone else (``"x": "deleted"``), one per revoke request on one of
+    its held entries (``"x": "revoke"``), and
     one per capacity change of a semaphore it opened (``"x": "capacity"``).
 ``P:s:S:cfg``
     hash: ``capacity`` and its ``version`` (of every config write), ``drain`` while it
@@ -21,7 +22,8 @@ Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md s
     sorted set: entry id -> order (FIFO by the counter, never by client clocks).
 ``P:s:S:e``
     hash: entry id -> JSON ``{"w": weight, "l": lease, "o": owner, "h": held, "s": since,
-    "t": order}``, and for an ``acquire(slot=True)``: ``"z": true``, then, from the
+    "t": order}``, ``"r": true`` once a revoke request is on it (``sem.revoke()``), and
+    for an ``acquire(slot=True)``: ``"z": true``, then, from the
     write that admits it, ``"x": [index1, token1, ...]``, its job slots (``give_slots``):
     the records live in the entry, so they go in the request that deletes it.
 ``P:s:S:open``
@@ -300,6 +302,7 @@ class ScriptName(enum.Enum):
     NEW_LEASE = "new_lease"
     END_LEASE = "end_lease"
     DELETE_SEMAPHORE = "delete_semaphore"
+    REVOKE = "revoke"
 
 
 # Tell every live client that opened the semaphore (a rare administrative event: the
@@ -558,9 +561,32 @@ for _, id in ipairs(redis.call('zrange', QK, 0, -1)) do
     out[#out + 1] = h
     out[#out + 1] = tostring(e.s)
     out[#out + 1] = e.x or {}
+    out[#out + 1] = e.r and 1 or 0
   end
 end
 return out
+""",
+    # ARGV: P, S, id, token, 'force' to remove the entry (else: ask). Only the live held
+    # entry `id` created with `token`. Asking marks it (`r`) and tells its client
+    # (`"x": "revoke"`); forcing removes it as REMOVE does for an operator (its client
+    # is told `"x": "deleted"`) and admits what fits. -> 1, or 0 when it is not there
+    ScriptName.REVOKE: r"""
+local id = ARGV[3]
+local e = entry(id)
+if not alive(e) or not e.h or e.t ~= tonumber(ARGV[4]) then return 0 end
+if ARGV[5] == 'force' then
+  remove_entry(id, '')
+  sweep(nil)
+  return 1
+end
+e.r = true
+redis.call('hset', EK, id, cjson.encode(e))
+local box = P .. ':inbox:' .. e.l
+redis.call('rpush', box, cjson.encode({x = 'revoke', n = S, k = id}))
+local ttl = redis.call('pttl', lease_key(e.l))
+if ttl > 0 then redis.call('pexpire', box, ttl) end
+ring(box)
+return 1
 """,
     # ARGV: P, S, id, token, then (kind, key, value) per write.
     # -> {'ok'}, {'lost'} or {'conflict', key}; all writes or none

@@ -53,6 +53,8 @@ log = logging.getLogger("semaphore_recipes.sql")
 
 #: a look after the session a waiter depends on would have expired comes this much later
 CHECK_MARGIN = 0.05
+#: what a heartbeat's look at a watched holder entry answers (``check_holders``)
+HOLDER_GONE, HOLDER_THERE, HOLDER_ASKED = 0, 1, 2
 
 
 def flag(value: object) -> bool:
@@ -102,6 +104,9 @@ class SQLQueue(QueueDriver):
         self.where = f"semaphore {name!r} on {backend.describe()}"
         self._routes: dict[str, _Route] = {}
         self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
+        # our held entries whose holder is told of a revoke request: id -> (token, tell)
+        self._revocation_watches: dict[str, tuple[int, Callable[[], None]]] = {}
+        self._revoked: set[str] = set()  # requests told before the holder watched
 
     def _step(self, name: str, *args: StepArg, deadline: Deadline | None = None) -> Program[Any]:
         """Step ``name``, its reply parsed as JSON (None: NULL)."""
@@ -233,6 +238,30 @@ class SQLQueue(QueueDriver):
                   route.generation)  # fmt: skip
         route.waiter.post(route.generation, StoreAdmitted(entry_id))
 
+    # ---- revocation: a column of the entry, told on its client's channel --------------------
+    def request_revoke(self, key: str, token: int) -> Program[bool]:
+        return flag((yield from self._step("revoke", self.name, key, token, False)))
+
+    def remove_revoked(self, key: str, token: int) -> Program[bool]:
+        return flag((yield from self._step("revoke", self.name, key, token, True)))
+
+    def watch_revocation(self, key: str, token: int, on_revoke: Callable[[], None]) -> None:
+        with self._lock:
+            seen = key in self._revoked
+            if not seen:
+                self._revocation_watches[key] = (token, on_revoke)
+        if seen:  # told before the acquire handed us the permit
+            on_revoke()
+
+    def revoke_requested(self, entry_id: str) -> None:
+        """The notifier: a revoke request is on our entry ``entry_id``."""
+        with self._lock:
+            watch = self._revocation_watches.pop(entry_id, None)
+            if watch is None and entry_id in self._routes:
+                self._revoked.add(entry_id)  # ours, its holder not watching yet
+        if watch is not None:
+            watch[1]()
+
     def deleted(self, entry_id: str) -> None:
         """Someone else removed our entry ``entry_id``."""
         with self._lock:
@@ -261,12 +290,17 @@ class SQLQueue(QueueDriver):
         with self._lock:
             return [k for k, r in self._routes.items() if not r.admitted]
 
-    def check_holders(self, exists: Callable[[str, int], bool]) -> None:
-        """Report each watched holder entry that is gone (``exists(id, token)``)."""
+    def check_holders(self, state: Callable[[str, int], int]) -> None:
+        """Report each watched holder entry that is gone (``state(id, token)`` 0), and
+        tell its holder of a revoke request (2) whose notification was lost (a
+        listener reconnecting): the heartbeat bounds how late a holder learns of it."""
         with self._lock:
             watches = list(self._holder_watches.items())
         for key, (token, on_lost) in watches:
-            if not exists(key, token):
+            seen = state(key, token)
+            if seen == HOLDER_ASKED:
+                self.revoke_requested(key)
+            if seen == HOLDER_GONE:
                 with self._lock:
                     found = self._holder_watches.pop(key, None)
                 if found is not None:
@@ -281,6 +315,8 @@ class SQLQueue(QueueDriver):
         """Our entry ``key`` is about to be removed: nothing of ours waits for it."""
         with self._lock:
             self._holder_watches.pop(key, None)
+            self._revocation_watches.pop(key, None)
+            self._revoked.discard(key)
             self._routes.pop(key, None)
 
     def drop_route(self, entry_id: str | None) -> None:
@@ -351,10 +387,18 @@ class SQLQueue(QueueDriver):
         ramp = RampPlan.decode(self.name, rest[1] if len(rest) > 1 else None)
         self.apply_capacity(int(capacity), int(version), draining)
         entries = [
-            EntryStatus(key, owner, int(weight), int(token), flag(held), float(since),
-                        tuple(sorted(int(i) for i in slots)))
-            for key, owner, weight, token, held, since, slots in rows
-        ]  # fmt: skip
+            EntryStatus(
+                key,
+                owner,
+                int(weight),
+                int(token),
+                flag(held),
+                float(since),
+                tuple(sorted(int(i) for i in slots)),
+                bool(asked) and flag(asked[0]),
+            )
+            for key, owner, weight, token, held, since, slots, *asked in rows
+        ]  # fmt: skip (asked: the revoke request, schema version 4)
         entries.sort(key=lambda entry: entry.token)  # (MySQL's aggregate keeps no order)
         return split_queue(
             self.name,

@@ -257,12 +257,13 @@ class SQLBackend(Backend):
         if new is not None:
             _log(self).info("%s: new session %s", self.describe(), new)
 
-    def check_holders(self, exists: Callable[[str, str, int], bool]) -> None:
-        """After a renewal: report watched holder entries that are gone
-        (``exists(semaphore, entry id, token)``)."""
+    def check_holders(self, state: Callable[[str, str, int], int]) -> None:
+        """After a renewal: report watched holder entries that are gone, or asked to
+        give their permits back (``state(semaphore, entry id, token)``: see
+        :meth:`SQLQueue.check_holders`)."""
         for queue in self.queues():
             queue.check_holders(
-                lambda key, token, name=queue.name: exists(name, key, token)  # type: ignore[misc]
+                lambda key, token, name=queue.name: state(name, key, token)  # type: ignore[misc]
             )
 
     # ---- Backend ---------------------------------------------------------------------------

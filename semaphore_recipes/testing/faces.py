@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .._core.position import Position
     from .._core.status import Status
     from .._permit import PermitState
+    from .._revoke import Revoked
     from ..aio import AsyncBackend, AsyncMultiPermit, AsyncPermit, AsyncSemaphore, AsyncTransaction
     from ..backend import Backend, SessionState, Write
 
@@ -286,12 +287,15 @@ class BlockingSemaphore:
     def resume(self) -> None:
         self._loop.run(self.aio.resume())
 
+    def revoke(self, **target: Any) -> Revoked:
+        return self._loop.run(self.aio.revoke(**target))
+
     def __repr__(self) -> str:
         return f"<BlockingSemaphore {self.name!r}>"
 
 
 class _LostView:
-    """``permit.lost`` as a ``threading.Event`` reader."""
+    """``permit.lost`` (or ``revoke_requested``) as a ``threading.Event`` reader."""
 
     def __init__(self, event: asyncio.Event, loop: LoopThread) -> None:
         self._event = event
@@ -324,6 +328,7 @@ class _BlockingHeld:
         self.slots = permit.slots
         self.owner = permit.owner
         self.lost = _LostView(permit.lost, loop)
+        self.revoke_requested = _LostView(permit.revoke_requested, loop)
 
     @property
     def state(self) -> PermitState:

@@ -117,7 +117,7 @@ class ZooKeeperBackend(Backend):
 
     scheme = "zookeeper"
     capabilities = Capabilities(
-        async_face=True, slots=True, acquire_all=True, drain=True, ramp=True
+        async_face=True, slots=True, acquire_all=True, drain=True, ramp=True, revoke=True
     )
     queue_type = ZooKeeperQueue
 

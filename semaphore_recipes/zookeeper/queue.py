@@ -3,7 +3,7 @@
 ``ZooKeeperQueue`` is the driver the base runs, made of one part per concept: the node
 and its capacity (``node.py``), the protocol steps (``steps.py``), job slots
 (``slots.py``), leaving and deletes in the background (``leaving.py``), the status
-(``status.py``); fenced writes are ``transaction.py``.
+(``status.py``), revocation (``revocation.py``); fenced writes are ``transaction.py``.
 
 Both faces run the same steps: each is written once as a program that yields its bound,
 then the kazoo requests in flight (or "wait until connected"), and the backend's runner
@@ -26,13 +26,14 @@ goes on in the background instead).
 from __future__ import annotations
 
 from .leaving import Leaving
+from .revocation import Revocation
 from .status import StatusReading
 from .transaction import ZooKeeperFencedTransaction
 
 __all__ = ["ZooKeeperFencedTransaction", "ZooKeeperQueue"]
 
 
-class ZooKeeperQueue(Leaving, StatusReading):
+class ZooKeeperQueue(Leaving, StatusReading, Revocation):
     """One semaphore's queue: the driver the base runs, made of its parts (the node and
     its capacity ``node.py``; the protocol steps ``steps.py``; job slots ``slots.py``;
     leaving ``leaving.py``; status ``status.py``)."""

@@ -74,7 +74,14 @@ class StatusReading(SemaphoreNode):
             data = decode_entry(child, raw)
             held_slots = tuple(sorted(slots.get(child, ())))
             row = EntryStatus(
-                child, data.owner, weight, stat.czxid, data.held, data.since, held_slots
+                child,
+                data.owner,
+                weight,
+                stat.czxid,
+                data.held,
+                data.since,
+                held_slots,
+                data.revoke,
             )
             rows.append((seq, row))
         return capacity, draining, rows, ramp, int(config_stat.mzxid)

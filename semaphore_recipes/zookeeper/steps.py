@@ -15,6 +15,7 @@ enters the queue again with kazoo's new session (see ``backend.py``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -22,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import (
+    BadVersionError,
     ConnectionLoss,
     KazooException,
     NoNodeError,
@@ -35,6 +37,7 @@ from .._core.names import new_entry_id, parse_zk_entry, zk_entry_prefix
 from .._core.protocol import Enqueued, EntryChanged, EntryHeld, SessionLost
 from .._core.queue import Entry, EntryState
 from ..backend import Waiter, nearest_needed
+from ..errors import CorruptState
 from ._kazoo_compat import run_on_callback_thread
 from ._listing import Listings, nearest_lower, sorted_entries
 from ._waits import Await, ZkProgram
@@ -56,6 +59,9 @@ class ProtocolSteps(SemaphoreNode):
         self._alone_since: int | None = None
         self._alone: dict[str, int] = {}  # our live entries known alone -> their sequence
         self._marks_pending: set[str] = set()  # held marks handed to kazoo's callback thread
+        # our held entries whose holder is told of a revoke request: key -> tell
+        self._revocation_watches: dict[str, Callable[[], None]] = {}
+        self._revoked: set[str] = set()  # requests seen (kept by a held mark written later)
         self._listings = Listings()  # one listing for the enqueues of a burst (_listing.py)
 
     def forget_old_session(self) -> None:
@@ -64,12 +70,16 @@ class ProtocolSteps(SemaphoreNode):
         with self._lock:
             self._alone.clear()
             self._marks_pending.clear()
+            self._revocation_watches.clear()
+            self._revoked.clear()
 
     def forget_entry(self, key: str) -> int | None:
         """Our entry ``key`` leaves: drop its pending held mark and what the lone-client
         path kept of it (its sequence number, returned)."""
         with self._lock:
             self._marks_pending.discard(key)
+            self._revocation_watches.pop(key, None)
+            self._revoked.discard(key)
             return self._alone.pop(key, None)
 
     def left_alone(self, sequence: int) -> None:
@@ -291,9 +301,13 @@ class ProtocolSteps(SemaphoreNode):
         send, and the acquire would spend that and the JSON encoding before returning
         (figures: docs/design.md section 9). A mark still pending when the permit is
         released is neither encoded nor sent. The entry's name is unique: a set on it
-        never re-creates an entry that is gone."""
+        never re-creates an entry that is gone. It is written over the version read (0:
+        the entry's first write), so a revoke request written before it is read and kept
+        in the mark, never overwritten (``revocation.py``)."""
         path = f"{self.path}/{key}"
         data = b""
+        version = 0
+
         with self._lock:
             self._marks_pending.add(key)
 
@@ -304,11 +318,29 @@ class ProtocolSteps(SemaphoreNode):
                 on_lost("the entry was gone when its held mark was written")
             except SessionExpiredError:
                 on_lost("the session expired before the held mark was written")
+            except BadVersionError:  # a revoke request came first (or our lost reply)
+                self.client.get_async(path).rawlink(reread)
             except ConnectionLoss:
-                if not self.backend.closed:
-                    self.client.set_async(path, data).rawlink(marked)  # sent on reconnect
+                if not self.backend.closed:  # sent on reconnect
+                    self.client.set_async(path, data, version=version).rawlink(marked)
             except KazooException as exc:
                 log.warning("held mark of %s failed: %r", path, exc)
+
+        def reread(result: Any) -> None:
+            nonlocal data, version
+            try:
+                raw, stat = result.get(block=False)
+                asked = decode_entry(key, raw).revoke
+            except NoNodeError:
+                on_lost("the entry was gone when its held mark was written")
+                return
+            except (KazooException, CorruptState) as exc:
+                log.warning("held mark of %s failed: %r", path, exc)
+                return
+            if raw == data:
+                return  # our own mark, its reply lost
+            data, version = dataclasses.replace(mark, revoke=asked).encode(), stat.version
+            self.client.set_async(path, data, version=version).rawlink(marked)
 
         def send() -> None:
             nonlocal data
@@ -316,10 +348,24 @@ class ProtocolSteps(SemaphoreNode):
                 if key not in self._marks_pending:
                     return  # released (or abandoned) already
                 self._marks_pending.discard(key)
-            data = mark.encode()
-            self.client.set_async(path, data).rawlink(marked)
+                asked = key in self._revoked
+            data = (dataclasses.replace(mark, revoke=True) if asked else mark).encode()
+            self.client.set_async(path, data, version=version).rawlink(marked)
 
         run_on_callback_thread(self.client, send)
+
+    def watch_revocation(self, key: str, token: int, on_revoke: Callable[[], None]) -> None:
+        """Told by the holder's entry watch (``watch_entry``), whose reads return the
+        entry's data: a request written before it is in the first read."""
+        with self._lock:
+            self._revocation_watches[key] = on_revoke
+
+    def _revoke_seen(self, key: str) -> None:
+        with self._lock:
+            self._revoked.add(key)
+            on_revoke = self._revocation_watches.pop(key, None)
+        if on_revoke is not None:
+            on_revoke()
 
     def watch_entry(self, key: str, token: int, on_lost: Callable[[str], None]) -> None:
         path = f"{self.path}/{key}"
@@ -328,15 +374,23 @@ class ProtocolSteps(SemaphoreNode):
             if event.type == EventType.DELETED:
                 on_lost("the entry was deleted")
             elif event.type == EventType.CHANGED or (
-                # our own held mark, or the connection lost (kazoo dropped the watch):
-                # watch on (sent once connected); a session end is the permit's business
+                # our own held mark, a revoke request, or the connection lost (kazoo
+                # dropped the watch): read and watch on (sent once connected); a session
+                # end is the permit's business
                 event.type == EventType.NONE and not session_ended(event)
             ):
-                self.client.exists_async(path, watch=fired).rawlink(checked)
+                self.client.get_async(path, watch=fired).rawlink(read)
 
-        def checked(result: Any) -> None:
-            with contextlib.suppress(KazooException):
-                if result.get(block=False) is None:
-                    on_lost("the entry was gone when its watch was set")
+        def read(result: Any) -> None:
+            try:
+                raw, _ = result.get(block=False)
+            except NoNodeError:
+                on_lost("the entry was gone when its watch was set")
+                return
+            except KazooException:
+                return
+            with contextlib.suppress(CorruptState):
+                if decode_entry(key, raw).revoke:
+                    self._revoke_seen(key)
 
-        self.client.exists_async(path, watch=fired).rawlink(checked)
+        self.client.get_async(path, watch=fired).rawlink(read)

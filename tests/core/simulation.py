@@ -37,6 +37,17 @@ decides admission admits nobody while the flag is set. Checks: once nothing is i
 flight, nobody waits in a draining queue (every waiter was told and left, none sleeps
 on a lost or misordered event), and after a final resume every run still completes and
 leaves no entry behind.
+
+Forced revokes (``revokes=True``): an operator removes a holder's entries, as the end
+of its session would but with the holder still running (``revoke(force=True)``): the
+holder's permit no longer counts (its fence fails) and it only releases later, which
+removes nothing more; the successors are admitted by the same watches and sweeps. The
+usual checks (prefix rule, no lost wakeup, every run completes, no entry left) hold.
+Revoke requests are modelled too (client-decided admission): a write on an entry,
+which its watchers see as the stores' watches show it: ZooKeeper's one-shot watch
+fires as for a held mark (``EntryHeld``), also on an entry not marked (or a waiter's:
+the revoker's status read may be older than a capacity decrease); etcd's persistent
+watch carries the value (a marked entry's mark again, else ``EntryChanged``).
 """
 
 from __future__ import annotations
@@ -63,6 +74,7 @@ from semaphore_recipes._core.protocol import (
     CapacityChanged,
     Enqueue,
     Enqueued,
+    EntryChanged,
     EntryDeleted,
     EntryHeld,
     EntryMarked,
@@ -173,6 +185,7 @@ class Simulation:
         admission_slots: bool = False,
         store_mutation: str = "",
         drains: bool = False,
+        revokes: bool = False,
     ) -> None:
         """``queues`` > 1: several semaphores ``q0``, ``q1``... of ``capacity`` each,
         each client asking random weights of a random non-empty subset of them (or the
@@ -210,6 +223,8 @@ class Simulation:
         self.drains = drains
         self.draining = {name: False for name in self.names}  # the drain flag beside it
         self.refused = 0  # acquires that ended with Draining
+        self.revokes = revokes
+        self.revoked = 0  # holders whose entries a forced revoke removed
         # a deleted entry's view reaches some of its watchers (those in its process)
         self.deleted_views = deleted_views
         # a mutation: the view of the entry admitted before it (a key naming two entries)
@@ -498,7 +513,13 @@ class Simulation:
                 acts.append(("start", c))
             elif c.state == "holding":
                 acts.extend([("release", c)] * 3 + [("crash", c)])
+                if self.revokes:
+                    acts.extend([("revoke", c), ("ask", c), ("ask", c)])
+            elif c.state == "revoked":  # its lost fired: it releases, nothing is left
+                acts.append(("release", c))
             elif c.state == "waiting" and isinstance(c.step, AwaitEvent) and not c.events:
+                if self.revokes and self.rng.random() < 0.3:
+                    acts.append(("ask", c))
                 if c.timeout:
                     acts.append(("timeout", c))
                 acts.append(("expire", c))
@@ -697,6 +718,27 @@ class Simulation:
         elif action == "release" or action == "crash":
             self._delete(c.keys)
             self._forget(c)
+        elif action == "ask":
+            # a revoke request written on each of its entries: nothing the protocol
+            # reads changes, but the watchers see a write
+            for key in c.keys.values():
+                if self.server_admission or key not in self.store:
+                    continue
+                entry = self.store[key]
+                if not self.persistent_watches:
+                    self._fire(key, EntryHeld(key))
+                elif entry.held:
+                    self._tell(key, EntryMarked(key, entry.lower))
+                else:
+                    self._fire(key, EntryChanged(key))
+        elif action == "revoke":
+            # the operator's token-checked removal; the holder goes on until it sees it
+            self._delete(c.keys)
+            self.revoked += 1
+            c.state, c.keys = "revoked", {}
+            c.admitted.clear()  # no longer counted: its fenced writes fail
+            c.mark_pending.clear()
+            c.unmarked.clear()
         elif action == "timeout":
             c.clock = math.inf
             self._send(c, None)
@@ -780,7 +822,7 @@ class Simulation:
             self.set_draining(queue, False)
         self.drain()
         while True:
-            holders = [c for c in self.clients if c.state == "holding"]
+            holders = [c for c in self.clients if c.state in ("holding", "revoked")]
             waiting = [c for c in self.clients if c.state == "waiting"]
             new = [c for c in self.clients if c.state == "new"]
             if new:

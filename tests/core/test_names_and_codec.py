@@ -150,3 +150,13 @@ def test_split_queue_counts_in_flight_admissions_as_holders() -> None:
     assert [x.key for x in st_.holders] == ["a", "b", "d"]
     assert [x.key for x in st_.waiters] == ["c"]
     assert st_.used == 4
+
+
+def test_an_entry_revoke_request_round_trips_and_is_absent_when_not_set() -> None:
+    plain = codec.EntryData(owner="o", held=True, since=1.0, weight=2)
+    assert b"revoke" not in plain.encode()  # an entry never revoked reads as before
+    asked = codec.EntryData(owner="o", held=True, since=1.0, weight=2, revoke=True)
+    assert codec.decode_entry("k", asked.encode()) == asked
+    assert codec.decode_entry("k", plain.encode()).revoke is False
+    with pytest.raises(CorruptState):
+        codec.decode_entry("k", b'{"owner":"o","held":true,"since":1,"revoke":"yes"}')

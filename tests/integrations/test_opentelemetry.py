@@ -1,6 +1,6 @@
 """OpenTelemetry spans of acquires and lost permits, on the test Redis server, read back
 with the SDK's in-memory exporter: one acquire span per acquire call of either face,
-with what happened; a lost permit's span and event."""
+with what happened; a lost permit's span and event; a revoke request's (memory store)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from semaphore_recipes.integrations.opentelemetry import (
     ACQUIRE_SPAN,
     LOST_EVENT,
     LOST_SPAN,
+    REVOKED_EVENT,
+    REVOKED_SPAN,
     OpenTelemetryTracing,
 )
 from semaphore_recipes.testing.redis_harness import RedisHarness
@@ -130,3 +132,39 @@ def test_a_lost_permit_is_a_span_with_its_event(
         "semaphore.permits": 1,
         "semaphore.lost_reason": "session",
     }
+
+
+def test_a_revoke_request_is_a_span_with_its_event(
+    tracing: OpenTelemetryTracing, exporter: InMemorySpanExporter
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from semaphore_recipes.prometheus import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    with (
+        sr.connect("memory://otel-revoke") as holder_side,
+        sr.connect("memory://otel-revoke") as admin,
+    ):
+        holder_side.instrument(tracing)
+        sem = holder_side.semaphore("traced-revoke", 2)
+        kept = sem.acquire(watch_entry=True)
+        asked = sem.acquire(watch_entry=True)
+        assert admin.semaphore("traced-revoke", 2).revoke(token=asked.token).asked == 1
+        assert asked.revoke_requested.wait(5)
+        revoked = [s for s in exporter.get_finished_spans() if s.name == REVOKED_SPAN]
+        assert len(revoked) == 1
+        assert [e.name for e in revoked[0].events] == [REVOKED_EVENT]
+        assert (revoked[0].attributes or {}).get("semaphore.name") == "traced-revoke"
+        holder_side.instrument(metrics)
+        asked.release()
+        again = sem.acquire(watch_entry=True, timeout=5)
+        admin.semaphore("traced-revoke", 2).revoke(all=True)
+        assert again.revoke_requested.wait(5) and kept.revoke_requested.wait(5)
+        counted = registry.get_sample_value(
+            "semaphore_recipes_permits_revoked_total", {"semaphore": "traced-revoke"}
+        )
+        assert counted == 1  # (kept was held before the metrics were attached)
+        kept.release()
+        again.release()

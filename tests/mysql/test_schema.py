@@ -83,6 +83,7 @@ _VERSION_1 = [
     "INSERT INTO sr_schema_version VALUES (1)",
     "ALTER TABLE sr_semaphores DROP COLUMN draining",  # (added by version 3)
     "ALTER TABLE sr_semaphores DROP COLUMN ramp",  # (added by version 4)
+    "ALTER TABLE sr_entries DROP COLUMN revoke_requested",  # (added by version 4)
 ]
 _TAKE = "CALL sr_take_slot('none', 'none', 0)"
 
@@ -102,8 +103,10 @@ def test_a_schema_of_version_1_is_upgraded_on_connect(
     assert rows == ((SCHEMA_VERSION,),) and SCHEMA_VERSION == 4
     assert execute(mysql_admin, _TAKE) == (('["lost"]',),)  # today's procedure
     sem = running.semaphore("after", capacity=1)
-    with sem.acquire(slot=True, timeout=5) as permit:
+    with sem.acquire(slot=True, timeout=5, watch_entry=True) as permit:
         assert [slot.index for slot in permit.slots] == [0]
+        assert sem.revoke(token=permit.token).asked == 1  # the column of version 4
+        assert permit.revoke_requested.wait(5)
     sem.drain()  # the drain flag's column is there
     assert sem.status().draining
     sem.set_capacity(2, ramp=sr.Ramp(1, 0.01))  # the ramp plan's column (version 4) too
@@ -127,3 +130,20 @@ def test_a_user_that_may_not_upgrade_is_told_what_to_run(
     assert execute(mysql_admin, _TAKE) == (('["version 1"]',),)  # left as it was
     execute(mysql_admin, *schema_statements())  # the owner runs the printed schema
     sr.connect(url).close()
+
+
+def test_a_revoke_request_whose_notice_was_missed_is_seen_at_the_heartbeat(
+    mysql_backend: Any, mysql_admin: Any, mysql_database: str
+) -> None:
+    """The flag written with no notice and no wake-up (as if its notice were lost): the
+    holder's keeper sees it at its next renewal, within the session timeout."""
+    sem = mysql_backend(session_timeout=3).semaphore("quiet", capacity=1)
+    permit = sem.acquire(watch_entry=True)
+    execute(
+        mysql_admin,
+        f"UPDATE `{mysql_database}`.sr_entries SET revoke_requested = TRUE "
+        f"WHERE id = '{permit.key}'",
+        "COMMIT",
+    )
+    assert permit.revoke_requested.wait(6)
+    permit.release()

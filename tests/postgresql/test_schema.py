@@ -89,6 +89,7 @@ DELETE FROM {s}.schema_version;
 INSERT INTO {s}.schema_version VALUES (1);
 ALTER TABLE {s}.semaphores DROP COLUMN draining;
 ALTER TABLE {s}.semaphores DROP COLUMN ramp;
+ALTER TABLE {s}.entries DROP COLUMN revoke_requested;
 """
 
 
@@ -113,8 +114,10 @@ def test_a_schema_of_version_1_is_upgraded_on_connect(
     assert version == SCHEMA_VERSION == 4
     assert postgresql_admin.execute(take).fetchone() == ('["lost"]',)  # today's function
     sem = running.semaphore("after", capacity=1)
-    with sem.acquire(slot=True, timeout=5) as permit:
+    with sem.acquire(slot=True, timeout=5, watch_entry=True) as permit:
         assert [slot.index for slot in permit.slots] == [0]
+        assert sem.revoke(token=permit.token).asked == 1  # the column of version 4
+        assert permit.revoke_requested.wait(5)
     sem.drain()  # the drain flag's column (version 3) is there
     assert sem.status().draining
     sem.set_capacity(2, ramp=sr.Ramp(1, 0.01))  # the ramp plan's column (version 4) too
@@ -139,3 +142,19 @@ def test_a_role_that_may_not_upgrade_is_told_what_to_run(
     assert postgresql_admin.execute(take).fetchone() == ('["version 1"]',)  # left as it was
     postgresql_admin.execute(schema_sql(s))  # the owner runs the printed schema
     sr.connect(url).close()
+
+
+def test_a_revoke_request_whose_notification_was_lost_is_seen_at_the_heartbeat(
+    postgresql_backend: Any, postgresql_admin: Any, postgresql_schema: str
+) -> None:
+    """The flag written with no notification (as if it were lost while the listener
+    reconnected): the holder's keeper sees it at its next renewal, within the session
+    timeout."""
+    sem = postgresql_backend(session_timeout=3).semaphore("quiet", capacity=1)
+    permit = sem.acquire(watch_entry=True)
+    postgresql_admin.execute(
+        f"UPDATE {postgresql_schema}.entries SET revoke_requested = true WHERE id = %s",
+        (permit.key,),
+    )
+    assert permit.revoke_requested.wait(6)
+    permit.release()

@@ -405,7 +405,7 @@ def test_an_enqueue_admitted_at_once_gets_its_slots_in_its_reply(scripts: Script
     assert scripts.enqueue("a.2", "a", slots=True)[7] == behind[7]  # a retry: the same
     status = scripts.run(ScriptName.STATUS)
     assert status[2] == 0  # not draining
-    assert [_slots(status[i]) for i in range(10, len(status), 7)] == [[0, 1], [2]]
+    assert [_slots(status[i]) for i in range(10, len(status), 8)] == [[0, 1], [2]]
     scripts.run(ScriptName.REMOVE, "a.2", "a")
     plain = scripts.enqueue("a.3", "a", weight=1, capacity=3)
     assert plain[1] == 1 and plain[7] == []  # admitted; it did not ask, it gets none
