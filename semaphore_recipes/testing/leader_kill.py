@@ -22,6 +22,10 @@ def cycle_through_a_leader_kill(
     checker.write_text("")
     args = ["ens", "2", "cycle", "--weights", "1,2", "--seconds", "8", "--checker", str(checker)]
     procs = [workers.start(url, *args) for _ in range(4)]
+    # every worker connected first: one still connecting when the leader dies waits out
+    # the election within its connect timeout, which a loaded CI machine overran
+    for p in procs:
+        Workers.expect(p, "OPENED", timeout=60)
     wait_until(lambda: read_checker(checker)["grants"] > 20)
     kill_leader()
     grants_at_kill = read_checker(checker)["grants"]

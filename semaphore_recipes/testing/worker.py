@@ -84,6 +84,7 @@ def main() -> int:
         backend = sr.connect(args.url)
     sem = backend.semaphore(args.name, capacity=args.capacity)
     if args.mode == "cycle":
+        print("OPENED", flush=True)  # (connected, the semaphore agreed)
         weights = [int(w) for w in args.weights.split(",")]
         end = time.monotonic() + args.seconds
         cycles = 0

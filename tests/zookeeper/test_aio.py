@@ -187,6 +187,9 @@ def test_a_cancelled_waiter_wakes_its_successor(zk: ZooKeeperHarness) -> None:
             assert not second.done()  # FIFO: it may not overtake the head
             head.cancel()
             permit = await asyncio.wait_for(second, 10)  # woken, no release needed
+            # (the deletion wakes the successor before the head's own cleanup has its
+            # confirmation: the head's task ends when it has)
+            await asyncio.wait({head}, timeout=5)
             assert head.cancelled()
             await permit.release()
             await held.release()
