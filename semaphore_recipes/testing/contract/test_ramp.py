@@ -65,9 +65,12 @@ def test_a_ramp_steps_the_capacity_and_grants_waiters_as_it_rises(service: Harne
         kwargs={"ramp": sr.Ramp(2, interval), "on_step": lambda c, v: steps.append((c, v))},
     )
     seen: list[sr.Status] = []
+    slowest = 0.0  # the longest status read: one longer than the interval can miss a step
     ramp.start()
     while ramp.is_alive():
+        started = time.monotonic()
         seen.append(admin.status())
+        slowest = max(slowest, time.monotonic() - started)
         time.sleep(0.05)
     ramp.join()
     for thread in waiting:
@@ -78,10 +81,12 @@ def test_a_ramp_steps_the_capacity_and_grants_waiters_as_it_rises(service: Harne
     assert all(s.used <= s.capacity for s in seen)
     # at 4, the two waiters ahead were granted while the plan (to 6) was stored
     at_four = [s for s in seen if s.capacity == 4 and s.used == 4]
-    assert at_four, [(s.capacity, s.used) for s in seen]
-    plan = at_four[0].ramp
-    assert plan is not None and (plan.target, plan.step, plan.interval) == (6, 2, interval)
-    assert len(at_four[0].waiters) == 2
+    if slowest < interval / 3:  # (reads that slow, on a loaded machine, may see only 6)
+        assert at_four, [(s.capacity, s.used) for s in seen]
+    for status in at_four:
+        plan = status.ramp
+        assert plan is not None and (plan.target, plan.step, plan.interval) == (6, 2, interval)
+        assert len(status.waiters) == 2
     final = admin.status()
     assert final.capacity == 6 and final.used == 6 and final.ramp is None
     assert final.config_version == steps[1][1]
