@@ -25,6 +25,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .._bounded_await import bounded
 from ..backend import Deadline, Program, run_program, run_program_async
 from ..errors import (
     AcquireTimeout,
@@ -386,9 +387,9 @@ class SyncRunner:
         the client does.)"""
         assert self._connections is not None  # (one server)
         conn = self._connections.take()
-        bounded = timeout if timeout is not None and timeout < self._socket_timeout else None
+        within = timeout if timeout is not None and timeout < self._socket_timeout else None
         try:
-            return evalsha_on(conn, sha, (), args, bounded)
+            return evalsha_on(conn, sha, (), args, within)
         finally:
             self._connections.give_back(conn)
 
@@ -533,14 +534,15 @@ class AsyncRunner:
             if pending.timeout is None:
                 return await reply
             try:
-                return await asyncio.wait_for(reply, pending.timeout)
+                return await bounded(reply, pending.timeout)
             except asyncio.TimeoutError:
                 late = f"no reply within {pending.timeout:.2f} s"
                 raise redis.exceptions.TimeoutError(late) from None
 
     async def _evalsha(self, sha: str, args: tuple[Arg, ...], timeout: float | None) -> Any:
         """EVALSHA on an idle connection of this runner (as :meth:`SyncRunner._evalsha`),
-        its reply awaited at most ``timeout`` seconds (None: the socket's timeout). A
+        sent and its reply read within ``timeout`` seconds (None: the request timeout),
+        one bound for both (the runner's connections have no socket timeout). A
         connection whose reply was not read whole closes itself (redis-py's asyncio
         connections do on any exception, a cancellation too): no late reply is read."""
         assert self._connections is not None  # (one server)
@@ -551,16 +553,12 @@ class AsyncRunner:
             raise redis.exceptions.TimeoutError(
                 f"no connection of this client free within {timeout:.2f} s"
             ) from None
-        if timeout is not None:
-            timeout = max(0.0, timeout - (time.monotonic() - started))
+        bound = self._request_timeout if timeout is None else timeout
+        bound = max(0.0, bound - (time.monotonic() - started))
         try:
-            await conn.send_packed_command([evalsha_packed(sha, (), args)])
-            if timeout is None:
-                return await conn.read_response()
-            try:
-                return await asyncio.wait_for(conn.read_response(), timeout)
-            except asyncio.TimeoutError:
-                raise redis.exceptions.TimeoutError(f"no reply within {timeout:.2f} s") from None
+            return await bounded(_call(conn, evalsha_packed(sha, (), args)), bound)
+        except asyncio.TimeoutError:
+            raise redis.exceptions.TimeoutError(f"no reply within {bound:.2f} s") from None
         finally:
             await self._connections.give_back(conn)
 
@@ -583,3 +581,9 @@ class AsyncRunner:
         if self._connections is not None:
             await self._connections.close()
         await close_async(self.client)
+
+
+async def _call(conn: Any, packed: bytes) -> Any:
+    """Send one packed command on an asyncio connection and read its reply."""
+    await conn.send_packed_command([packed])
+    return await conn.read_response()

@@ -133,13 +133,17 @@ class AsyncTurns:
 class AsyncIdleConnections:
     """Connections of ``client``'s pool kept by one asyncio runner (one event loop),
     each taken in one of the runner's :class:`AsyncTurns` (at most
-    :data:`MAX_ASYNC_CONNECTIONS` out at once, by default)."""
+    :data:`MAX_ASYNC_CONNECTIONS` out at once, by default). They have no socket
+    timeout once connected: whoever takes one bounds its call on it as a whole (under
+    redis-py's socket timeout every write would run in a task of its own)."""
 
     def __init__(self, client: redis.asyncio.Redis, turns: AsyncTurns | None = None) -> None:
         self._pool: Any = client.connection_pool  # (redis-py's pool methods are untyped)
         self._idle: list[Any] = []
         self._closed = False
         self._turns = AsyncTurns() if turns is None else turns
+        # (the socket timeout of its connections' handshakes; cleared for their calls)
+        self._socket_timeout = self._pool.connection_kwargs.get("socket_timeout")
 
     async def take(self, timeout: float | None = None) -> Any:
         """A connected connection with nothing unread (made when none is idle), in a
@@ -149,15 +153,15 @@ class AsyncIdleConnections:
             conn = self._idle.pop()
         except IndexError:
             conn = self._pool.make_connection()
+        # a (re)connection's handshake timed as redis-py times it
+        conn.socket_timeout = self._socket_timeout
         try:
-            await conn.connect()  # (nothing when connected)
-            if await _stale_async(conn):  # closed by the server, or an unread reply: anew
-                await conn.disconnect()
-                await conn.connect()
+            await _ready(conn)
         except BaseException:
             await conn.disconnect(nowait=True)
             self._turns.give_back()
             raise
+        conn.socket_timeout = None
         return conn
 
     async def give_back(self, conn: Any) -> None:
@@ -182,6 +186,14 @@ def _stale(conn: Any) -> bool:
         return bool(conn.can_read())
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
         return True
+
+
+async def _ready(conn: Any) -> None:
+    """``conn`` connected, with nothing unread (a stale one made anew)."""
+    await conn.connect()  # (nothing when connected)
+    if await _stale_async(conn):  # closed by the server, or an unread reply: anew
+        await conn.disconnect()
+        await conn.connect()
 
 
 async def _stale_async(conn: Any) -> bool:

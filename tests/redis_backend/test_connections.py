@@ -5,6 +5,7 @@ sent on it is the first thing on a fresh connection; after ``close`` nothing sta
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import pytest
@@ -232,3 +233,35 @@ def test_calls_through_the_clients_own_pool_share_the_runners_turns(
     most, holders_seen = asyncio.run(scenario())
     assert holders_seen == tasks  # every read answered, each saw the one holder
     assert most <= MAX_ASYNC_CONNECTIONS + 8 < tasks, most
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is Python 3.11's")
+def test_an_asyncio_script_call_runs_in_the_calling_task(redis_server: Any) -> None:
+    """A script call of the asyncio runner is bounded without a task of its own: an
+    acquire+release makes one task (the release's shielded removal), not three (under
+    redis-py's socket timeout every write ran in a ``wait_for`` task)."""
+    url = f"redis://{redis_server.host_port}/0?prefix=tasks-{free_port()}"
+    cycles = 20
+
+    async def scenario() -> int:
+        async with aio.connect(url) as backend:
+            sem = backend.semaphore("tasks", capacity=1)
+            await (await sem.acquire(timeout=5)).release()  # (connections made)
+            loop = asyncio.get_running_loop()
+            made = 0
+            create_task = loop.create_task
+
+            def counting(coro: Any, **kwargs: Any) -> Any:
+                nonlocal made
+                made += 1
+                return create_task(coro, **kwargs)
+
+            loop.create_task = counting  # type: ignore[method-assign]
+            try:
+                for _ in range(cycles):
+                    await (await sem.acquire(timeout=5)).release()
+            finally:
+                loop.create_task = create_task  # type: ignore[method-assign]
+            return made
+
+    assert asyncio.run(scenario()) == cycles
