@@ -78,3 +78,47 @@ def test_a_put_wakes_a_waiting_get() -> None:
     taker.join(5)
     untimed.join(5)
     assert sorted(got) == ["a", "b"]
+
+
+def test_a_stale_ring_does_not_end_a_wait_early() -> None:
+    """An item taken without waiting leaves its put's ring behind: the next timed take
+    still waits its time, then finds nothing."""
+    inbox: Inbox[int] = Inbox()
+    inbox.put(1)
+    assert inbox.get_nowait() == 1
+    started = time.monotonic()
+    with pytest.raises(queue.Empty):
+        inbox.get(timeout=0.2)
+    assert time.monotonic() - started >= 0.2
+
+
+def test_items_put_by_many_threads_reach_many_takers_once_each() -> None:
+    """Several takers waiting at once: puts that come together (one ring for several)
+    still wake a taker per item; none is lost or taken twice."""
+    inbox: Inbox[int] = Inbox()
+    per_putter, putters, takers = 500, 4, 3
+    taken: list[int] = []
+    lock = threading.Lock()
+
+    def take() -> None:  # (untimed: a lost wake-up would leave it waiting for good)
+        while (item := inbox.get()) >= 0:
+            with lock:
+                taken.append(item)
+
+    def put(first: int) -> None:
+        for i in range(first, first + per_putter):
+            inbox.put(i)
+
+    threads = [threading.Thread(target=take) for _ in range(takers)]
+    threads += [threading.Thread(target=put, args=(k * per_putter,)) for k in range(putters)]
+    for thread in threads:
+        thread.daemon = True
+        thread.start()
+    for thread in threads[takers:]:
+        thread.join(30)
+    for _ in range(takers):
+        inbox.put(-1)  # (each taker's last)
+    for thread in threads[:takers]:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads), "a taker was not woken"
+    assert sorted(taken) == list(range(per_putter * putters))
