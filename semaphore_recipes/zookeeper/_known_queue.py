@@ -46,7 +46,10 @@ class KnownQueue:
         # (czxid, cversion) of the semaphore node when the listing was answered: a node
         # made again (deleted by hand) starts its child version anew
         self._version = (-1, -1)
-        self._entries: list[tuple[int, int, str]] = []  # (sequence, weight, name), sorted
+        # (sequence, weight, name), sorted; an entry gone stays here until compacted
+        # (a drain learns its deletions from the front: each one removed at once
+        # would move the rest of the list)
+        self._entries: list[tuple[int, int, str]] = []
         self._sequence: dict[str, int] = {}  # name -> sequence, of the entries kept
         # Names known gone, removed from any listing installed later (a listing answered
         # before the deletion may be installed after it); only those in the listing are
@@ -70,11 +73,12 @@ class KnownQueue:
         delete's reply said so)."""
         with self._lock:
             self._gone.add(name)
-            seq = self._sequence.pop(name, None)
-            if seq is not None:
-                i = bisect.bisect_left(self._entries, (seq,))
-                if i < len(self._entries) and self._entries[i][2] == name:
-                    del self._entries[i]
+            if self._sequence.pop(name, None) is not None:
+                self._compact_if_sparse()
+
+    def _compact_if_sparse(self) -> None:
+        if len(self._entries) > 2 * len(self._sequence) + 64:
+            self._entries = [e for e in self._entries if e[2] in self._sequence]
 
     def held_with(self, name: str, lower: Iterable[str]) -> None:
         """The entry ``name`` is held and its mark records ``lower``, its whole view
@@ -87,13 +91,10 @@ class KnownQueue:
                 return
             below = bisect.bisect_left(self._entries, (seq,))
             older = self._entries[:below]
-            kept = [e for e in older if e[2] in keep]
-            if len(kept) == len(older):
-                return
             for _, _, gone in older:
                 if gone not in keep:
                     self._sequence.pop(gone, None)
-            self._entries[:below] = kept
+            self._entries[:below] = [e for e in older if e[2] in self._sequence]
 
     def lower_than(self, name: str, sequence: int) -> list[Entry] | None:
         """The entries lower than ours (``name`` of ``sequence``) not known gone: a
@@ -103,4 +104,8 @@ class KnownQueue:
             if self._sequence.get(name) != sequence:
                 return None
             below = bisect.bisect_left(self._entries, (sequence,))
-            return [Entry(key=n, order=s, weight=w) for s, w, n in self._entries[:below]]
+            return [
+                Entry(key=n, order=s, weight=w)
+                for s, w, n in self._entries[:below]
+                if n in self._sequence
+            ]

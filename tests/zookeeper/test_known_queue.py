@@ -67,3 +67,18 @@ def test_a_held_mark_prunes_the_older_entries_it_does_not_name() -> None:
     known.gone("e5")
     known.held_with("e6", ["e4", "e5"])
     assert keys(known.lower_than("e7", 7)) == ["e4", "e6"]
+
+
+def test_entries_gone_from_the_front_of_a_long_queue_are_left_out() -> None:
+    """(as in a drain: removed lazily, the list compacted now and then)"""
+    known = KnownQueue()
+    known.listed(node(1), listing(*range(1000)))
+    for seq in range(0, 990, 3):
+        known.gone(f"e{seq}")
+    for seq in range(1, 990, 3):
+        known.gone(f"e{seq}")
+    assert keys(known.lower_than("e995", 995)) == [
+        f"e{s}" for s in range(995) if s >= 990 or s % 3 == 2
+    ]
+    known.held_with("e992", ["e989"])
+    assert keys(known.lower_than("e995", 995)) == ["e989", "e992", "e993", "e994"]
