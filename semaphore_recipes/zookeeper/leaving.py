@@ -47,8 +47,10 @@ class Leaving(ProtocolSteps, SlotRecords):
     def remove(self, key: str, slot_records: Mapping[int, int | None]) -> ZkProgram[None]:
         yield self.delete_waits()
         alone = self.forget_entry(key)
-        if (yield from self._deleting_entry(key, slot_records)) and alone is not None:
-            self.left_alone(alone)  # deleted, reply in hand
+        if (yield from self._deleting_entry(key, slot_records)):
+            self.entry_gone(key)  # deleted, reply in hand
+            if alone is not None:
+                self.left_alone(alone)
 
     def _deleting_entry(self, key: str, slot_records: Mapping[int, int | None]) -> ZkProgram[bool]:
         """Delete our entry ``key`` and its ``slot_records`` in one ``multi`` (so no

@@ -14,6 +14,7 @@ enters the queue again with kazoo's new session (see ``backend.py``).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import functools
@@ -39,6 +40,7 @@ from .._core.queue import Entry, EntryState
 from ..backend import Waiter, nearest_needed
 from ..errors import CorruptState
 from ._kazoo_compat import run_on_callback_thread
+from ._known_queue import KnownQueue
 from ._listing import Listings, nearest_lower, sorted_entries
 from ._waits import Await, ZkProgram
 from .node import SemaphoreNode, session_ended
@@ -63,6 +65,7 @@ class ProtocolSteps(SemaphoreNode):
         self._revocation_watches: dict[str, Callable[[], None]] = {}
         self._revoked: set[str] = set()  # requests seen (kept by a held mark written later)
         self._listings = Listings()  # one listing for the enqueues of a burst (_listing.py)
+        self._known = KnownQueue()  # what a re-list is answered from (_known_queue.py)
 
     def forget_old_session(self) -> None:
         """Our entries died with the old session; lost permits are never released, so
@@ -87,6 +90,10 @@ class ProtocolSteps(SemaphoreNode):
         the next enqueue may skip its listing (see :meth:`_enqueue_alone`)."""
         with self._lock:
             self._alone_since = sequence
+
+    def entry_gone(self, key: str) -> None:
+        """Our entry ``key`` is deleted (the reply in hand): a re-list leaves it out."""
+        self._known.gone(key)
 
     # ---- the protocol steps ---------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> ZkProgram[Enqueued]:
@@ -126,6 +133,7 @@ class ProtocolSteps(SemaphoreNode):
                     listing = self._listings.after(number, self._list)
                 children, parent = yield listing.reply
                 entries = listing.entries(children)
+                self._known.listed(parent, entries)
             except NoNodeError:
                 log.warning("semaphore node %s vanished; creating it again", self.path)
                 yield from self.recreate_node()
@@ -138,6 +146,7 @@ class ProtocolSteps(SemaphoreNode):
                     continue
                 path, stat, children, parent = found
                 entries = sorted_entries(children)
+                self._known.listed(parent, entries)
             except SessionExpiredError:
                 continue  # a create in the dead session died with it; kazoo makes a new one
             if not (yield from self.capacity_checked(parent.mzxid)):
@@ -251,9 +260,12 @@ class ProtocolSteps(SemaphoreNode):
                         raw, _ = yield reply
                         data = decode_entry(key, raw)
                         states[key] = EntryState(held=data.held, lower=data.lower)
+                        if data.held and data.lower is not None:
+                            self._known.held_with(key, data.lower)
                     except NoNodeError:
                         # (a get on a missing node leaves no watch behind)
                         states[key] = None
+                        self._known.gone(key)
                 return states
             except ConnectionLoss:
                 yield Await.CONNECTION
@@ -261,24 +273,33 @@ class ProtocolSteps(SemaphoreNode):
                 return SessionLost()
 
     def relist(self, waiter: Waiter, deadline: Deadline) -> ZkProgram[list[Entry] | SessionLost]:
+        """Every entry lower than ours that may exist: from what this process knows of
+        the queue when that holds our entry, else from a listing (``_known_queue.py``)."""
         yield self.step_waits(deadline)
         assert waiter.key is not None
         parsed = parse_zk_entry(waiter.key)
         assert parsed is not None
         my_seq = parsed[2]
-        children = yield from self.children()
-        if isinstance(children, SessionLost):
-            return children
-        lower = []
-        for child in children:
-            p = parse_zk_entry(child)
-            if p is not None and p[2] < my_seq:
-                lower.append(Entry(key=child, order=p[2], weight=p[1]))
-        return lower
+        known = self._known.lower_than(waiter.key, my_seq)
+        if known is not None:
+            return known
+        while True:
+            try:
+                children, parent = yield self._list()
+                break
+            except ConnectionLoss:
+                yield Await.CONNECTION
+            except SessionExpiredError:
+                return SessionLost()
+        entries = sorted_entries(children)
+        self._known.listed(parent, entries)
+        below = bisect.bisect_left(entries, (my_seq,))
+        return [Entry(key=name, order=seq, weight=w) for seq, w, name in entries[:below]]
 
     def _entry_watch(self, waiter: Waiter, generation: int, key: str) -> Callable[[Any], None]:
         def fired(event: Any) -> None:
             if event.type == EventType.DELETED:
+                self._known.gone(key)
                 waiter.entry_deleted(generation, key)
             elif event.type == EventType.CHANGED:
                 waiter.post(generation, EntryHeld(key))  # the held mark is the only write

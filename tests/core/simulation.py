@@ -186,6 +186,7 @@ class Simulation:
         store_mutation: str = "",
         drains: bool = False,
         revokes: bool = False,
+        relists: str = "whole",
     ) -> None:
         """``queues`` > 1: several semaphores ``q0``, ``q1``... of ``capacity`` each,
         each client asking random weights of a random non-empty subset of them (or the
@@ -199,13 +200,20 @@ class Simulation:
         ``admission_slots`` gives the slots in the admitting write; ``store_mutation``
         breaks that store: ``"untold"`` admits without telling, ``"forget_holders"``
         admits as if the holders weighed nothing, ``"slots_ignore_holders"`` gives
-        slots from 0 whatever the holders hold."""
+        slots from 0 whatever the holders hold. ``relists``: ``"whole"`` answers a
+        Relist with the lower entries; ``"superset"`` adds, at random, lower entries
+        deleted since the client's create (ZooKeeper answers from a process's record of
+        the queue: ``zookeeper/_known_queue.py``); the mutation ``"missing"`` leaves out
+        a live lower entry at random (a record taken before the client's create)."""
         assert not admission_slots or (server_admission and slots)
         self.rng = rng
         self.server_admission = server_admission
         self.admission_slots = admission_slots
         self.store_mutation = store_mutation
         self.store: dict[str, StoredEntry] = {}
+        self.relists = relists
+        # deleted entries, each with next_order at its deletion (relists="superset")
+        self.gone: list[tuple[StoredEntry, int]] = []
         self.watches: dict[str, set[int]] = {}
         self.names = ["sim"] if queues == 1 else [f"q{i}" for i in range(queues)]
         self.capacities = {name: capacity for name in self.names}
@@ -295,7 +303,7 @@ class Simulation:
                 else:
                     del records[index]
             if key in self.store:
-                del self.store[key]
+                self.gone.append((self.store.pop(key), self.next_order))
                 self._fire(key, EntryDeleted(key, self._known_view(key)))
         for queue in keys:
             self._sweep(queue)
@@ -357,6 +365,22 @@ class Simulation:
             newest = max(older, key=lambda k: _queue_and_order(k)[1]) if older else None
             return None if newest is None else self.admitted_views[newest]
         return self.admitted_views.get(key)
+
+    def _relisted(self, me: StoredEntry) -> list[StoredEntry]:
+        """A Relist's answer (see ``relists``)."""
+        lower = self._lower(me)
+        if self.relists == "superset":
+            # deleted after our create (a record holding our entry was listed after it)
+            lower += [
+                e
+                for e, deleted_at in self.gone
+                if e.queue == me.queue
+                and e.order < me.order < deleted_at
+                and self.rng.random() < 0.5
+            ]
+        elif self.relists == "missing" and lower and self.rng.random() < 0.5:
+            lower.pop(self.rng.randrange(len(lower)))
+        return sorted(lower, key=lambda e: e.order)
 
     def _lower(self, me: StoredEntry) -> list[StoredEntry]:
         return sorted(
@@ -680,7 +704,7 @@ class Simulation:
         elif action == "relist":
             me = self.store[c.keys[c.step_queue]]
             c.relists += 1
-            self._send(c, [Entry(e.key, e.order, e.weight) for e in self._lower(me)])
+            self._send(c, [Entry(e.key, e.order, e.weight) for e in self._relisted(me)])
         elif action == "deliver":
             self._send(c, c.events.popleft())
         elif action == "list_slots":

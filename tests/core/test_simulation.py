@@ -34,6 +34,7 @@ def run_one(
     store_mutation: str = "",
     drains: bool = False,
     revokes: bool = False,
+    relists: str = "whole",
 ) -> Simulation:
     rng = random.Random(seed)
     sim = Simulation(
@@ -54,6 +55,7 @@ def run_one(
         store_mutation=store_mutation,
         drains=drains,
         revokes=revokes,
+        relists=relists,
     )
     sim.run()
     return sim
@@ -173,6 +175,36 @@ def test_simulation_catches_a_probe_taken_for_a_whole_view(
         except (OverAdmission, LostWakeup):
             return
     raise AssertionError("no run went wrong taking a probed view for whole")
+
+
+@pytest.mark.parametrize("deleted_views", [True, False], ids=["views", "no-views"])
+def test_relists_answered_with_entries_gone_since_keep_safety_and_liveness(
+    deleted_views: bool, kept_entries: int
+) -> None:
+    """ZooKeeper answers a Relist from what its process knows of the queue: a listing
+    that holds the waiter's entry, less the entries known gone since
+    (``zookeeper/_known_queue.py``), so some entries gone since its create may be in
+    the answer. Every run stays safe and live (checked in each), and those answers
+    happen."""
+    relists = 0
+    for seed in range(RUNS):
+        sim = run_one(seed, relists="superset", deleted_views=deleted_views)
+        relists += sum(c.relists for c in sim.clients)
+    assert relists > RUNS // 20
+
+
+def test_simulation_catches_a_relist_missing_a_live_entry() -> None:
+    """The answer to a Relist must hold every live lower entry: one from a record
+    listed before the waiter's create (which may lack such an entry) over-admits or
+    sleeps, and the simulation finds it."""
+    from .simulation import OverAdmission
+
+    for seed in range(3000):
+        try:
+            run_one(seed, relists="missing")
+        except (OverAdmission, LostWakeup):
+            return
+    raise AssertionError("no run went wrong with a relist missing a live entry")
 
 
 def test_simulation_catches_a_view_of_another_entry() -> None:

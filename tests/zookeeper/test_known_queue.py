@@ -1,0 +1,84 @@
+"""What a process knows of a queue (``zookeeper/_known_queue.py``): a re-list answered
+from its newest listing is a superset of the live lower entries, less what is known gone."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from semaphore_recipes._core.queue import Entry
+from semaphore_recipes.zookeeper._known_queue import KnownQueue
+
+
+def node(cversion: int, czxid: int = 1) -> SimpleNamespace:
+    """The semaphore node's stat, as a listing's reply carries it."""
+    return SimpleNamespace(czxid=czxid, cversion=cversion)
+
+
+def listing(*seqs: int) -> list[tuple[int, int, str]]:
+    return [(s, 1, f"e{s}") for s in seqs]
+
+
+def keys(entries: list[Entry] | None) -> list[str] | None:
+    return None if entries is None else [e.key for e in entries]
+
+
+def test_a_relist_is_the_entries_below_ours_less_those_known_gone() -> None:
+    known = KnownQueue()
+    known.listed(node(5), listing(1, 2, 3, 4, 5))
+    known.gone("e2")
+    assert keys(known.lower_than("e4", 4)) == ["e1", "e3"]
+    assert known.lower_than("e4", 4) == [Entry("e1", 1, 1), Entry("e3", 3, 1)]
+
+
+def test_an_entry_the_listing_does_not_hold_gets_none() -> None:
+    """Made after that listing: the listing may lack entries lower than it."""
+    known = KnownQueue()
+    known.listed(node(3), listing(1, 2, 3))
+    assert known.lower_than("e7", 7) is None
+    known.gone("e3")
+    assert known.lower_than("e3", 3) is None  # our own entry, gone: list
+
+
+def test_an_older_listing_is_not_taken_and_what_is_gone_stays_gone() -> None:
+    known = KnownQueue()
+    known.listed(node(6), listing(1, 2, 3, 6))
+    known.gone("e1")
+    known.listed(node(5), listing(1, 2, 3, 5))  # answered earlier: ignored
+    assert known.lower_than("e5", 5) is None
+    # answered after it but before e1's deletion was known here
+    known.listed(node(7), listing(1, 2, 3, 6, 7))
+    assert keys(known.lower_than("e7", 7)) == ["e2", "e3", "e6"]
+
+
+def test_a_node_made_again_starts_its_child_version_anew() -> None:
+    known = KnownQueue()
+    known.listed(node(40, czxid=1), listing(1, 2))
+    known.listed(node(1, czxid=9), listing(50))
+    assert keys(known.lower_than("e50", 50)) == []
+
+
+def test_a_held_mark_prunes_the_older_entries_it_does_not_name() -> None:
+    known = KnownQueue()
+    known.listed(node(9), listing(1, 2, 3, 4, 5, 6, 7))
+    known.held_with("e5", ["e2", "e4"])  # e5's whole view when admitted
+    assert keys(known.lower_than("e7", 7)) == ["e2", "e4", "e5", "e6"]
+    known.held_with("e9", [])  # not in the listing: nothing known of its place
+    assert keys(known.lower_than("e7", 7)) == ["e2", "e4", "e5", "e6"]
+    known.gone("e5")
+    known.held_with("e6", ["e4", "e5"])
+    assert keys(known.lower_than("e7", 7)) == ["e4", "e6"]
+
+
+def test_entries_gone_from_the_front_of_a_long_queue_are_left_out() -> None:
+    """(as in a drain: removed lazily, the list compacted now and then)"""
+    known = KnownQueue()
+    known.listed(node(1), listing(*range(1000)))
+    for seq in range(0, 990, 3):
+        known.gone(f"e{seq}")
+    for seq in range(1, 990, 3):
+        known.gone(f"e{seq}")
+    assert keys(known.lower_than("e995", 995)) == [
+        f"e{s}" for s in range(995) if s >= 990 or s % 3 == 2
+    ]
+    known.held_with("e992", ["e989"])
+    assert keys(known.lower_than("e995", 995)) == ["e989", "e992", "e993", "e994"]
