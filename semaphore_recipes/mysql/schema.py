@@ -415,9 +415,7 @@ BEGIN
         SELECT JSON_ARRAYAGG(id) INTO wake FROM sr_sessions WHERE expires_at > SYSDATE(6);
         COMMIT;
         IF wake <> '[]' THEN
-            IF wake <> '[]' THEN
-        CALL sr_wake(wake);
-    END IF;
+            CALL sr_wake(wake);
         END IF;
         SELECT ver;
     END IF;
