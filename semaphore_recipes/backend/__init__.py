@@ -48,6 +48,7 @@ from .capabilities import Capabilities, Capability
 from .driver import ADMITTED_VIEWS_KEPT, DriverContractError, QueueDriver, queues_of
 from .fenced import FencedTransaction, Write, WriteKind
 from .hub import SessionHub
+from .revocation_watches import RevocationWatches
 from .runner import Program, Runner
 from .session import RESTORED, SUSPENDED, SessionChange, SessionEvent, SessionState, session_lost
 from .store import MULTI, Backend, default_owner
@@ -79,6 +80,7 @@ __all__ = [
     "Program",
     "QueueDriver",
     "RampPlan",
+    "RevocationWatches",
     "Runner",
     "ServiceURL",
     "SessionChange",

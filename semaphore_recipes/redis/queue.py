@@ -38,6 +38,7 @@ from ..backend import (
     EntryStatus,
     Program,
     QueueDriver,
+    RevocationWatches,
     Slot,
     Status,
     StoreAdmitted,
@@ -139,9 +140,7 @@ class RedisQueue(QueueDriver):
         self._where = f"semaphore {name!r} on {backend.describe()}"
         self._routes: dict[str, _Route] = {}
         self._holder_watches: dict[str, tuple[int, Callable[[str], None]]] = {}
-        # our held entries whose holder is told of a revoke request: id -> (token, tell)
-        self._revocation_watches: dict[str, tuple[int, Callable[[], None]]] = {}
-        self._revoked: set[str] = set()  # requests told before the holder watched
+        self._revocations = RevocationWatches()  # our holders told of revoke requests
         #: the lease the scripts know as one of the openers (told of capacity changes)
         self._opener: str | None = None
 
@@ -374,21 +373,11 @@ class RedisQueue(QueueDriver):
         return bool((yield from self._run_script(ScriptName.REVOKE, key, token, "force")))
 
     def watch_revocation(self, key: str, token: int, on_revoke: Callable[[], None]) -> None:
-        with self._lock:
-            seen = key in self._revoked
-            if not seen:
-                self._revocation_watches[key] = (token, on_revoke)
-        if seen:  # told before the acquire handed us the permit
-            on_revoke()
+        self._revocations.watch(key, on_revoke)
 
     def revoke_requested(self, entry_id: str) -> None:
         """The notifier: a revoke request is on our entry ``entry_id``."""
-        with self._lock:
-            watch = self._revocation_watches.pop(entry_id, None)
-            if watch is None and entry_id in self._routes:
-                self._revoked.add(entry_id)  # ours, its holder not watching yet
-        if watch is not None:
-            watch[1]()
+        self._revocations.requested(entry_id, lambda: entry_id in self._routes)
 
     def deleted(self, entry_id: str) -> None:
         """Someone else removed our entry ``entry_id``."""
@@ -434,9 +423,8 @@ class RedisQueue(QueueDriver):
         """Our entry ``key`` is about to be removed: nothing of ours waits for it."""
         with self._lock:
             self._holder_watches.pop(key, None)
-            self._revocation_watches.pop(key, None)
-            self._revoked.discard(key)
             self._routes.pop(key, None)
+        self._revocations.forget(key)  # (after: no request is kept for it from now on)
 
     def drop_route(self, entry_id: str | None) -> None:
         """Forget where the events of the entry ``entry_id`` went (None: nothing)."""
