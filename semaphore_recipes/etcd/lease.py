@@ -43,8 +43,9 @@ class LeaseKeeper(KeeperBase):
 
     Stream errors are logged and the stream is re-opened with a backoff from 50 ms up
     to ``ttl / 6``. The decisions are :class:`~.lease_health.LeaseHealth`'s (shared
-    with the asyncio face's keeper, :mod:`.aio_lease`). Callbacks run on the keeper's
-    threads, one at a time; exceptions they raise are logged. :meth:`stop` ends the
+    with the asyncio face's keeper, :mod:`.aio_lease`, this class reporting to a loop).
+    Callbacks run on the keeper's threads, one at a time; exceptions they raise are
+    logged. :meth:`stop` ends the
     threads (it does not revoke the lease).
     """
 

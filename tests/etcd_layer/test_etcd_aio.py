@@ -21,6 +21,8 @@ from semaphore_recipes.etcd.watch import Event, Watcher
 from semaphore_recipes.testing.etcd_auth import EtcdAuthAdmin
 from semaphore_recipes.testing.etcd_server import EtcdServer
 
+from .helpers import busy_loop_for
+
 USER, PASSWORD = "root", "s3cret"
 
 
@@ -80,8 +82,22 @@ def test_aio_client_auth_token_refreshed_once_and_used_by_the_watch_stream(
             rev = (await client.execute(Call.put(ns + "w", b"1"))).header.revision
             await until(lambda: got == [rev], 5.0, "the event")
             watcher.cancel()
+
+            # the lease keeper's own connection logs in with the same credentials
+            # (etcd 3.4 does not check the token of a keepalive stream: a stale one
+            # cannot be shown refused here)
+            lease, ttl = granted_lease(await client.execute(Call.lease_grant(10)))
+            rec = Recorder()
+            keeper = rec.keeper(client, lease, ttl, interval=0.1)
+            started = time.monotonic()
+            await until(lambda: keeper.last_ack > started + 0.2, 5.0, "acks")
+            assert client.keepalive_client._auth.token not in (None, client._auth.token)
+            assert rec.names() == []
+            keeper.stop()
+            await client.execute(Call.lease_revoke(lease))
         finally:
             await client.close()
+        assert client.keepalive_client.closed
 
     run(main)
 
@@ -132,6 +148,34 @@ def test_keeper_task_suspended_while_paused_restored_then_expired_by_a_revoke(
             await until(lambda: "expired" in rec.names(), 5.0, "expiry")
             assert rec.names() == ["suspended", "restored", "expired"]
             await until(lambda: not keeper.running, 2.0, "the tasks' end")
+        finally:
+            await client.close()
+
+    run(main)
+
+
+def test_keeper_acknowledged_while_the_loop_is_starved(etcd_server: EtcdServer) -> None:
+    """A loop kept busy for three TTLs by a callback storm: the keepalives go on and are
+    acknowledged meanwhile (the keeper is not a task of the loop), so the lease is
+    neither suspended nor expired, and the server still has it."""
+
+    async def main() -> None:
+        client = AioEtcdClient([etcd_server.endpoint])
+        try:
+            lease, ttl = granted_lease(await client.execute(Call.lease_grant(2)))
+            rec = Recorder()
+            keeper = rec.keeper(client, lease, ttl)
+            await until(lambda: time.monotonic() - keeper.last_ack < 0.1, 2.0, "a first ack")
+            started = time.monotonic()
+            await busy_loop_for(3.0 * ttl)
+            assert time.monotonic() - started >= 3.0 * ttl
+            assert keeper.last_ack > started + ttl  # acknowledged during the storm
+            await asyncio.sleep(0.2)  # (reports made during the storm reach the loop)
+            assert rec.names() == []
+            reply = await client.execute(Call.lease_time_to_live(lease))
+            assert reply.TTL > 0
+            keeper.stop()
+            await client.execute(Call.lease_revoke(lease))
         finally:
             await client.close()
 
