@@ -9,8 +9,10 @@ over the client's own blocking connection
 (:attr:`~.aio_client.AioEtcdClient.keepalive_client`, one per client, closed with it),
 and only its reports are handed to the event loop (``call_soon_threadsafe``) to run
 there: ``on_suspended``, ``on_restored``, ``on_expired``, in the order they were made.
-Connection loss, expiry, auth token refresh: as :class:`~.lease.LeaseKeeper`. A report
-made once the loop is closed is dropped (nothing is left there to hear it).
+Connection loss, expiry, auth token refresh: as :class:`~.lease.LeaseKeeper`. Once the
+loop is closed (its program ended without closing the backend) the keeper stops by
+itself and the lease expires, as a task of that loop would have; a report made then is
+dropped (nothing is left there to hear it).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class AsyncLeaseKeeper(LeaseKeeper):
             on_restored=self._in_loop(on_restored),
             interval=interval,
             suspend_after=suspend_after,
+            wanted=self._loop_open,
             start=False,
         )
 
@@ -66,6 +69,9 @@ class AsyncLeaseKeeper(LeaseKeeper):
         """Stop sending keepalives: the stream is cancelled and the threads end by
         themselves at once (``timeout`` is not waited for: the loop is not blocked)."""
         super().stop(timeout=0)
+
+    def _loop_open(self) -> bool:
+        return self._loop is None or not self._loop.is_closed()
 
     def _in_loop(self, report: Callable[[], None]) -> Callable[[], None]:
         """``report``, made on a keeper thread, to be run by the loop."""

@@ -14,6 +14,7 @@ import pytest
 
 from semaphore_recipes.etcd.aio_client import AioEtcdClient
 from semaphore_recipes.etcd.aio_lease import AsyncLeaseKeeper
+from semaphore_recipes.etcd.client import EtcdClient
 from semaphore_recipes.etcd.errors import EtcdAuthError, EtcdError
 from semaphore_recipes.etcd.ops import prefix_range_end
 from semaphore_recipes.etcd.rpc import Call, granted_lease
@@ -21,7 +22,7 @@ from semaphore_recipes.etcd.watch import Event, Watcher
 from semaphore_recipes.testing.etcd_auth import EtcdAuthAdmin
 from semaphore_recipes.testing.etcd_server import EtcdServer
 
-from .helpers import busy_loop_for
+from .helpers import busy_loop_for, wait_until
 
 USER, PASSWORD = "root", "s3cret"
 
@@ -180,6 +181,26 @@ def test_keeper_acknowledged_while_the_loop_is_starved(etcd_server: EtcdServer) 
             await client.close()
 
     run(main)
+
+
+def test_keeper_stops_once_its_loop_is_closed(etcd_server: EtcdServer) -> None:
+    """A program ends without stopping its keeper or closing its client: once the loop
+    is closed the keeper's threads end and the lease expires, as with a task."""
+    kept: list[tuple[AioEtcdClient, AsyncLeaseKeeper, int]] = []
+
+    async def main() -> None:
+        client = AioEtcdClient([etcd_server.endpoint])
+        lease, ttl = granted_lease(await client.execute(Call.lease_grant(2)))
+        keeper = Recorder().keeper(client, lease, ttl)
+        kept.append((client, keeper, lease))
+        await until(lambda: time.monotonic() - keeper.last_ack < 0.1, 2.0, "a first ack")
+
+    run(main)
+    client, keeper, lease = kept[0]
+    wait_until(lambda: not keeper.running, 3.0, "the keeper's end")
+    with EtcdClient([etcd_server.endpoint]) as admin:
+        wait_until(lambda: admin.lease_time_to_live(lease).TTL == -1, 10.0, "the expiry")
+    client.keepalive_client.close()
 
 
 def test_watch_task_resumes_after_restarts_without_missing_or_repeating_events(
