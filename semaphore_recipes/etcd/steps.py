@@ -7,9 +7,11 @@ short queue is listed whole in the one round trip; a longer one's nearest entrie
 ours are read next, outside the txn, by a read shared with the waiters enqueuing at the
 same time (docs/design.md section 2, "Truncated views"); once a queue was found long,
 its next enqueues leave the range out of the txn (etcd reads it in its apply loop,
-walking the whole range) and read outside it only. A retried enqueue after a lost
-reply takes the failure branch, which lists every entry: the entry made by the lost
-attempt is adopted.
+walking the whole range) and read outside it only; so do the enqueues that find as many
+of this process's creates on this queue on their way as the range would list (a burst:
+the queue will be long, and their txns would all be built before any reply said so).
+A retried enqueue after a lost reply takes the failure branch, which lists every entry:
+the entry made by the lost attempt is adopted.
 
 Connection loss: a step retries UNAVAILABLE within the acquire's deadline, then
 AcquireTimeout. Lease expiry: every waiter enqueues again on the new lease; an enqueue
@@ -103,6 +105,7 @@ class ProtocolSteps(Leaving):
         # the last listing of this queue found more entries than an enqueue's txn lists:
         # the next enqueues leave that range out of their txn (see ``enqueue``)
         self._queue_long = False
+        self._creating = 0  # enqueue txns of this queue on their way (``enqueue``)
 
     # ---- waiters ---------------------------------------------------------------
     def unregister(self, waiter: Waiter) -> None:
@@ -137,7 +140,13 @@ class ProtocolSteps(Leaving):
             # are read outside the txn anyway, and a write's range is read by etcd's
             # apply loop, which lease renewals wait for, walking every key of the range
             # to count it however small its limit (W = 100,000 starved the leases).
-            long = self._queue_long
+            # So does a burst: with ``nearest`` creates of ours on their way the queue will
+            # be long, and the burst's txns are all built before any reply tells it
+            # (tens of thousands of tasks at once each put a range in their txn: the apply
+            # fell behind by more than lease renewals wait for it, and the leases ended).
+            with self._lock:
+                long = self._queue_long or self._creating >= nearest
+                self._creating += 1
             success = [Op.put(key, value, lease=lease), self.entries_and_config[1]]
             if not long:
                 sample = Op.range(self.entries_prefix, self.entries_end, limit=nearest)
@@ -156,7 +165,11 @@ class ProtocolSteps(Leaving):
                     self.entries_and_config,
                     uid,
                 )
-                reply = yield from self.call(create, deadline)
+                try:
+                    reply = yield from self.call(create, deadline)
+                finally:
+                    with self._lock:
+                        self._creating -= 1
             except EtcdLeaseNotFound:
                 self.backend.lease_gone(lease)
                 continue  # refused: nothing was created
