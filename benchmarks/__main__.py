@@ -105,6 +105,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="STORE,...",
         help="the stores of the scale measurement (default zookeeper,etcd,redis)",
     )
+    ap.add_argument(
+        "--scale-drain-s",
+        type=float,
+        metavar="S",
+        help="stop each scale drain after S seconds (its row keeps the fill and probe "
+        "figures and says how many entries were left)",
+    )
     args = ap.parse_args(argv)
     names = args.only.split(",") if args.only else list(MEASUREMENTS)
     unknown = [n for n in names if n not in MEASUREMENTS]
@@ -192,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.scale_waiters:
         waiters = tuple(int(w) for w in args.scale_waiters.split(","))
         sizes = dataclasses.replace(sizes, scale_waiters=waiters)
+    if args.scale_drain_s:
+        sizes = dataclasses.replace(sizes, scale_drain_s=args.scale_drain_s)
     if args.scale_stores:
         sizes = dataclasses.replace(sizes, scale_stores=tuple(args.scale_stores.split(",")))
     out = Path(args.out) if args.out else None if args.only else ROOT / "docs"

@@ -32,6 +32,7 @@ class Sizes:
     aio_rss_limit_mb: int  # a waiters' process stops there (the figure then says so)
     worker_max_seconds: float  # every worker stops by itself after this
     scale_stores: tuple[str, ...] = ("zookeeper", "etcd", "redis")
+    scale_drain_s: float | None = None  # a scale drain stops after this (None: its bound)
 
 
 FULL = Sizes(

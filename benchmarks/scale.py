@@ -76,6 +76,7 @@ class ScaleRow:
     lag: int = -1
     rss_per_waiter_kb: float = float("nan")
     aborted: str = ""
+    drain_stopped: str = ""  # the drain was cut (fill and probe figures kept): how far
 
 
 class Store:
@@ -128,6 +129,11 @@ def one(
     target = dataclasses.replace(target, url=target_url)  # Redis: its own server
     queue_key = f"{prefix}:s:{name}:q"
     calib = cost_of_reading(store.counters)
+
+    def per_item(key: str, a: dict[str, float], b: dict[str, float], n: int, k: int) -> float:
+        # k counter reads fell between a and b; each costs calib[key]
+        return (b[key] - a[key] - k * calib[key]) / n
+
     bound = max(120.0, waiters * 0.02)
     per = [waiters // processes + (i < waiters % processes) for i in range(processes)]
     with Workers(run.work_dir, max(run.sizes.worker_max_seconds, 4 * bound)) as workers:
@@ -176,12 +182,29 @@ def one(
             started[0].send(f"probe {PROBES}")
             took = json.loads(watched[0].line(("PROBED",), bound)[1])
             probed = store.counters()
+            row.fill_in = per_item(store.key_in, before, full, waiters, reads + 1)
+            row.fill_out = per_item(store.key_out, before, full, waiters, reads + 1)
+            row.probe_in = per_item(store.key_in, full, probed, PROBES, 1)
+            row.probe_out = per_item(store.key_out, full, probed, PROBES, 1)
+            row.probe_ms = median(took["ms"])
+            row.probes_unanswered = took["unanswered"]
             t1 = time.monotonic()
             for w in started:
                 w.send("queued")
-            for watch in watched:
-                watch.line(("QUEUED",), bound)
-            done = [json.loads(watch.line(("DONE",), bound)[1]) for watch in watched]
+            try:
+                for watch in watched:
+                    watch.line(("QUEUED",), bound)
+                done = [
+                    json.loads(watch.line(("DONE",), run.sizes.scale_drain_s or bound)[1])
+                    for watch in watched
+                ]
+            except TimeoutError:
+                left = store.entries(queue_key) - base
+                row.drain_stopped = (
+                    f"{left:,} of {waiters:,} entries left {time.monotonic() - t1:.0f} s "
+                    "after the gate opened"
+                )
+                return row
             row.drain_s = time.monotonic() - t1
             after = store.counters()
         except TimeoutError as exc:
@@ -190,16 +213,6 @@ def one(
         for w in started:
             w.finish()
 
-    def per_item(key: str, a: dict[str, float], b: dict[str, float], n: int, k: int) -> float:
-        # k counter reads fell between a and b; each costs calib[key]
-        return (b[key] - a[key] - k * calib[key]) / n
-
-    row.fill_in = per_item(store.key_in, before, full, waiters, reads + 1)
-    row.fill_out = per_item(store.key_out, before, full, waiters, reads + 1)
-    row.probe_in = per_item(store.key_in, full, probed, PROBES, 1)
-    row.probe_out = per_item(store.key_out, full, probed, PROBES, 1)
-    row.probe_ms = median(took["ms"])
-    row.probes_unanswered = took["unanswered"]
     row.drain_in = per_item(store.key_in, probed, after, waiters, 1)
     row.drain_out = per_item(store.key_out, probed, after, waiters, 1)
     grants = sorted(g for d in done for g in d["grants_at"])
@@ -281,6 +294,14 @@ def report(rows: list[ScaleRow]) -> list[str]:
             lines.append(
                 f"| {LABEL[r.store]} | {r.waiters:,} | {r.processes} | stopped: {r.aborted} "
                 "| | | | | | | | |"
+            )
+            continue
+        if r.drain_stopped:
+            lines.append(
+                f"| {LABEL[r.store]} | {r.waiters:,} | {r.processes} | {f(r.fill_s, 1)} "
+                f"| {f(r.fill_in)} / {f(r.fill_out)} | {f(r.probe_in)} / {f(r.probe_out)} "
+                f"| {f(r.probe_ms, 2)}{unanswered(r)} | stopped: {r.drain_stopped} "
+                "| | | | |"
             )
             continue
         lines.append(

@@ -13,7 +13,9 @@ this side only: a request already sent may still be applied by the server. So a 
 that may create a queue entry (:attr:`.rpc.Call.creates`) is not cancelled with its
 task; :meth:`AioEtcdClient.settled` waits for its end, after which the entry's undo
 may be sent.
-Made and used in one event loop.
+Made and used in one event loop. The lease keeper of the asyncio face does not use the
+loop: it has a blocking client of its own, :attr:`AioEtcdClient.keepalive_client`, to
+the same members with the same credentials, closed with this one (:mod:`.aio_lease`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import grpc.aio
 from .._core.program import run_program_async
 from ._proto import etcd_api_pb2 as pb
 from .auth import REQUIRE_LEADER, Login, Metadata, Send
+from .client import EtcdClient
 from .client_base import ClientBase
 from .errors import EtcdError
 from .rpc import Call
@@ -71,8 +74,19 @@ class AioEtcdClient(ClientBase):
         self._creates: dict[str, Any] = {}  # entry id -> the call creating it, on its way
         # Calls on their way at once: thousands of waiters enqueueing together would
         # otherwise start thousands of calls in one turn of the loop and take their
-        # replies in one, stalling the loop (and the lease's keepalive task) for seconds.
+        # replies in one, stalling the loop for seconds.
         self._in_flight = asyncio.Semaphore(MAX_CALLS_IN_FLIGHT)
+        #: The lease keeper's connection (:mod:`.aio_lease`): keepalives off the loop.
+        #: (gRPC connects a channel at its first call: a client with no lease, none.)
+        self.keepalive_client = EtcdClient(
+            endpoints,
+            timeout=timeout,
+            ca_cert=ca_cert,
+            cert_key=cert_key,
+            cert_cert=cert_cert,
+            user=user,
+            password=password,
+        )
 
     async def execute(self, call: Call) -> Any:
         """Make ``call`` (the auth token added, refreshed once if refused); its reply."""
@@ -167,18 +181,11 @@ class AioEtcdClient(ClientBase):
         except grpc.aio.UsageError as exc:
             raise EtcdError(f"client closed: {exc}") from exc
 
-    async def open_keepalive_stream(self) -> Any:
-        """A raw LeaseKeepAlive stream call (``write``/``read``); see :mod:`.aio_lease`."""
-        metadata = await self.metadata(REQUIRE_LEADER)
-        try:
-            return self._stubs["Lease"].LeaseKeepAlive(metadata=metadata, wait_for_ready=True)
-        except grpc.aio.UsageError as exc:
-            raise EtcdError(f"client closed: {exc}") from exc
-
     async def close(self) -> None:
-        """Close the channel: calls and streams in flight end."""
+        """Close the channel and the keeper's: calls and streams in flight end."""
         if not self._closed:
             self._closed = True
+            self.keepalive_client.close()
             await self._channel.close()
 
 

@@ -1,42 +1,38 @@
-"""Keeping one lease alive from a task of the event loop (the asyncio face's keeper).
+"""Keeping one lease alive for the asyncio face: off the event loop, reported to it.
 
-The same behaviour as the sync face's :class:`~.lease.LeaseKeeper` (a thread), with the
-same decisions (:class:`~.lease_health.LeaseHealth`): one LeaseKeepAlive stream, a
-keepalive every ``ttl / 3`` seconds; no acknowledgement for ``2/3 * ttl``: the lease
-is SUSPENDED (``on_suspended``, once per episode) and the silent stream is replaced by
-a watchdog task; acknowledgements again: ``on_restored``; the server says TTL <= 0 or
-"lease not found": ``on_expired``, once, and the keeper ends. Connection loss alone
-never expires the lease (a new etcd leader renews every lease), so a keeper cut off
-for good stays suspended. Stream errors are logged and the stream is opened again
-with a backoff from 50 ms to ``ttl / 6``. Callbacks run in the event loop.
+A loop running thousands of tasks can go seconds without running any given callback
+(every callback ready at the start of a turn runs before the next poll), and a keeper
+that is a task of that loop misses its keepalives: the lease expires while the process
+is only busy. So the asyncio face's keeper is the sync face's
+:class:`~.lease.LeaseKeeper` (its threads, the same decisions: :mod:`.lease_health`)
+over the client's own blocking connection
+(:attr:`~.aio_client.AioEtcdClient.keepalive_client`, one per client, closed with it),
+and only its reports are handed to the event loop (``call_soon_threadsafe``) to run
+there: ``on_suspended``, ``on_restored``, ``on_expired``, in the order they were made.
+Connection loss, expiry, auth token refresh: as :class:`~.lease.LeaseKeeper`. Once the
+loop is closed (its program ended without closing the backend) the keeper stops by
+itself and the lease expires, as a task of that loop would have; a report made then is
+dropped (nothing is left there to hear it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
-from typing import Any
 
-import grpc
-import grpc.aio
-
-from ._proto import etcd_api_pb2 as pb
 from .aio_client import AioEtcdClient
-from .errors import EtcdAuthError, EtcdError, EtcdLeaseNotFound, is_invalid_token, map_rpc_error
-from .lease_health import KeeperBase
-from .retry import Backoff
+from .lease import LeaseKeeper
 
 __all__ = ["AsyncLeaseKeeper"]
 
 logger = logging.getLogger("semaphore_recipes.etcd")
 
 
-class AsyncLeaseKeeper(KeeperBase):
-    """Keep a lease alive from two tasks (the stream, the watchdog); see the module
-    docstring. :meth:`start` in the running loop; :meth:`stop` ends them (it does not
-    revoke the lease)."""
+class AsyncLeaseKeeper(LeaseKeeper):
+    """Keep a lease alive from threads, reporting to the event loop; see the module
+    docstring. :meth:`start` in the running loop (its reports go there); :meth:`stop`
+    ends the threads without blocking the loop (it does not revoke the lease)."""
 
     def __init__(
         self,
@@ -50,116 +46,42 @@ class AsyncLeaseKeeper(KeeperBase):
         interval: float | None = None,
         suspend_after: float | None = None,
     ) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
         super().__init__(
+            client.keepalive_client,
             lease_id,
             ttl,
-            on_expired=on_expired,
-            on_suspended=on_suspended,
-            on_restored=on_restored,
+            on_expired=self._in_loop(on_expired),
+            on_suspended=self._in_loop(on_suspended),
+            on_restored=self._in_loop(on_restored),
             interval=interval,
             suspend_after=suspend_after,
+            wanted=self._loop_open,
+            start=False,
         )
-        self.client = client
-        self._tasks: list[asyncio.Task[None]] = []
-        self._attempt: asyncio.Task[bool] | None = None  # the stream open now
-        self._opened = time.monotonic()
-        self._stale = False  # the watchdog cancelled a silent stream
-
-    @property
-    def running(self) -> bool:
-        return any(not task.done() for task in self._tasks)
 
     def start(self) -> None:
-        self.health.started()
-        self._tasks = [
-            asyncio.ensure_future(self._run()),
-            asyncio.ensure_future(self._watch_acks()),
-        ]
+        """Start the threads; their reports go to the running loop."""
+        self._loop = asyncio.get_running_loop()
+        super().start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """End the tasks (at their next await; ``timeout`` is not waited for)."""
-        self.health.stopped = True
-        for task in self._tasks:
-            task.cancel()
+        """Stop sending keepalives: the stream is cancelled and the threads end by
+        themselves at once (``timeout`` is not waited for: the loop is not blocked)."""
+        super().stop(timeout=0)
 
-    def _going(self) -> bool:
-        return not self.health.stopped and not self.client.closed
+    def _loop_open(self) -> bool:
+        return self._loop is None or not self._loop.is_closed()
 
-    async def _run(self) -> None:
-        backoff = Backoff(0.05, max(0.05, self.health.ttl / 6.0))
-        while self._going():
-            self._stale = False
-            self._opened = time.monotonic()
-            attempt = asyncio.ensure_future(self._stream(backoff))
-            self._attempt = attempt
+    def _in_loop(self, report: Callable[[], None]) -> Callable[[], None]:
+        """``report``, made on a keeper thread, to be run by the loop."""
+
+        def hand_over() -> None:
+            loop = self._loop
+            assert loop is not None  # (reports come only after start)
             try:
-                # (wait, not await: the watchdog's cancel of the attempt is not ours)
-                await asyncio.wait({attempt})
-            except asyncio.CancelledError:
-                attempt.cancel()
-                raise
-            finally:
-                self._attempt = None
-            if not attempt.cancelled() and not attempt.result():
-                return  # expired, or the client closed
-            self.health.check()
-            if self._stale:
-                continue  # re-open at once; the server may just have been slow
-            await asyncio.sleep(backoff.next())
-            self.health.check()
+                loop.call_soon_threadsafe(report)
+            except RuntimeError:  # the loop is closed
+                logger.debug("etcd: lease %x: a report after its loop closed", self.lease_id)
 
-    async def _stream(self, backoff: Backoff) -> bool:
-        """One keepalive stream, until it breaks: False when the keeper is done."""
-        try:
-            call = await self.client.open_keepalive_stream()
-            sender = asyncio.ensure_future(self._send(call))
-            try:
-                while True:
-                    reply = await call.read()
-                    if reply is grpc.aio.EOF:
-                        return self._going()
-                    if not self.health.acknowledged(reply.TTL):
-                        return False
-                    backoff.reset()
-            finally:
-                sender.cancel()
-                call.cancel()
-        except grpc.RpcError as exc:
-            if not self._going():
-                return False
-            err = map_rpc_error(exc)
-            if isinstance(err, EtcdLeaseNotFound):
-                self.health.expire(str(err))
-                return False
-            logger.info("etcd: lease %x: keepalive stream failed: %s", self.lease_id, err)
-            if isinstance(err, EtcdAuthError) and is_invalid_token(exc):
-                await self.client.reauthenticate()
-            return True
-        except EtcdError as exc:  # closed client, or authentication failed
-            if not self._going():
-                return False
-            logger.info("etcd: lease %x: cannot open keepalive stream: %s", self.lease_id, exc)
-            return True
-
-    async def _send(self, call: Any) -> None:
-        """One keepalive now, then every interval (ends with the stream)."""
-        request = pb.LeaseKeepAliveRequest(ID=self.lease_id)
-        try:
-            while True:
-                await call.write(request)
-                await asyncio.sleep(self.interval)
-        except Exception:  # (an RpcError, or a write after the call ended)
-            return  # the stream broke: its reader reports it
-
-    async def _watch_acks(self) -> None:
-        """The watchdog: reports the suspension when acknowledgements are overdue and
-        cancels the silent stream, so that a fresh one is opened."""
-        cancelled: asyncio.Task[bool] | None = None
-        while self._going():
-            attempt = self._attempt
-            recycle, pause = self.health.watchdog_turn(self._opened)
-            if recycle and attempt is not None and attempt is not cancelled:
-                self._stale = True
-                attempt.cancel()
-                cancelled = attempt
-            await asyncio.sleep(pause)
+        return hand_over

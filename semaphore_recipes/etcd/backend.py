@@ -18,9 +18,10 @@ expire.
 
 The asyncio face (``sr.aio.connect``) is the same backend over an
 :class:`~.aio_client.AioEtcdClient`: the same programs awaited (:mod:`.runner`), the
-keepalive and the watch stream as tasks of the loop, and the same behaviour on
-connection loss and expiry (several tasks finding the lease gone: one grants, the
-others await it).
+watch stream as a task of the loop, the lease's keepalive on threads of its own
+(:mod:`.aio_lease`: a busy loop does not delay it; its reports run in the loop), and
+the same behaviour on connection loss and expiry (several tasks finding the lease
+gone: one grants, the others await it).
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class EtcdBackend(Backend):
     @classmethod
     async def from_url_async(cls, url: ServiceURL, *, owner: str | None = None) -> EtcdBackend:
         """:meth:`from_url` for the asyncio face: a ``grpc.aio`` channel, the lease
-        granted without blocking the loop, its keepalive a task of the loop."""
+        granted without blocking the loop, its keepalive off the loop (:mod:`.aio_lease`)."""
         settings = _settings(url)
         await _reachability.refuse_early_async("etcd", url.hosts)
         client = AioEtcdClient(settings.endpoints, **settings.client_options)
@@ -498,7 +499,7 @@ class EtcdBackend(Backend):
         self.client.close()
 
     async def close_async(self) -> None:
-        """:meth:`close`, awaited: the keepalive task, the watch stream's task and the
+        """:meth:`close`, awaited: the keepalive threads, the watch stream's task and the
         background tasks end, the lease is revoked, the channel closed."""
         deadline = Deadline(self.request_timeout, _monotonic)
         lease_id = self._closing(deadline)

@@ -13,8 +13,9 @@ the server as written. The rest of the layer, one concept per module:
 * :mod:`.errors`: the :class:`~.errors.EtcdError` tree every call raises instead of
   :class:`grpc.RpcError` (the original error is kept as ``__cause__``);
 * :mod:`.retry`: :func:`~.retry.retry_unavailable`, the one retry on UNAVAILABLE;
-* :mod:`.lease`: :class:`~.lease.LeaseKeeper`, a lease's keepalive thread (a task:
-  :mod:`.aio_lease`; their decisions: :mod:`.lease_health`);
+* :mod:`.lease`: :class:`~.lease.LeaseKeeper`, a lease's keepalive threads (the
+  asyncio face's, reporting to its loop: :mod:`.aio_lease`; their decisions:
+  :mod:`.lease_health`);
 * :mod:`.watch`: every watch of a client on one stream, resumed after connection loss
   (read by a task: :mod:`.aio_watch`; what both share: :mod:`.watch_mux`);
 * :mod:`.runner`: the backend's programs run blocking or awaited;

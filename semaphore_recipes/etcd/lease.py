@@ -41,10 +41,15 @@ class LeaseKeeper(KeeperBase):
       and the thread ends. Connection loss alone never counts as expiry (a new etcd
       leader renews every lease), so a keeper cut off for good stays suspended.
 
+    ``wanted``, when given, is asked before each keepalive and at each watchdog turn:
+    once it says False (the asyncio face: its event loop is closed) the keeper stops by
+    itself, reporting nothing, and the lease is left to expire.
+
     Stream errors are logged and the stream is re-opened with a backoff from 50 ms up
     to ``ttl / 6``. The decisions are :class:`~.lease_health.LeaseHealth`'s (shared
-    with the asyncio face's keeper, :mod:`.aio_lease`). Callbacks run on the keeper's
-    threads, one at a time; exceptions they raise are logged. :meth:`stop` ends the
+    with the asyncio face's keeper, :mod:`.aio_lease`, this class reporting to a loop).
+    Callbacks run on the keeper's threads, one at a time; exceptions they raise are
+    logged. :meth:`stop` ends the
     threads (it does not revoke the lease).
     """
 
@@ -59,6 +64,7 @@ class LeaseKeeper(KeeperBase):
         on_restored: Callable[[], None],
         interval: float | None = None,
         suspend_after: float | None = None,
+        wanted: Callable[[], bool] | None = None,
         start: bool = True,
     ) -> None:
         super().__init__(
@@ -71,6 +77,7 @@ class LeaseKeeper(KeeperBase):
             suspend_after=suspend_after,
         )
         self.client = client
+        self._wanted = wanted
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._call: Any = None
@@ -118,7 +125,7 @@ class LeaseKeeper(KeeperBase):
         cancels the silent stream so that ``_run`` opens a fresh one. It never reads the
         stream: a stream blocked waiting for a connection cannot hold it up."""
         cancelled: Any = None
-        while not self._stop.is_set() and not self.client.closed:
+        while not self._stop.is_set() and not self.client.closed and self._still_wanted():
             with self._lock:
                 call, opened = self._call, self._opened
             recycle, pause = self.health.watchdog_turn(opened)
@@ -128,10 +135,18 @@ class LeaseKeeper(KeeperBase):
                 cancelled = call
             self._stop.wait(pause)
 
+    def _still_wanted(self) -> bool:
+        """False once ``wanted`` says so; the keeper is then stopped."""
+        if self._wanted is None or self._wanted():
+            return True
+        logger.info("etcd: lease %x: no longer wanted, keepalives stop", self.lease_id)
+        self.stop(timeout=0)
+        return False
+
     def _requests(self, done: threading.Event) -> Iterator[pb.LeaseKeepAliveRequest]:
         """Runs on gRPC's request thread: one keepalive now, then every interval."""
         req = pb.LeaseKeepAliveRequest(ID=self.lease_id)
-        while not done.is_set() and not self._stop.is_set():
+        while not done.is_set() and not self._stop.is_set() and self._still_wanted():
             yield req
             done.wait(self.interval)
 

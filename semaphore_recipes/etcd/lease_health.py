@@ -1,7 +1,7 @@
 """What a lease's keepalive acknowledgements say: suspended, restored, expired.
 
-The decisions of both keepers (the sync face's thread, :mod:`.lease`, and the asyncio
-face's task, :mod:`.aio_lease`), without I/O: acknowledgements overdue for
+The decisions of the keeper (:mod:`.lease`, threads; the asyncio face's reports to its
+event loop: :mod:`.aio_lease`), without I/O: acknowledgements overdue for
 ``suspend_after`` seconds suspend the lease (once per episode); an acknowledgement
 after that restores it; a reply with TTL <= 0 or "lease not found" expires it (once,
 for good). Connection loss alone never expires it (a new etcd leader renews every
@@ -117,8 +117,7 @@ class LeaseHealth:
 
 
 class KeeperBase:
-    """What both keepers (a thread, a task) have: the lease, its :class:`LeaseHealth`
-    and what it says."""
+    """What a keeper has: the lease, its :class:`LeaseHealth` and what it says."""
 
     def __init__(
         self,

@@ -7,9 +7,12 @@ short queue is listed whole in the one round trip; a longer one's nearest entrie
 ours are read next, outside the txn, by a read shared with the waiters enqueuing at the
 same time (docs/design.md section 2, "Truncated views"); once a queue was found long,
 its next enqueues leave the range out of the txn (etcd reads it in its apply loop,
-walking the whole range) and read outside it only. A retried enqueue after a lost
-reply takes the failure branch, which lists every entry: the entry made by the lost
-attempt is adopted.
+walking the whole range) and read outside it only; so do the enqueues that find as many
+of this process's creates on this queue on their way as the range would list (a burst:
+the queue will be long, and their txns would all be built before any reply said so).
+A retried enqueue after a lost reply takes the failure branch, which reads its key: the
+entry made by the lost attempt is adopted, and its nearest entries are read outside
+the txn (a listing there would be read in etcd's apply loop, whole).
 
 Connection loss: a step retries UNAVAILABLE within the acquire's deadline, then
 AcquireTimeout. Lease expiry: every waiter enqueues again on the new lease; an enqueue
@@ -103,6 +106,7 @@ class ProtocolSteps(Leaving):
         # the last listing of this queue found more entries than an enqueue's txn lists:
         # the next enqueues leave that range out of their txn (see ``enqueue``)
         self._queue_long = False
+        self._creating = 0  # enqueue txns of this queue on their way (``enqueue``)
 
     # ---- waiters ---------------------------------------------------------------
     def unregister(self, waiter: Waiter) -> None:
@@ -137,15 +141,24 @@ class ProtocolSteps(Leaving):
             # are read outside the txn anyway, and a write's range is read by etcd's
             # apply loop, which lease renewals wait for, walking every key of the range
             # to count it however small its limit (W = 100,000 starved the leases).
-            long = self._queue_long
+            # So does a burst: with ``nearest`` creates of ours on their way the queue will
+            # be long, and the burst's txns are all built before any reply tells it
+            # (tens of thousands of tasks at once each put a range in their txn: the apply
+            # fell behind by more than lease renewals wait for it, and the leases ended).
+            with self._lock:
+                long = self._queue_long or self._creating >= nearest
+                self._creating += 1
             success = [Op.put(key, value, lease=lease), self.entries_and_config[1]]
             if not long:
                 sample = Op.range(self.entries_prefix, self.entries_end, limit=nearest)
                 success.insert(1, sample)
             try:
                 # Retried as is after UNAVAILABLE: if the lost attempt created the key,
-                # the failure branch lists it and we adopt it (no orphan, no second entry).
-                # That listing is whole: the adopted entry may be anywhere in it.
+                # the failure branch reads it and we adopt it (no orphan, no second
+                # entry); its nearest entries are read next, as behind a long queue. (Not
+                # a listing of the entries in that branch: etcd reads it in its apply
+                # loop, and the retries at the end of a long burst, each listing the
+                # whole queue, held the apply until the lease renewals failed.)
                 # ``creates``: the asyncio face lets it finish even when the acquire is
                 # cancelled, so the undo never overtakes it (gRPC does not order calls).
                 # The sync face holds an interrupt until the txn returns (SyncRunner).
@@ -153,10 +166,14 @@ class ProtocolSteps(Leaving):
                     txn_within,
                     [Compare.create_revision(key, "==", 0)],
                     success,
-                    self.entries_and_config,
+                    [Op.range(key), self.entries_and_config[1]],
                     uid,
                 )
-                reply = yield from self.call(create, deadline)
+                try:
+                    reply = yield from self.call(create, deadline)
+                finally:
+                    with self._lock:
+                        self._creating -= 1
             except EtcdLeaseNotFound:
                 self.backend.lease_gone(lease)
                 continue  # refused: nothing was created
@@ -165,13 +182,14 @@ class ProtocolSteps(Leaving):
                 waiter.creating(None)
                 self.backend.free_entry_slot(uid)
                 raise
-            listed = None if reply.succeeded and long else reply.responses[-2].response_range
-            listing = [] if listed is None else listed.kvs
+            listed = None
             if reply.succeeded:
+                if not long:
+                    listed = reply.responses[1].response_range
                 # our put is the txn's one write: created at the txn's revision
                 token, entry_lease = int(reply.header.revision), lease
             else:
-                mine = [kv for kv in listing if kv.key == key]
+                mine = reply.responses[0].response_range.kvs  # our key, made by a lost try
                 if not mine:
                     self.backend.free_entry_slot(uid)
                     continue  # created on a lease that has since expired: gone already
@@ -185,9 +203,9 @@ class ProtocolSteps(Leaving):
                 continue
             config = reply.responses[-1].response_range.kvs
             self.apply_listed_capacity(config)
-            if listed is not None and not (reply.succeeded and listed.more):
+            if listed is not None and not listed.more:
                 self._queue_long = False
-                return self.enqueued(waiter, uid, token, listing, complete=True, later=None)
+                return self.enqueued(waiter, uid, token, listed.kvs, complete=True, later=None)
             # A long queue: its nearest entries below ours, newest first. etcd reads
             # every entry to sort them, so this is a read of its own, not part of the
             # write: inside it, each enqueue held up etcd's apply (and the lease

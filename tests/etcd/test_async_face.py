@@ -20,6 +20,7 @@ from semaphore_recipes.etcd.backend import EtcdBackend
 from semaphore_recipes.testing.etcd_harness import EtcdHarness
 
 from ..conftest import wait_until
+from ..etcd_layer.helpers import busy_loop_for
 
 
 def run(main: Callable[[], Awaitable[None]]) -> None:
@@ -300,6 +301,31 @@ def test_an_async_waiter_re_enters_the_queue_when_its_session_expires(ed: EtcdHa
 
     run(main)
     other.close()
+    assert ed.entries() == []
+
+
+def test_a_holder_keeps_its_permit_while_the_loop_is_starved(ed: EtcdHarness) -> None:
+    """A session of 2 s, a permit held, then the loop kept busy for three TTLs by a
+    storm of CPU-bound callbacks (as thousands of tasks in one loop make it): the
+    session's keepalives are acknowledged meanwhile, so the permit is not lost, the
+    session never suspended and its lease is the same one."""
+
+    async def main() -> None:
+        async with aio.connect(ed.url, session_timeout="2") as backend:
+            etcd = etcd_of(backend)
+            sem = backend.semaphore("starved", capacity=1)
+            permit = await sem.acquire(timeout=5)
+            lease = etcd.lease_id
+            states: list[sr.SessionState] = []
+            await busy_loop_for(6.0, on_each=lambda: states.append(backend.session_state))
+            await asyncio.sleep(0.2)  # (reports made during the storm reach the loop)
+            assert not permit.lost.is_set()
+            assert set(states) == {sr.SessionState.CONNECTED}
+            assert backend.session_state is sr.SessionState.CONNECTED
+            assert etcd.lease_id == lease and lease in ed.sessions()
+            await permit.release()
+
+    run(main)
     assert ed.entries() == []
 
 

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
 
 import pytest
 
+from semaphore_recipes import aio
 from semaphore_recipes._core.deadline import Deadline
 from semaphore_recipes._core.protocol import Enqueued
 from semaphore_recipes.backend import Waiter, nearest_needed
@@ -170,4 +172,61 @@ def test_behind_a_queue_found_long_the_enqueue_txn_leaves_the_entries_range_out(
         for waiter in waiters:
             run(queue.abandon_entry(waiter))
             queue.unregister(waiter)
+    assert ed.entries() == []
+
+
+def test_a_burst_of_enqueues_leaves_the_entries_range_out_of_their_txns(
+    ed: EtcdHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tasks of one loop enqueueing at once build their txns before any reply says the
+    queue is long: each put the range in its txn, and tens of thousands of them held
+    etcd's apply (which lease renewals wait for) until the leases ended. With as many
+    creates of the process on their way as the txn would list, an enqueue leaves the
+    range out; the waiters are still granted in the order of their entries. No txn's
+    failure branch (a retry's) lists the queue either: at the end of a long burst the
+    retries of txns that timed out did, each in etcd's apply loop."""
+    nearest = nearest_needed(1) + 1  # what the txn lists (+ 1: ours)
+    burst = 120
+    ranged: list[bool] = []  # per enqueue txn sent: did it range the entries?
+    listing_on_failure: list[bool] = []  # and its failure branch?
+    sent_as = txn_within
+
+    async def main() -> None:
+        async with aio.connect(ed.url) as backend:
+            sem = backend.semaphore("burst-txn", capacity=1)
+            holder = await sem.acquire(timeout=10)
+            keys = sem._store  # (opened by the first acquire)
+            assert isinstance(keys, SemaphoreKeys)
+
+            def recording(
+                compare: Any, success: Any, failure: Any, creates: str, timeout: float
+            ) -> Any:
+                ranged.append(any(op.request_range.key == keys.entries_prefix for op in success))
+                # the branch a retry after a lost reply takes reads its key, not the queue
+                listing_on_failure.append(
+                    any(op.request_range.key == keys.entries_prefix for op in failure)
+                )
+                return sent_as(compare, success, failure, creates, timeout)
+
+            monkeypatch.setattr(steps, "txn_within", recording)
+            granted: list[int] = []
+
+            async def one() -> None:
+                async with sem.acquire(timeout=60) as permit:
+                    granted.append(permit.token)
+
+            tasks = [asyncio.ensure_future(one()) for _ in range(burst)]
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 60
+            while len(ed.entries("burst-txn")) < burst + 1:
+                assert loop.time() < end, "the burst's entries were not all made"
+                await asyncio.sleep(0.05)
+            await holder.release()
+            await asyncio.gather(*tasks)
+            assert granted == sorted(granted)  # FIFO, by the entries' tokens
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+    assert len(ranged) == burst
+    assert ranged.count(True) <= nearest, ranged
+    assert not any(listing_on_failure)
     assert ed.entries() == []

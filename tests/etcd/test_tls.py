@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes import aio
 from semaphore_recipes.devtools.etcd_server import find_etcd_binary
 from semaphore_recipes.devtools.processes import free_port
 from semaphore_recipes.testing.certificates import make_certificates
@@ -101,6 +103,18 @@ def test_etcd_over_tls_with_a_client_certificate(tls_etcd: tuple[Path, str]) -> 
         with sem.acquire(timeout=10) as permit:
             assert permit.token > 0
         assert sem.status().holders == ()
+
+    async def on_the_asyncio_face() -> None:  # (the lease keeper's connection too)
+        async with aio.connect(f"etcd://{endpoint}/tls?{q}") as backend:
+            sem = backend.semaphore("tls", capacity=1)
+            async with sem.acquire(timeout=10) as permit:
+                held = time.monotonic()
+                while time.monotonic() - held < 3.0:  # a TTL of 4 s: renewed twice
+                    await asyncio.sleep(0.1)
+                assert not permit.lost.is_set()
+                assert backend.session_state is sr.SessionState.CONNECTED
+
+    asyncio.run(asyncio.wait_for(on_the_asyncio_face(), 60))
     # without the client certificate the server refuses us
     q = urllib.parse.urlencode({"ca": d / "ca.crt", "connect_timeout": 2})
     with pytest.raises(sr.BackendUnavailable):

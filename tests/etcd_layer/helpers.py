@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -67,3 +68,26 @@ def serializable_range(client: EtcdClient, key: Key, range_end: Key) -> Any:
     request = range_request(key, range_end)
     request.serializable = True
     return _raw_call(client, "KV", "Range", request)
+
+
+def busy_loop_for(
+    seconds: float, on_each: Callable[[], object] | None = None, step: float = 0.002
+) -> asyncio.Future[None]:
+    """Keep the running loop busy for ``seconds``: a storm of CPU-bound callbacks, all
+    ready at once, so that no timer, I/O reply or task of the loop runs before the last
+    (a loop runs every callback ready at the start of an iteration before it polls).
+    ``on_each`` is called at each callback's end. Await the result to wait for the end."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def burn() -> None:
+        end = time.monotonic() + step
+        while time.monotonic() < end:
+            pass
+        if on_each is not None:
+            on_each()
+
+    for _ in range(int(seconds / step)):
+        loop.call_soon(burn)
+    loop.call_soon(done.set_result, None)
+    return done

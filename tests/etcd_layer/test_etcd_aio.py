@@ -14,12 +14,15 @@ import pytest
 
 from semaphore_recipes.etcd.aio_client import AioEtcdClient
 from semaphore_recipes.etcd.aio_lease import AsyncLeaseKeeper
+from semaphore_recipes.etcd.client import EtcdClient
 from semaphore_recipes.etcd.errors import EtcdAuthError, EtcdError
 from semaphore_recipes.etcd.ops import prefix_range_end
 from semaphore_recipes.etcd.rpc import Call, granted_lease
 from semaphore_recipes.etcd.watch import Event, Watcher
 from semaphore_recipes.testing.etcd_auth import EtcdAuthAdmin
 from semaphore_recipes.testing.etcd_server import EtcdServer
+
+from .helpers import busy_loop_for, wait_until
 
 USER, PASSWORD = "root", "s3cret"
 
@@ -80,8 +83,22 @@ def test_aio_client_auth_token_refreshed_once_and_used_by_the_watch_stream(
             rev = (await client.execute(Call.put(ns + "w", b"1"))).header.revision
             await until(lambda: got == [rev], 5.0, "the event")
             watcher.cancel()
+
+            # the lease keeper's own connection logs in with the same credentials
+            # (etcd 3.4 does not check the token of a keepalive stream: a stale one
+            # cannot be shown refused here)
+            lease, ttl = granted_lease(await client.execute(Call.lease_grant(10)))
+            rec = Recorder()
+            keeper = rec.keeper(client, lease, ttl, interval=0.1)
+            started = time.monotonic()
+            await until(lambda: keeper.last_ack > started + 0.2, 5.0, "acks")
+            assert client.keepalive_client._auth.token not in (None, client._auth.token)
+            assert rec.names() == []
+            keeper.stop()
+            await client.execute(Call.lease_revoke(lease))
         finally:
             await client.close()
+        assert client.keepalive_client.closed
 
     run(main)
 
@@ -136,6 +153,54 @@ def test_keeper_task_suspended_while_paused_restored_then_expired_by_a_revoke(
             await client.close()
 
     run(main)
+
+
+def test_keeper_acknowledged_while_the_loop_is_starved(etcd_server: EtcdServer) -> None:
+    """A loop kept busy for three TTLs by a callback storm: the keepalives go on and are
+    acknowledged meanwhile (the keeper is not a task of the loop), so the lease is
+    neither suspended nor expired, and the server still has it."""
+
+    async def main() -> None:
+        client = AioEtcdClient([etcd_server.endpoint])
+        try:
+            lease, ttl = granted_lease(await client.execute(Call.lease_grant(2)))
+            rec = Recorder()
+            keeper = rec.keeper(client, lease, ttl)
+            await until(lambda: time.monotonic() - keeper.last_ack < 0.1, 2.0, "a first ack")
+            started = time.monotonic()
+            await busy_loop_for(3.0 * ttl)
+            assert time.monotonic() - started >= 3.0 * ttl
+            assert keeper.last_ack > started + ttl  # acknowledged during the storm
+            await asyncio.sleep(0.2)  # (reports made during the storm reach the loop)
+            assert rec.names() == []
+            reply = await client.execute(Call.lease_time_to_live(lease))
+            assert reply.TTL > 0
+            keeper.stop()
+            await client.execute(Call.lease_revoke(lease))
+        finally:
+            await client.close()
+
+    run(main)
+
+
+def test_keeper_stops_once_its_loop_is_closed(etcd_server: EtcdServer) -> None:
+    """A program ends without stopping its keeper or closing its client: once the loop
+    is closed the keeper's threads end and the lease expires, as with a task."""
+    kept: list[tuple[AioEtcdClient, AsyncLeaseKeeper, int]] = []
+
+    async def main() -> None:
+        client = AioEtcdClient([etcd_server.endpoint])
+        lease, ttl = granted_lease(await client.execute(Call.lease_grant(2)))
+        keeper = Recorder().keeper(client, lease, ttl)
+        kept.append((client, keeper, lease))
+        await until(lambda: time.monotonic() - keeper.last_ack < 0.1, 2.0, "a first ack")
+
+    run(main)
+    client, keeper, lease = kept[0]
+    wait_until(lambda: not keeper.running, 3.0, "the keeper's end")
+    with EtcdClient([etcd_server.endpoint]) as admin:
+        wait_until(lambda: admin.lease_time_to_live(lease).TTL == -1, 10.0, "the expiry")
+    client.keepalive_client.close()
 
 
 def test_watch_task_resumes_after_restarts_without_missing_or_repeating_events(
