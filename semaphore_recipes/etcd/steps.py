@@ -250,7 +250,8 @@ class ProtocolSteps(Leaving):
                         )
                     # woken when the turn ends (the reader's ``finally``); no polling:
                     # thousands of waiters waking every second starved the loop
-                    yield AwaitTurn(self._below_turns, turn, deadline.cap(_SHARED_READ_WAIT))
+                    wait = deadline.cap(_SHARED_READ_WAIT)
+                    yield AwaitTurn(self._below_turns, turn, wait, place=token)
                     continue
                 last: SharedRead | None = None
                 try:
@@ -267,7 +268,11 @@ class ProtocolSteps(Leaving):
                             self._below_last = last
                         self._below_reading = False
                         self._below_turns.end()
-                    self._below_turns.wake()
+                    # those it served, and the next to read (all of them if it failed)
+                    self._below_turns.wake(None if last is None else top)
+        except BaseException:
+            self._below_turns.pass_on()  # (it may have been woken to read next)
+            raise
         finally:
             with self._lock:
                 self._below_waiting.discard(token)
