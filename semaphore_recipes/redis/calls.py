@@ -553,8 +553,12 @@ class AsyncRunner:
             raise redis.exceptions.TimeoutError(
                 f"no connection of this client free within {timeout:.2f} s"
             ) from None
-        bound = self._request_timeout if timeout is None else timeout
-        bound = max(0.0, bound - (time.monotonic() - started))
+        # (a call's own timeout counts the wait for its turn; the request timeout, for
+        # a call with none, starts once it has a connection, as a socket timeout would)
+        if timeout is None:
+            bound = self._request_timeout
+        else:
+            bound = max(0.0, timeout - (time.monotonic() - started))
         try:
             return await bounded(_call(conn, evalsha_packed(sha, (), args)), bound)
         except asyncio.TimeoutError:
