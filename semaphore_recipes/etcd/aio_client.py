@@ -60,9 +60,8 @@ class AioEtcdClient(ClientBase):
         user: str | None = None,
         password: str | None = None,
     ) -> None:
-        super().__init__(
-            endpoints,
-            grpc.aio,
+        # (the same for the lease keeper's blocking client below)
+        options: dict[str, Any] = dict(
             timeout=timeout,
             ca_cert=ca_cert,
             cert_key=cert_key,
@@ -70,6 +69,7 @@ class AioEtcdClient(ClientBase):
             user=user,
             password=password,
         )
+        super().__init__(endpoints, grpc.aio, **options)
         self._auth_lock = asyncio.Lock()
         self._creates: dict[str, Any] = {}  # entry id -> the call creating it, on its way
         # Calls on their way at once: thousands of waiters enqueueing together would
@@ -78,15 +78,7 @@ class AioEtcdClient(ClientBase):
         self._in_flight = asyncio.Semaphore(MAX_CALLS_IN_FLIGHT)
         #: The lease keeper's connection (:mod:`.aio_lease`): keepalives off the loop.
         #: (gRPC connects a channel at its first call: a client with no lease, none.)
-        self.keepalive_client = EtcdClient(
-            endpoints,
-            timeout=timeout,
-            ca_cert=ca_cert,
-            cert_key=cert_key,
-            cert_cert=cert_cert,
-            user=user,
-            password=password,
-        )
+        self.keepalive_client = EtcdClient(endpoints, **options)
 
     async def execute(self, call: Call) -> Any:
         """Make ``call`` (the auth token added, refreshed once if refused); its reply."""
