@@ -14,6 +14,12 @@ notice for each client it admitted and, once committed, interrupts that client's
 statement (``KILL QUERY`` of the connection holding its lock): one waiting connection per
 process, whatever the number of its waiters, and one notice per admitted waiter.
 
+The keeper's waiting statement can end late: MariaDB has held a ``SLEEP`` about 2 s past
+its end while a ``KILL QUERY`` from another client was under way. When a wait overruns
+so far that the renewal is a third of the session timeout late, a second thread renews
+on the backend's background connection (``sr_renew`` only), so the session does not
+expire because its keeper is stuck in a wait.
+
 What users see: a failed renewal makes held permits SUSPENDED; a renewal that works
 again makes them HELD (and every waiting entry looks once, since a wake sent meanwhile
 may be lost); a session found expired, or a whole session timeout without a renewal,
@@ -76,6 +82,11 @@ class SessionKeeper:
         self._thread = threading.Thread(
             target=self._run, name="semaphore-recipes-mysql-session", daemon=True
         )
+        self._overrun_thread = threading.Thread(
+            target=self._renew_past_overruns,
+            name="semaphore-recipes-mysql-overrun",
+            daemon=True,
+        )
         self._conn: Connection | None = None
         self._last_renewed = time.monotonic()
         self._suspended = False
@@ -91,6 +102,7 @@ class SessionKeeper:
     def start(self) -> None:
         self._last_renewed = time.monotonic()
         self._thread.start()
+        self._overrun_thread.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -100,6 +112,11 @@ class SessionKeeper:
                 with contextlib.suppress(SemaphoreError):
                     self.backend.background.run(self._poking())
             self._thread.join(STOP_WAIT)
+        if (
+            self._overrun_thread.is_alive()
+            and self._overrun_thread is not threading.current_thread()
+        ):
+            self._overrun_thread.join(STOP_WAIT)
         if not self._thread.is_alive() and not self._pipe_closed:
             self._pipe_closed = True
             os.close(self._wake_r)
@@ -180,6 +197,28 @@ class SessionKeeper:
                         self._pause(RETRY_INTERVAL / 4)
                     continue  # (keeping the connection keeps the session's named lock)
                 self._lost_connection(exc)
+
+    def _renew_past_overruns(self) -> None:
+        """While the keeper waits on the server past its renewal by a third of the
+        session timeout, renew from here (the keeper's own renewal, once its wait ends,
+        does the rest: a session found expired, holders checked)."""
+        backend = self.backend
+        while not self._stop.wait(self.timeout / 6):
+            overdue = time.monotonic() - self._last_renewed > self.timeout * 2 / 3
+            if not overdue or not self._waiting_until:
+                continue
+            session = backend.session
+            try:
+                renewed = backend.background.run(
+                    backend.step("renew", (session,), backend.describe())
+                )
+            except SemaphoreError as exc:
+                log.info("mysql session %s: a renewal past the keeper's wait failed (%s)",
+                         session, exc)  # fmt: skip
+                continue
+            if renewed == "1" and backend.session == session:
+                self._last_renewed = time.monotonic()
+                log.info("mysql session %s renewed while its keeper's wait ran late", session)
 
     def _wait(self, conn: Connection, seconds: float) -> list[list[object]]:
         """The session's notices: at once when there are some, else after a wait of at
