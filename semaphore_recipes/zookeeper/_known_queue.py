@@ -20,6 +20,15 @@ waiter watches it, finds it gone, and this record learns it for every later re-l
 When the record does not hold the waiter's entry (made after that listing), the
 waiter lists the queue; that listing becomes the record.
 
+*Why it lists again anyway:* entries other processes deleted are not known gone here
+until a read finds them so (a *miss*: one request each). Under churn (50 clients in 5
+processes, no hold) answers from the record held stale entries and a grant cost 45
+requests against 5 with a listing each time. So once the misses since the record's
+listing reach one per :data:`ENTRIES_PER_MISS` entries it holds, the next re-list lists
+the queue: a queue shorter than that always lists (a listing is cheaper than a miss
+there), and a long one only after misses whose count grows with its length, so the
+bytes a grant costs stay flat in W.
+
 Connection loss or session expiry change nothing here: what is known gone stays gone
 (entry names are never reused), and a new session's entries are not in the record, so
 their waiters list.
@@ -34,15 +43,20 @@ from typing import Any
 
 from .._core.queue import Entry
 
-__all__ = ["KnownQueue"]
+__all__ = ["ENTRIES_PER_MISS", "KnownQueue"]
+
+#: the entries of a listing that pay for one miss before the queue is listed again (a
+#: miss is about 100 bytes of request and reply, an entry's name about 52 in a listing)
+ENTRIES_PER_MISS = 64
 
 
 class KnownQueue:
     """The newest listing of one queue (by the node's child version), less what is
     known gone (see module). Shared by the threads and tasks of one semaphore object."""
 
-    def __init__(self) -> None:
+    def __init__(self, entries_per_miss: int = ENTRIES_PER_MISS) -> None:
         self._lock = threading.Lock()
+        self._entries_per_miss = entries_per_miss
         # (czxid, cversion) of the semaphore node when the listing was answered: a node
         # made again (deleted by hand) starts its child version anew
         self._version = (-1, -1)
@@ -55,15 +69,21 @@ class KnownQueue:
         # before the deletion may be installed after it); only those in the listing are
         # kept: dropping one costs at most a read, never safety.
         self._gone: set[str] = set()
+        self._misses = 0  # entries of the listing a read found gone since it was answered
+        self._budget = 0  # the misses after which a re-list lists (see module)
 
     def listed(self, node: Any, entries: list[tuple[int, int, str]]) -> None:
         """A listing answered with the semaphore node's stat ``node``, as sorted
         (sequence, weight, name): kept if newer than the one held."""
         version = (node.czxid, node.cversion)
         with self._lock:
-            if version <= self._version:
+            if version < self._version:
+                return
+            self._misses = 0  # (the same version: nothing changed since the record's)
+            if version == self._version:
                 return
             self._version = version
+            self._budget = len(entries) // self._entries_per_miss
             self._entries = [e for e in entries if e[2] not in self._gone]
             self._sequence = {name: seq for seq, _, name in self._entries}
             self._gone &= {name for _, _, name in entries}
@@ -75,6 +95,14 @@ class KnownQueue:
             self._gone.add(name)
             if self._sequence.pop(name, None) is not None:
                 self._compact_if_sparse()
+
+    def found_gone(self, name: str) -> None:
+        """A read of ``name`` found it gone: :meth:`gone`, and a miss if the record
+        still held it (a re-list answered from it cost that read)."""
+        with self._lock:
+            if name in self._sequence:
+                self._misses += 1
+        self.gone(name)
 
     def _compact_if_sparse(self) -> None:
         if len(self._entries) > 2 * len(self._sequence) + 64:
@@ -99,9 +127,10 @@ class KnownQueue:
     def lower_than(self, name: str, sequence: int) -> list[Entry] | None:
         """The entries lower than ours (``name`` of ``sequence``) not known gone: a
         superset of the true lower set; None when the listing held does not have our
-        entry (it may lack entries lower than ours: list the queue)."""
+        entry (it may lack entries lower than ours: list the queue), or when its misses
+        used up their budget (see module)."""
         with self._lock:
-            if self._sequence.get(name) != sequence:
+            if self._sequence.get(name) != sequence or self._misses >= self._budget:
                 return None
             below = bisect.bisect_left(self._entries, (sequence,))
             return [

@@ -265,7 +265,7 @@ class ProtocolSteps(SemaphoreNode):
                     except NoNodeError:
                         # (a get on a missing node leaves no watch behind)
                         states[key] = None
-                        self._known.gone(key)
+                        self._known.found_gone(key)
                 return states
             except ConnectionLoss:
                 yield Await.CONNECTION
