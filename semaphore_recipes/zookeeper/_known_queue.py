@@ -23,11 +23,12 @@ waiter lists the queue; that listing becomes the record.
 *Why it lists again anyway:* entries other processes deleted are not known gone here
 until a read finds them so (a *miss*: one request each). Under churn (50 clients in 5
 processes, no hold) answers from the record held stale entries and a grant cost 45
-requests against 5 with a listing each time. So once the misses since the record's
-listing reach one per :data:`ENTRIES_PER_MISS` entries it holds, the next re-list lists
-the queue: a queue shorter than that always lists (a listing is cheaper than a miss
-there), and a long one only after misses whose count grows with its length, so the
-bytes a grant costs stay flat in W.
+requests against 5 with a listing each time. So a record of fewer than
+:data:`LISTS_BELOW` entries is not answered from (a listing is cheap there), and a
+longer one answers until the misses since its listing reach one per
+:data:`ENTRIES_PER_MISS` entries it holds, then the next re-list lists the queue: the
+misses a listing may cost grow with its length, so the bytes a grant costs stay flat
+in W.
 
 Connection loss or session expiry change nothing here: what is known gone stays gone
 (entry names are never reused), and a new session's entries are not in the record, so
@@ -43,20 +44,25 @@ from typing import Any
 
 from .._core.queue import Entry
 
-__all__ = ["ENTRIES_PER_MISS", "KnownQueue"]
+__all__ = ["ENTRIES_PER_MISS", "LISTS_BELOW", "KnownQueue"]
 
+#: a record of fewer entries than this is not answered from: the queue is listed
+LISTS_BELOW = 64
 #: the entries of a listing that pay for one miss before the queue is listed again (a
 #: miss is about 100 bytes of request and reply, an entry's name about 52 in a listing)
-ENTRIES_PER_MISS = 64
+ENTRIES_PER_MISS = 8
 
 
 class KnownQueue:
     """The newest listing of one queue (by the node's child version), less what is
     known gone (see module). Shared by the threads and tasks of one semaphore object."""
 
-    def __init__(self, entries_per_miss: int = ENTRIES_PER_MISS) -> None:
+    def __init__(
+        self, entries_per_miss: int = ENTRIES_PER_MISS, lists_below: int = LISTS_BELOW
+    ) -> None:
         self._lock = threading.Lock()
         self._entries_per_miss = entries_per_miss
+        self._lists_below = lists_below
         # (czxid, cversion) of the semaphore node when the listing was answered: a node
         # made again (deleted by hand) starts its child version anew
         self._version = (-1, -1)
@@ -83,7 +89,8 @@ class KnownQueue:
             if version == self._version:
                 return
             self._version = version
-            self._budget = len(entries) // self._entries_per_miss
+            short = len(entries) < self._lists_below
+            self._budget = 0 if short else len(entries) // self._entries_per_miss
             self._entries = [e for e in entries if e[2] not in self._gone]
             self._sequence = {name: seq for seq, _, name in self._entries}
             self._gone &= {name for _, _, name in entries}
