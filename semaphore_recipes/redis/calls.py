@@ -38,6 +38,7 @@ from .clients import async_client, close_async, close_sync, sync_client
 from .connections import AsyncIdleConnections, AsyncTurns, IdleConnections
 from .params import RedisParams
 from .scripts import READ_ONLY, SCRIPTS, ScriptName
+from .wire import exchange, exchange_async, plain_socket, plain_streams
 
 __all__ = [
     "REFUSED",
@@ -259,6 +260,9 @@ def evalsha_on(
     whole (no reply in time, an interrupt) is closed: a late reply would be read as
     the next command's; an error reply was read whole, and the connection goes on."""
     try:
+        sock = plain_socket(conn)
+        if sock is not None:  # (:mod:`.wire`: without redis-py's command path)
+            return exchange(sock, evalsha_packed(sha, keys, args), timeout)
         conn.send_packed_command([evalsha_packed(sha, keys, args)])
         if timeout is not None and not conn.can_read(timeout=timeout):
             conn.disconnect()
@@ -560,7 +564,7 @@ class AsyncRunner:
         else:
             bound = max(0.0, timeout - (time.monotonic() - started))
         try:
-            return await bounded(_call(conn, evalsha_packed(sha, (), args)), bound)
+            return await bounded(exchange_on(conn, evalsha_packed(sha, (), args)), bound)
         except asyncio.TimeoutError:
             raise redis.exceptions.TimeoutError(f"no reply within {bound:.2f} s") from None
         finally:
@@ -587,7 +591,18 @@ class AsyncRunner:
         await close_async(self.client)
 
 
-async def _call(conn: Any, packed: bytes) -> Any:
-    """Send one packed command on an asyncio connection and read its reply."""
-    await conn.send_packed_command([packed])
-    return await conn.read_response()
+async def exchange_on(conn: Any, packed: bytes) -> Any:
+    """Send one packed command on an asyncio connection and read its reply (on a plain
+    connection's streams, :mod:`.wire`; a connection whose reply was not read whole,
+    cancelled too, is closed, as redis-py closes its own)."""
+    streams = plain_streams(conn)
+    if streams is None:
+        await conn.send_packed_command([packed])
+        return await conn.read_response()
+    try:
+        return await exchange_async(*streams, packed)
+    except redis.exceptions.ResponseError:
+        raise
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise

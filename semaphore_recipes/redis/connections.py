@@ -34,6 +34,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from .wire import plain_socket, stale
+
 __all__ = ["AsyncIdleConnections", "AsyncTurns", "IdleConnections"]
 
 
@@ -182,6 +184,9 @@ class AsyncIdleConnections:
 def _stale(conn: Any) -> bool:
     """Has ``conn`` something to read before anything was sent (a reply nobody read),
     or did the server close it? (``can_read`` raises for the latter.)"""
+    sock = plain_socket(conn)
+    if sock is not None:
+        return stale(sock)  # (one peek: ``can_read`` costs a call more than that)
     try:
         return bool(conn.can_read())
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):

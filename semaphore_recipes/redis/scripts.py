@@ -55,16 +55,22 @@ is routed to.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 __all__ = ["READ_ONLY", "SCRIPTS", "ScriptName"]
 
-# The functions every script makes first: those of the entry itself. The queue's (the
-# sweep and the views, :data:`_QUEUE`) come after a script's fast part: Redis runs a
-# script's whole chunk at every call, each `local function` making a closure then, so
-# an uncontended enqueue or release that returns early never makes them.
-_HEAD = r"""
+# Redis runs a script's whole chunk at every call, each `local function` making a
+# closure then: a script's parts come in the order of the functions they need, and an
+# uncontended enqueue or release returns from its first part, which needs none.
+# First, every script: the semaphore's keys.
+_PRELUDE = r"""
 local P, S = ARGV[1], ARGV[2]
-local QK, EK, CK
+local QK, EK, CK = P .. ':s:' .. S .. ':q', P .. ':s:' .. S .. ':e', P .. ':s:' .. S .. ':cfg'
+"""
+
+# Then the functions of the entry itself; the queue's (the sweep and the views,
+# :data:`_QUEUE`) after them.
+_HEAD = r"""
 -- Point the functions below at semaphore `s` (the scripts over several queues move
 -- from one to the next; the functions read these as upvalues).
 local function use(s)
@@ -73,7 +79,6 @@ local function use(s)
   EK = P .. ':s:' .. s .. ':e'
   CK = P .. ':s:' .. s .. ':cfg'
 end
-use(S)
 local function lease_key(l) return P .. ':lease:' .. l end
 local function tombstone_key(id) return P .. ':s:' .. S .. ':t:' .. id end
 -- The lease joins the semaphore's openers (told of capacity changes): at a writing
@@ -325,7 +330,19 @@ local function tell_openers(told)
 end
 """
 
-_BODIES: dict[ScriptName, str | tuple[str, str]] = {
+
+@dataclass(frozen=True)
+class _Parts:
+    """A script's body in parts, by the functions each needs: ``bare`` none (it runs
+    before any is made), ``entry`` the entry's (:data:`_HEAD`), ``queue`` the queue's
+    too (:data:`_QUEUE`)."""
+
+    bare: str = ""
+    entry: str = ""
+    queue: str = ""
+
+
+_BODIES: dict[ScriptName, str | _Parts] = {
     # ARGV: P, S, capacity, lease. Creates the semaphore if it is missing; the lease
     # joins the semaphore's openers: a capacity change is told to each.
     # -> {capacity, version}
@@ -344,19 +361,21 @@ return {cap, ver}
     # The id is the client's: a retried enqueue whose first reply was lost finds its
     # entry instead of creating a second one.
     # -> view, or {'lost'} (the lease is gone)
-    ScriptName.ENQUEUE: (
-        r"""
+    ScriptName.ENQUEUE: _Parts(
+        # (no functions made yet: the config, the entry and the slots of an entry
+        # admitted into an empty queue are read and made inline)
+        bare=r"""
 local id, lease = ARGV[3], ARGV[4]
-if redis.call('exists', lease_key(lease)) == 0 then return {'lost'} end
-local cap, ver, drain = config()
+if redis.call('exists', P .. ':lease:' .. lease) == 0 then return {'lost'} end
+local c = redis.call('hmget', CK, 'capacity', 'version', 'drain')
+local cap, ver = tonumber(c[1]), tonumber(c[2])
 if not cap then
   cap, ver = tonumber(ARGV[8]), redis.call('incr', P .. ':seq')
   redis.call('hset', CK, 'capacity', ARGV[8], 'version', ver)
 end
-if drain then return {'draining'} end
-local e = entry(id)
-if not e then
-  if redis.call('exists', tombstone_key(id)) == 1 then return {'abandoned'} end
+if c[3] == '1' then return {'draining'} end
+if not redis.call('hget', EK, id) then
+  if redis.call('exists', P .. ':s:' .. S .. ':t:' .. id) == 1 then return {'abandoned'} end
   local order = redis.call('incr', P .. ':seq')
   local w = tonumber(ARGV[5])
   -- An empty queue admits a weight that fits at once: no sweep or view to run (the
@@ -364,15 +383,28 @@ if not e then
   -- has nothing after it (orders come from the one counter).
   -- (ZRANGE, not ZCARD: the documented ACL user's commands stay the same)
   local first = w <= cap and #redis.call('zrange', QK, 0, 0) == 0
-  e = {w = w, l = lease, o = ARGV[6], h = first, s = now(), t = order, z = ARGV[9] == '1' or nil}
-  if first then give_slots(e, {}) end
+  local t = redis.call('time')
+  local e = {w = w, l = lease, o = ARGV[6], h = first, t = order,
+             s = tonumber(t[1]) + tonumber(t[2]) / 1000000}
+  if ARGV[9] == '1' then
+    e.z = true
+    if first then
+      -- (give_slots with no holder: the lowest indices, each with a token)
+      local x = {}
+      for index = 0, w - 1 do
+        x[#x + 1] = index
+        x[#x + 1] = redis.call('incr', P .. ':seq')
+      end
+      e.x = x
+    end
+  end
   redis.call('zadd', QK, order, id)
   redis.call('hset', EK, id, cjson.encode(e))
-  if ARGV[10] == '1' then opened_by(lease) end
+  if ARGV[10] == '1' then redis.call('sadd', P .. ':s:' .. S .. ':open', lease) end
   if first then return {order, 1, cap, ver, 0, 1, -1, e.x or {}} end
 end
 """,
-        r"""
+        queue=r"""
 sweep(id)
 return view(id, entry(id), tonumber(ARGV[7]))
 """,
@@ -479,14 +511,24 @@ return {'wait', -1}
     # 'later' to leave the sweep to a script of its own (an abandon's: see
     # RedisQueue.abandon). An entry removed by anyone but its own client is
     # reported to that client. -> 1 if the entry was there
-    ScriptName.REMOVE: (
-        r"""
+    ScriptName.REMOVE: _Parts(
+        # The caller's own entry (ids are `lease.name.n`, and a lease has no dot) is
+        # removed without reading it, before any function is made; (an empty queue
+        # admits nothing: the release that empties it returns there)
+        bare=r"""
 local found = 0
-if ARGV[3] ~= '' then found = remove_entry(ARGV[3], ARGV[4]) end
--- (an empty queue admits nothing: the release that empties it returns here)
+local own = ARGV[4] ~= '' and string.sub(ARGV[3], 1, #ARGV[4] + 1) == ARGV[4] .. '.'
+if own and redis.call('hdel', EK, ARGV[3]) == 1 then
+  redis.call('zrem', QK, ARGV[3])
+  found = 1
+  if ARGV[5] == 'later' or #redis.call('zrange', QK, 0, 0) == 0 then return 1 end
+end
+""",
+        entry=r"""
+if found == 0 and ARGV[3] ~= '' then found = remove_entry(ARGV[3], ARGV[4]) end
 if ARGV[5] == 'later' or #redis.call('zrange', QK, 0, 0) == 0 then return found end
 """,
-        r"""
+        queue=r"""
 sweep(nil)
 return found
 """,
@@ -635,11 +677,11 @@ return 1
 READ_ONLY = frozenset({ScriptName.STATUS, ScriptName.CONFIG})
 
 
-def _source(body: str | tuple[str, str]) -> str:
-    """A script's whole source: the entry's functions, its fast part (a body given as a
-    pair), the queue's functions, the rest."""
-    fast, rest = body if isinstance(body, tuple) else ("", body)
-    return _HEAD + fast + _QUEUE + rest
+def _source(body: str | _Parts) -> str:
+    """A script's whole source: its parts, each after the functions it needs (a body
+    given as a string needs them all)."""
+    parts = body if isinstance(body, _Parts) else _Parts(queue=body)
+    return _PRELUDE + parts.bare + _HEAD + parts.entry + _QUEUE + parts.queue
 
 
 #: The source of each script.
