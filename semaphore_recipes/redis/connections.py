@@ -58,8 +58,10 @@ class IdleConnections:
         except IndexError:
             conn = self._pool.make_connection()
         try:
-            conn.connect()  # (nothing when connected)
-            if _stale(conn):  # closed by the server, or a reply nobody read: anew
+            sock = plain_socket(conn)
+            if sock is None:
+                conn.connect()  # (nothing when connected; through redis-py's retry wrapper)
+            if _stale(conn, sock):  # closed by the server, or a reply nobody read: anew
                 conn.disconnect()
                 conn.connect()
         except BaseException:
@@ -181,10 +183,10 @@ class AsyncIdleConnections:
             await conn.disconnect()
 
 
-def _stale(conn: Any) -> bool:
-    """Has ``conn`` something to read before anything was sent (a reply nobody read),
-    or did the server close it? (``can_read`` raises for the latter.)"""
-    sock = plain_socket(conn)
+def _stale(conn: Any, sock: Any = None) -> bool:
+    """Has ``conn`` (``sock`` its plain socket, if it has one) something to read before
+    anything was sent (a reply nobody read), or did the server close it? (``can_read``
+    raises for the latter.)"""
     if sock is not None:
         return stale(sock)  # (one peek: ``can_read`` costs a call more than that)
     try:
