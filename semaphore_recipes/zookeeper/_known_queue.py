@@ -33,24 +33,33 @@ in W.
 Connection loss or session expiry change nothing here: what is known gone stays gone
 (entry names are never reused), and a new session's entries are not in the record, so
 their waiters list.
+
+*What it keeps:* the names known gone serve a listing answered before their deletion
+and installed after it; a listing installed keeps only those it holds, and between
+listings (a client cycling alone lists nothing) the newest :data:`GONE_KEPT` are kept.
+Forgetting one costs at most a read, never safety, and memory stays bounded however
+long the process runs.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 from .._core.queue import Entry
 
-__all__ = ["ENTRIES_PER_MISS", "LISTS_BELOW", "KnownQueue"]
+__all__ = ["ENTRIES_PER_MISS", "GONE_KEPT", "LISTS_BELOW", "KnownQueue"]
 
 #: a record of fewer entries than this is not answered from: the queue is listed
 LISTS_BELOW = 64
 #: the entries of a listing that pay for one miss before the queue is listed again (a
 #: miss is about 100 bytes of request and reply, an entry's name about 52 in a listing)
 ENTRIES_PER_MISS = 8
+#: the names known gone kept between listings, the newest (see module)
+GONE_KEPT = 4096
 
 
 class KnownQueue:
@@ -58,11 +67,15 @@ class KnownQueue:
     known gone (see module). Shared by the threads and tasks of one semaphore object."""
 
     def __init__(
-        self, entries_per_miss: int = ENTRIES_PER_MISS, lists_below: int = LISTS_BELOW
+        self,
+        entries_per_miss: int = ENTRIES_PER_MISS,
+        lists_below: int = LISTS_BELOW,
+        gone_kept: int = GONE_KEPT,
     ) -> None:
         self._lock = threading.Lock()
         self._entries_per_miss = entries_per_miss
         self._lists_below = lists_below
+        self._gone_kept = gone_kept
         # (czxid, cversion) of the semaphore node when the listing was answered: a node
         # made again (deleted by hand) starts its child version anew
         self._version = (-1, -1)
@@ -72,9 +85,9 @@ class KnownQueue:
         self._entries: list[tuple[int, int, str]] = []
         self._sequence: dict[str, int] = {}  # name -> sequence, of the entries kept
         # Names known gone, removed from any listing installed later (a listing answered
-        # before the deletion may be installed after it); only those in the listing are
-        # kept: dropping one costs at most a read, never safety.
-        self._gone: set[str] = set()
+        # before the deletion may be installed after it), oldest first; only those in
+        # the listing are kept, and at most ``gone_kept`` (see module)
+        self._gone: OrderedDict[str, None] = OrderedDict()
         self._misses = 0  # entries of the listing a read found gone since it was answered
         self._budget = 0  # the misses after which a re-list lists (see module)
 
@@ -93,13 +106,16 @@ class KnownQueue:
             self._budget = 0 if short else len(entries) // self._entries_per_miss
             self._entries = [e for e in entries if e[2] not in self._gone]
             self._sequence = {name: seq for seq, _, name in self._entries}
-            self._gone &= {name for _, _, name in entries}
+            listed = {name for _, _, name in entries}
+            self._gone = OrderedDict((name, None) for name in self._gone if name in listed)
 
     def gone(self, name: str) -> None:
         """The entry ``name`` was deleted (a read found it gone, a watch or our own
         delete's reply said so)."""
         with self._lock:
-            self._gone.add(name)
+            self._gone[name] = None
+            if len(self._gone) > self._gone_kept:
+                self._gone.popitem(last=False)  # (the oldest)
             if self._sequence.pop(name, None) is not None:
                 self._compact_if_sparse()
 

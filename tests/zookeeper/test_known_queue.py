@@ -120,3 +120,14 @@ def test_a_long_record_spends_misses_in_proportion_to_its_length() -> None:
     assert keys(known.lower_than(f"e{size}", size)) is not None
     known.found_gone(f"e{budget}")
     assert known.lower_than(f"e{size}", size) is None
+
+
+def test_names_known_gone_are_bounded_between_listings() -> None:
+    """A client cycling alone lists nothing: its own deletes must not pile up. The
+    newest ``gone_kept`` still filter a listing installed late; older ones cost a read."""
+    known = KnownQueue(entries_per_miss=1, lists_below=0, gone_kept=3)
+    for seq in range(1, 11):
+        known.gone(f"e{seq}")
+    # a listing answered before those deletions, installed after them
+    known.listed(node(20), listing(*range(1, 12)))
+    assert keys(known.lower_than("e11", 11)) == [f"e{seq}" for seq in range(1, 8)]
