@@ -1,12 +1,14 @@
 """A script's round trip on a plain TCP or Unix connection, read without redis-py's parser.
 
-The blocking runner sends an EVALSHA and reads its reply straight on the socket of a
-connection redis-py made (its handshake: credentials, ``HELLO``, the database). redis-py's
-command path costs each call more client work than the call's own (measured in
-docs/benchmarks.md); a script's reply is small and of few types, read here whole.
-Only a plain ``redis.Connection`` or ``redis.UnixDomainSocketConnection`` is taken this
-way (:func:`plain_socket`, a cluster node's too): TLS and Sentinel's connections (which
-turn a demoted primary's ``READONLY`` into a reconnection) keep redis-py's path.
+The runners send an EVALSHA and read its reply straight on the socket (the asyncio
+runner: the streams) of a connection redis-py made (its handshake: credentials,
+``HELLO``, the database). redis-py's reader costs each call more client work than the
+script's whole server time (measured in docs/benchmarks.md); a script's reply is small
+and of few types, read here whole. Only a plain ``redis.Connection`` or
+``redis.UnixDomainSocketConnection`` is taken this way by the blocking runner
+(:func:`plain_socket`, a cluster node's too), and those and ``SSLConnection`` by the
+asyncio one (:func:`plain_streams`): Sentinel's connections (which turn a demoted
+primary's ``READONLY`` into a reconnection) keep redis-py's path.
 
 On connection loss: a send or read that fails raises redis-py's ``ConnectionError`` (the
 server closed it, a reset) or ``TimeoutError`` (no reply in time), as redis-py would,
@@ -178,13 +180,14 @@ def _value(data: bytes, pos: int) -> tuple[Any, int]:
     text, pos = _line(data, pos + 1)
     if kind == b":":
         return int(text), pos
-    if kind == b"$" or kind == b"=":  # (a verbatim string keeps its format prefix)
+    if kind == b"$" or kind == b"=":
         size = int(text)
         if size < 0:
             return None, pos
         if len(data) < pos + size + 2:
             raise _Incomplete
-        return data[pos : pos + size], pos + size + 2
+        skip = 4 if kind == b"=" else 0  # (a verbatim string's format, "txt:", as redis-py)
+        return data[pos + skip : pos + size], pos + size + 2
     if kind == b"*" or kind == b"~" or kind == b">":
         count = int(text)
         if count < 0:

@@ -214,7 +214,7 @@ def test_every_type_is_read_whole_however_it_arrives(chunk: int) -> None:
         12345678901234567890,
         {b"k": 1},
         [1, 2],
-        b"txt:abcd",
+        b"abcd",
     ]
     assert got[12][0] == []
     assert isinstance(inner, redis.exceptions.ResponseError) and str(inner) == "inner"
