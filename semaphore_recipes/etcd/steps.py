@@ -43,7 +43,7 @@ from ..backend import Waiter
 from ..errors import AcquireTimeout, CorruptState, PermissionDenied
 from ._proto import etcd_api_pb2 as pb
 from .errors import EtcdError, EtcdLeaseNotFound, EtcdUnavailable
-from .keyspace import ATTEMPT_TIMEOUT, txn_within
+from .keyspace import ATTEMPT_TIMEOUT, create_within
 from .leaving import Leaving
 from .ops import Compare, Op
 from .retry import retrying
@@ -148,10 +148,7 @@ class ProtocolSteps(Leaving):
             with self._lock:
                 long = self._queue_long or self._creating >= nearest
                 self._creating += 1
-            success = [Op.put(key, value, lease=lease), self.entries_and_config[1]]
-            if not long:
-                sample = Op.range(self.entries_prefix, self.entries_end, limit=nearest)
-                success.insert(1, sample)
+            request = self.entry_creates.request(key, value, lease, 0 if long else nearest)
             try:
                 # Retried as is after UNAVAILABLE: if the lost attempt created the key,
                 # the failure branch reads it and we adopt it (no orphan, no second
@@ -162,13 +159,7 @@ class ProtocolSteps(Leaving):
                 # ``creates``: the asyncio face lets it finish even when the acquire is
                 # cancelled, so the undo never overtakes it (gRPC does not order calls).
                 # The sync face holds an interrupt until the txn returns (SyncRunner).
-                create: Callable[[float], Call] = functools.partial(
-                    txn_within,
-                    [Compare.create_revision(key, "==", 0)],
-                    success,
-                    [Op.range(key), self.entries_and_config[1]],
-                    uid,
-                )
+                create: Callable[[float], Call] = functools.partial(create_within, request, uid)
                 try:
                     reply = yield from self.call(create, deadline)
                 finally:
