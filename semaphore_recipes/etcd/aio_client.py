@@ -33,7 +33,7 @@ from ._proto import etcd_api_pb2 as pb
 from .auth import REQUIRE_LEADER, Login, Metadata, Send
 from .client import EtcdClient
 from .client_base import ClientBase
-from .errors import EtcdError
+from .errors import EtcdError, map_rpc_error
 from .rpc import Call
 
 __all__ = ["AioEtcdClient"]
@@ -84,6 +84,13 @@ class AioEtcdClient(ClientBase):
         """Make ``call`` (the auth token added, refreshed once if refused); its reply."""
         if self._closed:
             raise EtcdError("the etcd client is closed")
+        if self._auth.user is None:
+            # no token to add or refresh: what AuthToken.call does then, without running
+            # a program for it (as the sync client)
+            try:
+                return await self._invoke(call, ())
+            except grpc.RpcError as exc:
+                raise map_rpc_error(exc) from exc
         return await run_program_async(self._auth.call(call), self._send)
 
     async def _send(self, request: object) -> Any:
@@ -91,14 +98,18 @@ class AioEtcdClient(ClientBase):
             async with self._auth_lock:  # one login at a time; the others see its token
                 return await run_program_async(self._auth.login(request.stale), self._send)
         assert isinstance(request, Send)
-        call = request.call
-        method = getattr(self._stubs[call.rpc.service], call.rpc.method)
+        return await self._invoke(request.call, request.metadata)
+
+    async def _invoke(self, call: Call, metadata: Metadata) -> Any:
+        """Make ``call`` with ``metadata``, as is; a grpc.RpcError is raised as is."""
+        service, method_name = call.rpc.value
+        method = getattr(self._stubs[service], method_name)
         await self._in_flight.acquire()  # (cancelled here: nothing was sent)
         try:
             rpc = method(
                 call.request,
                 timeout=self.timeout if call.timeout is None else call.timeout,
-                metadata=request.metadata,
+                metadata=metadata,
                 wait_for_ready=True,
             )
         except BaseException as exc:

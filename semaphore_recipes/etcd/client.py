@@ -45,7 +45,7 @@ from .._core.program import run_program
 from ._proto import etcd_api_pb2 as pb
 from .auth import REQUIRE_LEADER, Login, Metadata, Send
 from .client_base import ClientBase
-from .errors import EtcdError
+from .errors import EtcdError, map_rpc_error
 from .ops import Key
 from .rpc import Call, granted_lease
 
@@ -116,6 +116,13 @@ class EtcdClient(ClientBase):
         Every error is an :class:`~.errors.EtcdError` (see the class docstring)."""
         if self._closed:
             raise EtcdError("the etcd client is closed")
+        if self._auth.user is None:
+            # no token to add or refresh: what AuthToken.call does then, without running
+            # a program for it (every call of an anonymous client: 3 us less)
+            try:
+                return self._invoke(call, ())
+            except grpc.RpcError as exc:
+                raise map_rpc_error(exc) from exc
         return run_program(self._auth.call(call), self._send)
 
     def _send(self, request: object) -> Any:
@@ -124,13 +131,17 @@ class EtcdClient(ClientBase):
             with self._auth_lock:  # one login at a time; the others see its token
                 return run_program(self._auth.login(request.stale), self._send)
         assert isinstance(request, Send)
-        call = request.call
-        method = getattr(self._stubs[call.rpc.service], call.rpc.method)
+        return self._invoke(request.call, request.metadata)
+
+    def _invoke(self, call: Call, metadata: Metadata) -> Any:
+        """Make ``call`` with ``metadata``, as is; a grpc.RpcError is raised as is."""
+        service, method_name = call.rpc.value
+        method = getattr(self._stubs[service], method_name)
         try:
             return method(
                 call.request,
                 timeout=self.timeout if call.timeout is None else call.timeout,
-                metadata=request.metadata,
+                metadata=metadata,
                 wait_for_ready=True,
             )
         except ValueError as exc:  # "Cannot invoke RPC on closed channel!"

@@ -39,10 +39,11 @@ from ..errors import (
 )
 from . import _proto  # noqa: F401  (makes the generated package importable first)
 from ._proto import etcd_api_pb2 as pb
+from .entry_txns import EntryCreates
 from .errors import EtcdAuthError, EtcdCompacted, EtcdError, EtcdLeaseNotFound, EtcdUnavailable
 from .ops import Compare, Op, prefix_range_end
 from .retry import retrying
-from .rpc import Call
+from .rpc import Call, Rpc
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -58,6 +59,12 @@ def txn_within(
 ) -> Call:
     """A txn that creates the entry ``creates``, sent with ``timeout`` (for ``call``)."""
     return Call.txn(compare, success, failure, timeout=timeout, creates=creates)
+
+
+def create_within(request: pb.TxnRequest, creates: str, timeout: float) -> Call:
+    """The txn ``request`` (:class:`~.entry_txns.EntryCreates`), which creates the entry
+    ``creates``, sent with ``timeout`` (for ``call``)."""
+    return Call(Rpc.TXN, request, timeout, creates)
 
 
 class SemaphoreKeys(QueueDriver):
@@ -79,6 +86,7 @@ class SemaphoreKeys(QueueDriver):
             Op.range(self.entries_prefix, self.entries_end),
             Op.range(self.config_key),
         ]
+        self.entry_creates = EntryCreates(self.entries_prefix, self.entries_end, self.config_key)
         self.closed = False  # close() was called: work in the background stops
         self._capacity_watch: Watcher | None = None
 

@@ -24,11 +24,13 @@ from .._core.codec import encode_slot
 from .._core.deadline import Deadline
 from .._core.program import Program
 from ..backend import Waiter
+from ._proto import etcd_api_pb2 as pb
+from .entry_txns import entry_delete
 from .errors import EtcdError, EtcdUnavailable
 from .keyspace import ATTEMPT_TIMEOUT, SemaphoreKeys
 from .ops import Compare, Op
 from .retry import retrying
-from .rpc import Call, UndoCreate
+from .rpc import Call, Rpc, UndoCreate
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -154,17 +156,21 @@ class Leaving(SemaphoreKeys):
         retries in the background (the lease's end removes the entry anyway)."""
         key = self.entry_key(uid)
         slots = {self.slot_key(i): t for i, t in slot_records.items() if t is not None}
-        guard = [] if token is None else [Compare.create_revision(key, "==", token)]
-        guard += [Compare.create_revision(k, "==", t) for k, t in slots.items()]
-        delete = [Op.delete(key), *(Op.delete(k) for k in slots)]
+        timeout = min(ATTEMPT_TIMEOUT, self.request_timeout)
+        if slots:
+            guard = [] if token is None else [Compare.create_revision(key, "==", token)]
+            guard += [Compare.create_revision(k, "==", t) for k, t in slots.items()]
+            request = pb.TxnRequest(
+                compare=guard, success=[Op.delete(key), *(Op.delete(k) for k in slots)]
+            )
+        else:  # (every release of a semaphore without job slots: built the short way)
+            request = entry_delete(key, token)
         try:
             # release() returns within the request timeout, the background goes on after
-            reply: Any = yield Call.txn(
-                guard, delete, [], timeout=min(ATTEMPT_TIMEOUT, self.request_timeout)
-            )
+            reply: Any = yield Call(Rpc.TXN, request, timeout)
         except EtcdUnavailable:
             log.warning("delete of %r is pending until etcd is reachable again", uid)
-            self.backend.spawn(self._delete_retried(uid, guard, delete))
+            self.backend.spawn(self._delete_retried(uid, request))
             return
         except EtcdError as exc:
             log.warning("delete of %r failed: %s", uid, exc)
@@ -178,12 +184,13 @@ class Leaving(SemaphoreKeys):
                 )
             if token is not None:
                 yield from self._delete_guarded([Compare.create_revision(key, "==", token)], key)
-        if token is not None:
+        maybe_made = [i for i, t in slot_records.items() if t is None]
+        if token is not None and maybe_made:
             # A record whose create was interrupted before its reply, if it names this
             # entry: after the entry's delete, which no later create of it can pass
             # (its txn compares the entry), so none appears after this.
             ours = encode_slot(uid, token)
-            for index in (i for i, t in slot_records.items() if t is None):
+            for index in maybe_made:
                 slot_key = self.slot_key(index)
                 yield from self._delete_guarded([Compare.value(slot_key, "==", ours)], slot_key)
         # Deleted, or already gone (the guard failed): the slot can serve again.
@@ -191,24 +198,22 @@ class Leaving(SemaphoreKeys):
 
     def _delete_guarded(self, guard: list[Any], key: bytes) -> Program[None]:
         """One guarded delete of ``key``, now or (unreachable) in the background."""
-        delete = [Op.delete(key)]
+        request = pb.TxnRequest(compare=guard, success=[Op.delete(key)])
         try:
-            yield Call.txn(guard, delete, [], timeout=min(ATTEMPT_TIMEOUT, self.request_timeout))
+            yield Call(Rpc.TXN, request, min(ATTEMPT_TIMEOUT, self.request_timeout))
         except EtcdUnavailable:
-            self.backend.spawn(self._delete_retried(None, guard, delete))
+            self.backend.spawn(self._delete_retried(None, request))
         except EtcdError as exc:
             log.warning("delete of %r failed: %s", key, exc)
 
-    def _delete_retried(
-        self, uid: str | None, guard: list[Any], delete: list[Any]
-    ) -> Program[None]:
+    def _delete_retried(self, uid: str | None, request: pb.TxnRequest) -> Program[None]:
         if self.closed:
             return
         # gives up when the queue closes (or etcd refuses it): the lease's end removes
         # the entry then
         with contextlib.suppress(EtcdError):
             yield from retrying(
-                lambda timeout: Call.txn(guard, delete, [], timeout=timeout),
+                lambda timeout: Call(Rpc.TXN, request, timeout),
                 Deadline(None, time.monotonic),
                 attempt_timeout=ATTEMPT_TIMEOUT,
                 initial_backoff=0.2,

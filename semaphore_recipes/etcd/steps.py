@@ -43,7 +43,7 @@ from ..backend import Waiter
 from ..errors import AcquireTimeout, CorruptState, PermissionDenied
 from ._proto import etcd_api_pb2 as pb
 from .errors import EtcdError, EtcdLeaseNotFound, EtcdUnavailable
-from .keyspace import ATTEMPT_TIMEOUT, txn_within
+from .keyspace import ATTEMPT_TIMEOUT, create_within
 from .leaving import Leaving
 from .ops import Compare, Op
 from .retry import retrying
@@ -97,6 +97,8 @@ class ProtocolSteps(Leaving):
     def __init__(self, backend: EtcdBackend, name: str) -> None:
         super().__init__(backend, name)
         self._watchers: dict[Waiter, dict[str, Watcher]] = {}
+        # watches that fired, to cancel on the waiter's own thread or task (``_watch``)
+        self._fired: dict[Waiter, list[Watcher]] = {}
         self._listed: dict[tuple[bytes, int], Entry] = {}  # decoded entries of the last listing
         # the shared read of the entries below new waiters (``nearest_below``)
         self._below_waiting: set[int] = set()  # tokens of the waiters needing theirs
@@ -116,8 +118,14 @@ class ProtocolSteps(Leaving):
     def drop_watchers(self, waiter: Waiter) -> None:
         """End the watches armed for ``waiter`` (its acquire is over, or enqueues again)."""
         with self._lock:
-            watchers = self._watchers.pop(waiter, {})
-        self.cancel_watchers(watchers.values())
+            watchers = [*self._watchers.pop(waiter, {}).values(), *self._fired.pop(waiter, ())]
+        self.cancel_watchers(watchers)
+
+    def cancel_fired(self, waiter: Waiter) -> None:
+        """End the watches of ``waiter`` that fired since its last look (``_watch``)."""
+        with self._lock:
+            fired = self._fired.pop(waiter, ())
+        self.cancel_watchers(fired)
 
     # ---- the protocol steps ------------------------------------------------------
     def enqueue(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
@@ -148,10 +156,7 @@ class ProtocolSteps(Leaving):
             with self._lock:
                 long = self._queue_long or self._creating >= nearest
                 self._creating += 1
-            success = [Op.put(key, value, lease=lease), self.entries_and_config[1]]
-            if not long:
-                sample = Op.range(self.entries_prefix, self.entries_end, limit=nearest)
-                success.insert(1, sample)
+            request = self.entry_creates.request(key, value, lease, 0 if long else nearest)
             try:
                 # Retried as is after UNAVAILABLE: if the lost attempt created the key,
                 # the failure branch reads it and we adopt it (no orphan, no second
@@ -162,13 +167,7 @@ class ProtocolSteps(Leaving):
                 # ``creates``: the asyncio face lets it finish even when the acquire is
                 # cancelled, so the undo never overtakes it (gRPC does not order calls).
                 # The sync face holds an interrupt until the txn returns (SyncRunner).
-                create: Callable[[float], Call] = functools.partial(
-                    txn_within,
-                    [Compare.create_revision(key, "==", 0)],
-                    success,
-                    [Op.range(key), self.entries_and_config[1]],
-                    uid,
-                )
+                create: Callable[[float], Call] = functools.partial(create_within, request, uid)
                 try:
                     reply = yield from self.call(create, deadline)
                 finally:
@@ -336,6 +335,7 @@ class ProtocolSteps(Leaving):
     def arm(
         self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
     ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
+        self.cancel_fired(waiter)
         generation = waiter.generation
         token = waiter.token
         assert token is not None
@@ -399,10 +399,15 @@ class ProtocolSteps(Leaving):
                     waiter.post(generation, EntryChanged(key))
             if not fired.is_set():
                 return
+            # Cancelled by the waiter's own thread or task, at its next arm or when its
+            # attempt ends (``drop_watchers``), not here: the reader thread sending the
+            # cancel held the GIL the waiter it had just woken was waiting for (a sync
+            # handoff's wake took 40-55 us longer). It stays known meanwhile: no more
+            # of them than the waiter had armed at once.
             with self._lock:
                 watcher = self._watchers.get(waiter, {}).pop(key, None)
-            if watcher is not None:
-                watcher.cancel(timeout=0)
+                if watcher is not None:
+                    self._fired.setdefault(waiter, []).append(watcher)
 
         def on_error(exc: Exception) -> None:
             # e.g. history compacted: treat it as a fired watch, the waiter reads again
@@ -484,7 +489,9 @@ class ProtocolSteps(Leaving):
         watchers = self.closing()
         with self._lock:
             watchers += [w for ws in self._watchers.values() for w in ws.values()]
+            watchers += [w for ws in self._fired.values() for w in ws]
             self._watchers.clear()
+            self._fired.clear()
         watchers += self.drop_holder_watchers()
         for watcher in watchers:
             watcher.cancel(timeout=deadline.cap(1.0))

@@ -15,7 +15,7 @@ from semaphore_recipes._core.deadline import Deadline
 from semaphore_recipes._core.protocol import Enqueued
 from semaphore_recipes.backend import Waiter, nearest_needed
 from semaphore_recipes.etcd import steps
-from semaphore_recipes.etcd.keyspace import SemaphoreKeys, txn_within
+from semaphore_recipes.etcd.keyspace import SemaphoreKeys, create_within
 from semaphore_recipes.testing.etcd_harness import EtcdHarness
 
 
@@ -129,13 +129,13 @@ def test_behind_a_queue_found_long_the_enqueue_txn_leaves_the_entries_range_out(
     nearest = nearest_needed(1)
     deadline = Deadline(30.0, time.monotonic)
     ranged: list[bool] = []  # per enqueue txn sent: did it range the entries?
-    sent_as = txn_within
+    sent_as = create_within
 
-    def recording(compare: Any, success: Any, failure: Any, creates: str, timeout: float) -> Any:
-        ranged.append(any(op.request_range.key == queue.entries_prefix for op in success))
-        return sent_as(compare, success, failure, creates, timeout)
+    def recording(request: Any, creates: str, timeout: float) -> Any:
+        ranged.append(any(op.request_range.key == queue.entries_prefix for op in request.success))
+        return sent_as(request, creates, timeout)
 
-    monkeypatch.setattr(steps, "txn_within", recording)
+    monkeypatch.setattr(steps, "create_within", recording)
     waiters: list[Waiter] = []
 
     def enqueue() -> Enqueued:
@@ -189,7 +189,7 @@ def test_a_burst_of_enqueues_leaves_the_entries_range_out_of_their_txns(
     burst = 120
     ranged: list[bool] = []  # per enqueue txn sent: did it range the entries?
     listing_on_failure: list[bool] = []  # and its failure branch?
-    sent_as = txn_within
+    sent_as = create_within
 
     async def main() -> None:
         async with aio.connect(ed.url) as backend:
@@ -198,17 +198,16 @@ def test_a_burst_of_enqueues_leaves_the_entries_range_out_of_their_txns(
             keys = sem._store  # (opened by the first acquire)
             assert isinstance(keys, SemaphoreKeys)
 
-            def recording(
-                compare: Any, success: Any, failure: Any, creates: str, timeout: float
-            ) -> Any:
-                ranged.append(any(op.request_range.key == keys.entries_prefix for op in success))
+            def recording(request: Any, creates: str, timeout: float) -> Any:
+                prefix = keys.entries_prefix
+                ranged.append(any(op.request_range.key == prefix for op in request.success))
                 # the branch a retry after a lost reply takes reads its key, not the queue
                 listing_on_failure.append(
-                    any(op.request_range.key == keys.entries_prefix for op in failure)
+                    any(op.request_range.key == prefix for op in request.failure)
                 )
-                return sent_as(compare, success, failure, creates, timeout)
+                return sent_as(request, creates, timeout)
 
-            monkeypatch.setattr(steps, "txn_within", recording)
+            monkeypatch.setattr(steps, "create_within", recording)
             granted: list[int] = []
 
             async def one() -> None:
