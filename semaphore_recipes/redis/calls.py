@@ -388,7 +388,7 @@ class SyncRunner:
         since a late reply would be read as the next command's. (The connection itself,
         not the client's command path: its wrappers, pool, event dispatch and argument
         encoding cost each call more than the call's own work; :func:`pack` encodes as
-        the client does.)"""
+        the client does, and :mod:`.wire` reads the reply on a plain connection.)"""
         assert self._connections is not None  # (one server)
         conn = self._connections.take()
         within = timeout if timeout is not None and timeout < self._socket_timeout else None
