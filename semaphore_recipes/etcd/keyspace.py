@@ -80,7 +80,8 @@ class SemaphoreKeys(QueueDriver):
         self.entries_prefix = (self.base + "entries/").encode()
         self.entries_end = prefix_range_end(self.entries_prefix)
         self.slots_prefix = (self.base + "slots/").encode()  # job slots: slots/<index>
-        # the reads of every enqueue and status txn (built once: they never change)
+        # the reads of every status txn (built once: they never change; an enqueue's
+        # are in its template, ``entry_creates``)
         self.slots_range = Op.range(self.slots_prefix, prefix_range_end(self.slots_prefix))
         self.entries_and_config = [
             Op.range(self.entries_prefix, self.entries_end),

@@ -38,7 +38,7 @@ from .clients import async_client, close_async, close_sync, sync_client
 from .connections import AsyncIdleConnections, AsyncTurns, IdleConnections
 from .params import RedisParams
 from .scripts import READ_ONLY, SCRIPTS, ScriptName
-from .wire import exchange, exchange_async, plain_socket, plain_streams
+from .wire import exchange, plain_socket
 
 __all__ = [
     "REFUSED",
@@ -261,7 +261,7 @@ def evalsha_on(
     the next command's; an error reply was read whole, and the connection goes on."""
     try:
         sock = plain_socket(conn)
-        if sock is not None:  # (:mod:`.wire`: without redis-py's command path)
+        if sock is not None:  # (:mod:`.wire`: without redis-py's reader)
             return exchange(sock, evalsha_packed(sha, keys, args), timeout)
         conn.send_packed_command([evalsha_packed(sha, keys, args)])
         if timeout is not None and not conn.can_read(timeout=timeout):
@@ -592,17 +592,8 @@ class AsyncRunner:
 
 
 async def exchange_on(conn: Any, packed: bytes) -> Any:
-    """Send one packed command on an asyncio connection and read its reply (on a plain
-    connection's streams, :mod:`.wire`; a connection whose reply was not read whole,
-    cancelled too, is closed, as redis-py closes its own)."""
-    streams = plain_streams(conn)
-    if streams is None:
-        await conn.send_packed_command([packed])
-        return await conn.read_response()
-    try:
-        return await exchange_async(*streams, packed)
-    except redis.exceptions.ResponseError:
-        raise
-    except BaseException:
-        await conn.disconnect(nowait=True)
-        raise
+    """Send one packed command on an asyncio connection and read its reply (a
+    connection whose reply was not read whole, cancelled too, closes itself: redis-py's
+    asyncio connections do on any exception)."""
+    await conn.send_packed_command([packed])
+    return await conn.read_response()

@@ -1,14 +1,14 @@
 """A script's round trip on a plain TCP or Unix connection, read without redis-py's parser.
 
-The runners send an EVALSHA and read its reply straight on the socket (the asyncio
-runner: the streams) of a connection redis-py made (its handshake: credentials,
-``HELLO``, the database). redis-py's reader costs each call more client work than the
-script's whole server time (measured in docs/benchmarks.md); a script's reply is small
-and of few types, read here whole. Only a plain ``redis.Connection`` or
-``redis.UnixDomainSocketConnection`` is taken this way by the blocking runner
-(:func:`plain_socket`, a cluster node's too), and those and ``SSLConnection`` by the
-asyncio one (:func:`plain_streams`): Sentinel's connections (which turn a demoted
-primary's ``READONLY`` into a reconnection) keep redis-py's path.
+The blocking runner sends an EVALSHA and reads its reply straight on the socket of a
+connection redis-py made (its handshake: credentials, ``HELLO``, the database). redis-py's
+reader costs each call more client work than the script's whole server time (measured
+in docs/benchmarks.md); a script's reply is small and of few types, read here whole.
+Only a plain ``redis.Connection`` or ``redis.UnixDomainSocketConnection`` is taken this
+way (:func:`plain_socket`, a cluster node's too): TLS and Sentinel's connections (which
+turn a demoted primary's ``READONLY`` into a reconnection) keep redis-py's path. The
+asyncio runner keeps redis-py's reader: the same reading on its streams measured no
+faster there (its cycle waits on the server between short bursts of the loop's work).
 
 On connection loss: a send or read that fails raises redis-py's ``ConnectionError`` (the
 server closed it, a reset) or ``TimeoutError`` (no reply in time), as redis-py would,
@@ -19,15 +19,13 @@ notifications of Redis Enterprise) is skipped.
 
 from __future__ import annotations
 
-import asyncio
 import select
 import socket
 from typing import Any
 
 import redis
-import redis.asyncio
 
-__all__ = ["exchange", "exchange_async", "plain_socket", "plain_streams", "stale"]
+__all__ = ["exchange", "plain_socket", "stale"]
 
 _READ_SIZE = 65536
 
@@ -55,11 +53,6 @@ _ERR_TEXTS: dict[str, type[redis.exceptions.RedisError]] = {
 }
 
 _PLAIN = (redis.Connection, redis.UnixDomainSocketConnection)
-_PLAIN_ASYNC = (
-    redis.asyncio.Connection,
-    redis.asyncio.SSLConnection,
-    redis.asyncio.UnixDomainSocketConnection,
-)
 
 
 def plain_socket(conn: Any) -> socket.socket | None:
@@ -100,33 +93,6 @@ def exchange(sock: socket.socket, packed: bytes, within: float | None) -> Any:
             data += _received(sock.recv(_READ_SIZE))
     except TimeoutError as exc:  # (socket.timeout)
         raise redis.exceptions.TimeoutError(f"no reply in time ({exc})") from exc
-    except OSError as exc:
-        raise redis.exceptions.ConnectionError(f"connection failed: {exc}") from exc
-    return _answer(data, parsed)
-
-
-def plain_streams(conn: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-    """The streams of the asyncio connection ``conn`` if it is a connected plain one
-    (TLS too: the streams hide it; not Sentinel's), else None. (redis-py keeps them as
-    ``_reader`` and ``_writer``.)"""
-    if conn.__class__ not in _PLAIN_ASYNC:
-        return None
-    reader, writer = getattr(conn, "_reader", None), getattr(conn, "_writer", None)
-    if reader is None or writer is None:
-        return None
-    return reader, writer
-
-
-async def exchange_async(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, packed: bytes
-) -> Any:
-    """:func:`exchange` on an asyncio connection's streams, unbounded: the caller
-    bounds it, and closes the connection when it is cancelled or fails."""
-    try:
-        writer.write(packed)  # (one small command: the transport sends it at once)
-        data = _received(await reader.read(_READ_SIZE))
-        while (parsed := _parsed(data)) is None:
-            data += _received(await reader.read(_READ_SIZE))
     except OSError as exc:
         raise redis.exceptions.ConnectionError(f"connection failed: {exc}") from exc
     return _answer(data, parsed)

@@ -1,7 +1,8 @@
 """The blocking runner's own reply reader (``semaphore_recipes.redis.wire``): the same
 answers and errors as redis-py's parser on a real server, every RESP type read whole
 however the bytes arrive, and a connection loss or a silent server raised as redis-py
-raises them."""
+raises them; and the asyncio runner's call (redis-py's reader) closes its connection
+when cancelled."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import redis.sentinel
 from semaphore_recipes._bounded_await import bounded
 from semaphore_recipes.redis.calls import evalsha_on, evalsha_packed, exchange_on
 from semaphore_recipes.redis.connections import AsyncIdleConnections, IdleConnections
-from semaphore_recipes.redis.wire import exchange, plain_socket, plain_streams
+from semaphore_recipes.redis.wire import exchange, plain_socket
 
 # scripts whose replies cover what a script can answer, nested
 _SCRIPTS = [
@@ -69,41 +70,6 @@ def test_replies_are_those_redis_py_reads(redis_server: Any, protocol: int) -> N
     finally:
         connections.close()
         client.close()
-
-
-@pytest.mark.parametrize("protocol", [2, 3])
-def test_asyncio_replies_are_those_redis_py_reads(redis_server: Any, protocol: int) -> None:
-    host, port = redis_server.host_port.rsplit(":", 1)
-
-    async def scenario() -> None:
-        client = redis.asyncio.Redis(host=host, port=int(port), protocol=protocol)
-        connections = AsyncIdleConnections(client)
-        try:
-            for source in [*_SCRIPTS, "return redis.error_reply('NOPERM no')"]:
-                sha = await client.script_load(source)
-                conn = await connections.take()
-                assert plain_streams(conn) is not None  # (the reader under test)
-                try:
-                    ours: Any = await exchange_on(conn, evalsha_packed(sha, (), ("a",)))
-                except redis.exceptions.ResponseError as exc:
-                    ours = exc
-                finally:
-                    await connections.give_back(conn)
-                try:
-                    theirs = await client.evalsha(sha, 0, "a")
-                except redis.exceptions.ResponseError as exc:
-                    theirs = exc
-                if isinstance(theirs, Exception):
-                    assert (type(ours), str(ours)) == (type(theirs), str(theirs))
-                elif source.endswith("'time')"):
-                    assert [type(x) for x in ours] == [type(x) for x in theirs]
-                else:
-                    assert ours == theirs, source
-        finally:
-            await connections.close()
-            await client.aclose()
-
-    asyncio.run(scenario())
 
 
 def test_a_cancelled_asyncio_call_closes_its_connection(redis_server: Any) -> None:
