@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._core.protocol import Enqueued
-from ..backend import Deadline, Program, QueueDriver, Waiter, nearest_needed, queues_of
+from ..backend import Deadline, Program, QueueDriver, Waiter, queues_of
 from ..errors import Draining
 from .calls import Arg
 from .queue import EntryView, RedisQueue, lease_lost, refuse_abandoned
@@ -57,7 +57,7 @@ def enqueue_all(
         for queue, waiter in queues:
             queue.creating(waiter, entry_id)
             capacity, _ = queue.capacity_answer()
-            args += [queue.name, waiter.weight, nearest_needed(capacity), capacity]
+            args += [queue.name, waiter.weight, capacity]
         reply = yield from backend.script(
             ScriptName.ENQUEUE_ALL,
             tuple(args),

@@ -43,7 +43,6 @@ from ..backend import (
     Status,
     StoreAdmitted,
     Waiter,
-    nearest_needed,
     split_queue,
     validate_capacity,
 )
@@ -73,36 +72,28 @@ class _Route:
 
 @dataclass(frozen=True)
 class EntryView:
-    """A script's reply about one entry (see ``view`` in :mod:`.scripts`)."""
+    """A script's reply about one entry (see ``view`` in :mod:`.scripts`): no other
+    entry is listed, as the server decides admission."""
 
     order: int
     held: bool
     capacity: int
     version: int
     later: bool
-    complete: bool
     check_in: float | None  # seconds, None: nothing to time
     slots: tuple[Slot, ...]  # a held entry's job slots (when it asked for them)
-    lower: tuple[Entry, ...]
 
     @classmethod
     def parse(cls, reply: Sequence[Any]) -> EntryView:
-        lower = tuple(
-            Entry(key=_text(reply[i]), order=int(reply[i + 1]), weight=int(reply[i + 2]),
-                  held=bool(int(reply[i + 3])))
-            for i in range(8, len(reply), 4)
-        )  # fmt: skip
-        check_in = int(reply[6])
+        check_in = int(reply[5])
         return cls(
             order=int(reply[0]),
             held=bool(int(reply[1])),
             capacity=int(reply[2]),
             version=int(reply[3]),
             later=bool(int(reply[4])),
-            complete=bool(int(reply[5])),
             check_in=check_in / 1000 if check_in >= 0 else None,
-            slots=parse_slots(reply[7]),
-            lower=lower,
+            slots=parse_slots(reply[6]),
         )
 
 
@@ -241,7 +232,6 @@ class RedisQueue(QueueDriver):
                 lease,
                 waiter.weight,
                 waiter.owner,
-                nearest_needed(capacity),
                 capacity,
                 "1" if waiter.wants_slots else "",
                 "" if lease == self._opener else "1",
@@ -303,11 +293,11 @@ class RedisQueue(QueueDriver):
             capacity, version = self.capacity_answer()
         return Enqueued(
             me=Entry(key=entry_id, order=view.order, weight=waiter.weight),
-            lower=() if admitted else view.lower,
+            lower=(),
             capacity=capacity,
             later_entries=view.later,
             capacity_version=version,
-            lower_complete=view.complete or admitted,
+            lower_complete=True,
             admitted=admitted,
             slots=slots if admitted and waiter.wants_slots else None,
         )

@@ -37,14 +37,17 @@ Store layout (``P`` the URL's prefix, ``S`` a semaphore's name; docs/design.md s
 
 Every script that changes the queue ends with ``sweep`` (a removal that leaves the queue
 empty and an enqueue admitted at once into an empty one return before: nothing is left
-to admit, and they then never make the sweep's functions): walking from the head, it
+to admit, and they then never make the sweep's functions; an enqueue behind a live
+waiter skips it too: the sweep would stop at that waiter): walking from the head, it
 removes dead entries, counts the holders, and admits each waiter whose prefix sum fits
 the capacity, marking it held and notifying its client; it stops at the first waiter
 that does not fit. An admitted entry that asked for job slots is given them there:
 the held entries are a prefix of the queue (only ``sweep`` and an enqueue into an
 empty queue admit, and ``sweep`` admits a prefix), so by the time the walk reaches a
 waiter it has passed every live holder and knows the indices they hold. Its work is
-the holders plus the newly admitted plus one, never the whole queue. Scripts build
+the holders plus the newly admitted plus one, never the whole queue. A waiter's reply
+lists no other entry (the server decides admission): it names the moment to look again
+(``check_in``), from its nearest live lower entry (``nearest_below``). Scripts build
 their keys from ``ARGV`` (the prefix and the name; the scripts of ``acquire_all``,
 ``*_ALL``, take several names and ``use`` each in turn). On Redis Cluster the prefix
 the client gives carries the semaphore's hash tag (``P:{T}``, :mod:`.layout`): every
@@ -98,7 +101,18 @@ local function entry(id)
   if raw then return cjson.decode(raw) end
   return nil
 end
-local function alive(e) return e ~= nil and redis.call('exists', lease_key(e.l)) == 1 end
+-- Each lease is asked once per call (no key expires while a script runs, and a sweep
+-- meets many entries of one client's lease)
+local live = {}
+local function alive(e)
+  if e == nil then return false end
+  local known = live[e.l]
+  if known == nil then
+    known = redis.call('exists', lease_key(e.l)) == 1
+    live[e.l] = known
+  end
+  return known
+end
 local function drop(id)
   redis.call('zrem', QK, id)
   redis.call('hdel', EK, id)
@@ -207,61 +221,60 @@ local function sweep(quiet)
     if #ids == 0 then return end
   end
 end
--- When a waiter should look again if nothing told it anything (milliseconds): at the
--- expiry of its predecessor's lease, or, for the head (its predecessor holds), of the
--- earliest lease among the holders it listed. Renewed leases push it back each time.
-local function check_in(pred, holders)
+-- The nearest live entry below `e`, nil when there is none (or only dead ones among the
+-- 100 nearest). The dead entries passed are removed when that entry waits: behind a
+-- waiter nothing is held (the held entries are a prefix), else they are left for a
+-- sweep (a dead holder frees permits).
+local function nearest_below(e)
+  local below, passed = '(' .. e.t, {}
+  for _ = 1, 100 do
+    local found = redis.call('zrevrangebyscore', QK, below, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #found == 0 then return nil end
+    local x = entry(found[1])
+    if alive(x) then
+      if not x.h then
+        for _, id in ipairs(passed) do drop(id) end
+      end
+      return x
+    end
+    passed[#passed + 1] = found[1]
+    below = '(' .. found[2]
+  end
+  return nil
+end
+-- When a waiter should look again if nothing told it anything (milliseconds; -1: no
+-- lease to time): at the expiry of its predecessor `pred`'s lease, or, for the head
+-- (its predecessor holds), of the earliest lease among the holders. Renewed leases push
+-- it back each time.
+local function check_in(pred)
+  if pred == nil then return -1 end
+  local watched = {pred}
+  if pred.h then
+    watched = {}
+    for _, hid in ipairs(redis.call('zrange', QK, 0, 199)) do
+      local x = entry(hid)
+      if not x or not x.h then break end
+      watched[#watched + 1] = x
+    end
+  end
   local best = -1
-  local watched = holders
-  if pred ~= nil and not pred.h then watched = {pred} end
-  for _, e in ipairs(watched) do
-    local ttl = redis.call('pttl', lease_key(e.l))
+  for _, x in ipairs(watched) do
+    local ttl = redis.call('pttl', lease_key(x.l))
     if ttl >= 0 and (best < 0 or ttl < best) then best = ttl end
   end
   return best
 end
 -- The reply every queue step answers with:
--- {order, held, capacity, version, later, complete, check_in, slots, id1, order1, w1, h1, ...}
--- (slots: a held entry's job slots, {index1, token1, ...}; {} without).
--- A held entry lists nothing (the server counted what was ahead of it); a waiter lists
--- its live lower entries in queue order, the nearest `limit` of them (all when < 0).
-local function view(id, e, limit)
+-- {order, held, capacity, version, later, check_in, slots}
+-- (slots: a held entry's job slots, {index1, token1, ...}; {} without; no lower entry
+-- is listed: the server decides admission).
+-- `pred`: a waiter's nearest live lower entry (nearest_below), read after the sweep.
+local function view(e, pred)
   local cap, ver = config()
   local later = 0
   if redis.call('zcount', QK, '(' .. e.t, '+inf') > 0 then later = 1 end
-  if e.h then return {e.t, 1, cap, ver, later, 1, -1, e.x or {}} end
-  local ids
-  if limit < 0 then
-    ids = redis.call('zrevrangebyscore', QK, '(' .. e.t, '-inf')
-  else
-    ids = redis.call('zrevrangebyscore', QK, '(' .. e.t, '-inf', 'LIMIT', 0, limit + 1)
-  end
-  local complete = 1
-  local n = #ids
-  if limit >= 0 and n > limit then
-    complete = 0
-    n = limit
-  end
-  local out = {e.t, 0, cap, ver, later, complete, -1, {}}
-  local pred = nil
-  local holders = {}
-  for i = n, 1, -1 do
-    local x = entry(ids[i])
-    if alive(x) then
-      local h = 0
-      if x.h then
-        h = 1
-        holders[#holders + 1] = x
-      end
-      out[#out + 1] = ids[i]
-      out[#out + 1] = x.t
-      out[#out + 1] = x.w
-      out[#out + 1] = h
-      pred = x
-    end
-  end
-  out[7] = check_in(pred, holders)
-  return out
+  if e.h then return {e.t, 1, cap, ver, later, -1, e.x or {}} end
+  return {e.t, 0, cap, ver, later, check_in(pred), {}}
 end
 -- Is `id` a live, admitted entry created with `token`? (a fenced transaction's fence)
 local function fenced(id, token)
@@ -356,8 +369,8 @@ end
 opened_by(ARGV[4])
 return {cap, ver}
 """,
-    # ARGV: P, S, id, lease, weight, owner, limit, capacity to re-create with, '1' for
-    # job slots (else ''), '1' to make the lease one of the openers (else: it is one).
+    # ARGV: P, S, id, lease, weight, owner, capacity to re-create with, '1' for job
+    # slots (else ''), '1' to make the lease one of the openers (else: it is one).
     # The id is the client's: a retried enqueue whose first reply was lost finds its
     # entry instead of creating a second one.
     # -> view, or {'lost'} (the lease is gone)
@@ -370,8 +383,8 @@ if redis.call('exists', P .. ':lease:' .. lease) == 0 then return {'lost'} end
 local c = redis.call('hmget', CK, 'capacity', 'version', 'drain')
 local cap, ver = tonumber(c[1]), tonumber(c[2])
 if not cap then
-  cap, ver = tonumber(ARGV[8]), redis.call('incr', P .. ':seq')
-  redis.call('hset', CK, 'capacity', ARGV[8], 'version', ver)
+  cap, ver = tonumber(ARGV[7]), redis.call('incr', P .. ':seq')
+  redis.call('hset', CK, 'capacity', ARGV[7], 'version', ver)
 end
 if c[3] == '1' then return {'draining'} end
 if not redis.call('hget', EK, id) then
@@ -386,7 +399,7 @@ if not redis.call('hget', EK, id) then
   local t = redis.call('time')
   local e = {w = w, l = lease, o = ARGV[6], h = first, t = order,
              s = tonumber(t[1]) + tonumber(t[2]) / 1000000}
-  if ARGV[9] == '1' then
+  if ARGV[8] == '1' then
     e.z = true
     if first then
       -- (give_slots with no holder: the lowest indices, each with a token)
@@ -400,17 +413,25 @@ if not redis.call('hget', EK, id) then
   end
   redis.call('zadd', QK, order, id)
   redis.call('hset', EK, id, cjson.encode(e))
-  if ARGV[10] == '1' then redis.call('sadd', P .. ':s:' .. S .. ':open', lease) end
-  if first then return {order, 1, cap, ver, 0, 1, -1, e.x or {}} end
+  if ARGV[9] == '1' then redis.call('sadd', P .. ':s:' .. S .. ':open', lease) end
+  if first then return {order, 1, cap, ver, 0, -1, e.x or {}} end
 end
 """,
         queue=r"""
-sweep(id)
-return view(id, entry(id), tonumber(ARGV[7]))
+local e = entry(id)
+local pred = nearest_below(e)
+-- Behind a live waiter nothing can be admitted (a sweep stops at the first waiter that
+-- does not fit; a dead holder ahead is the head's to find, at its check-in): no sweep
+if e.h or pred == nil or pred.h then
+  sweep(id)
+  e = entry(id)
+  if not e.h then pred = nearest_below(e) end
+end
+return view(e, pred)
 """,
     ),
-    # ARGV: P, '', id, lease, owner, then per semaphore: name, weight, limit, capacity
-    # to re-create with. One entry `id` in every queue, all with one order from the
+    # ARGV: P, '', id, lease, owner, then per semaphore: name, weight, capacity to
+    # re-create with. One entry `id` in every queue, all with one order from the
     # counter (their token): any two requests are ordered alike in every queue, and no
     # other script runs in between. A retry after a lost reply finds its entries (all
     # or none were made); if some were removed since, the rest go too and the client
@@ -419,13 +440,13 @@ return view(id, entry(id), tonumber(ARGV[7]))
 local id, lease = ARGV[3], ARGV[4]
 if redis.call('exists', lease_key(lease)) == 0 then return {'lost'} end
 local found, n = 0, 0
-for i = 6, #ARGV, 4 do
+for i = 6, #ARGV, 3 do
   use(ARGV[i])
   n = n + 1
   if entry(id) then found = found + 1 end
 end
 if found > 0 and found < n then
-  for i = 6, #ARGV, 4 do
+  for i = 6, #ARGV, 3 do
     use(ARGV[i])
     drop(id)
     sweep(nil)
@@ -433,20 +454,20 @@ if found > 0 and found < n then
   return {'partial'}
 end
 if found == 0 then
-  for i = 6, #ARGV, 4 do
+  for i = 6, #ARGV, 3 do
     use(ARGV[i])
     if redis.call('exists', tombstone_key(id)) == 1 then return {'abandoned'} end
     if select(3, config()) then return {'draining', ARGV[i]} end
   end
-  for i = 6, #ARGV, 4 do
+  for i = 6, #ARGV, 3 do
     use(ARGV[i])
     if not config() then
       local ver = redis.call('incr', P .. ':seq')
-      redis.call('hset', CK, 'capacity', ARGV[i + 3], 'version', ver)
+      redis.call('hset', CK, 'capacity', ARGV[i + 2], 'version', ver)
     end
   end
   local order = redis.call('incr', P .. ':seq')
-  for i = 6, #ARGV, 4 do
+  for i = 6, #ARGV, 3 do
     use(ARGV[i])
     local e = {w = tonumber(ARGV[i + 1]), l = lease, o = ARGV[5], h = false, s = now(), t = order}
     redis.call('zadd', QK, order, id)
@@ -455,10 +476,11 @@ if found == 0 then
   end
 end
 local out = {}
-for i = 6, #ARGV, 4 do
+for i = 6, #ARGV, 3 do
   use(ARGV[i])
   sweep(id)
-  out[#out + 1] = view(id, entry(id), tonumber(ARGV[i + 2]))
+  local e = entry(id)
+  out[#out + 1] = view(e, not e.h and nearest_below(e) or nil)
 end
 return out
 """,
@@ -478,7 +500,7 @@ end
 return found
 """,
     # ARGV: P, S, id. A waiter's look when nothing told it anything: admits what fits
-    # (notifying everyone, the caller too), removes a dead predecessor.
+    # (notifying everyone, the caller too), removes dead entries ahead.
     # -> {'gone'}, {'held'} or {'wait', check_in}
     ScriptName.CHECK: r"""
 local id = ARGV[3]
@@ -487,25 +509,7 @@ if not alive(e) then return {'gone'} end
 sweep(nil)
 e = entry(id)
 if e.h then return {'held'} end
-for _ = 1, 100 do
-  local ids = redis.call('zrevrangebyscore', QK, '(' .. e.t, '-inf', 'LIMIT', 0, 1)
-  if #ids == 0 then break end
-  local pred = entry(ids[1])
-  if alive(pred) then
-    if pred.h then
-      local holders = {}
-      for _, hid in ipairs(redis.call('zrange', QK, 0, 199)) do
-        local x = entry(hid)
-        if not x or not x.h then break end
-        holders[#holders + 1] = x
-      end
-      return {'wait', check_in(pred, holders)}
-    end
-    return {'wait', check_in(pred, {})}
-  end
-  drop(ids[1])
-end
-return {'wait', -1}
+return {'wait', check_in(nearest_below(e))}
 """,
     # ARGV: P, S, id ('' to sweep only), the caller's lease ('' for an operator), and
     # 'later' to leave the sweep to a script of its own (an abandon's: see

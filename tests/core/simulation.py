@@ -616,10 +616,17 @@ class Simulation:
             wants = self.admission_slots and not c.multi
             self.store[key] = StoredEntry(queue, key, order, c.weights[queue], wants_slots=wants)
         for queue in missing:  # the answer is the create's, taken with it
-            self._sweep(queue, quiet=frozenset(c.keys.values()))
+            if c.multi or not self._behind_a_waiter(self.store[c.keys[queue]]):
+                self._sweep(queue, quiet=frozenset(c.keys.values()))
             c.create_admitted[queue] = self.store[c.keys[queue]].held
             c.create_slots[queue] = self.store[c.keys[queue]].slots
         c.created = len(c.keys) == len(c.weights)
+
+    def _behind_a_waiter(self, me: StoredEntry) -> bool:
+        """Redis's single enqueue sweeps only when its nearest lower entry holds or
+        there is none: behind a waiter the sweep would stop before reaching it."""
+        lower = [e for e in self.store.values() if e.queue == me.queue and e.order < me.order]
+        return bool(lower) and not max(lower, key=_order).held
 
     def _listing(self, c: Client, queue: str) -> Enqueued:
         me = self.store[c.keys[queue]]

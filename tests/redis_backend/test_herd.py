@@ -20,8 +20,8 @@ def test_server_work_per_release_is_flat_in_the_number_of_waiters(
         stats = redis_admin.info("commandstats")
         return {k: float(stats.get(f"cmdstat_{k}", {}).get("calls", 0)) for k in COUNTERS}
 
-    # at W=200 the handoffs are measured 100 deep, past the 64 nearest entries an
-    # enqueue lists: a waiter there must not need a listing of its own when admitted
+    # at W=200 the handoffs are measured 100 deep: a waiter there must not need a
+    # look of its own when admitted
     rows = {w: measure(redis_harness, read, workers, tmp_path, w) for w in (10, 200)}
     print()
     for w, r in rows.items():

@@ -52,7 +52,7 @@ class Scripts:
         opener: bool = False,
     ) -> list[Any]:
         """ENQUEUE; ``opener``: the lease joins the openers told of capacity changes."""
-        args = (entry_id, lease, weight, "owner", 64, capacity, "1" if slots else "")
+        args = (entry_id, lease, weight, "owner", capacity, "1" if slots else "")
         reply: list[Any] = self.run(ScriptName.ENQUEUE, *args, "1" if opener else "")
         return reply
 
@@ -60,7 +60,7 @@ class Scripts:
         """ENQUEUE_ALL of ``entry_id`` in each semaphore named: (weight, capacity)."""
         args: list[object] = [entry_id, lease, "owner"]
         for name, (weight, capacity) in weights.items():
-            args += [name, weight, 64, capacity]
+            args += [name, weight, capacity]
         reply: list[Any] = self.run(ScriptName.ENQUEUE_ALL, *args, semaphore="")
         return reply
 
@@ -95,7 +95,7 @@ def test_an_enqueue_that_fits_is_admitted_in_its_own_reply_without_a_message(
     reply = scripts.enqueue("a.1", "a", weight=2, capacity=2)
     assert reply[1] == 1  # held
     assert reply[2:4] == [2, 1]  # capacity 2, as of version 1 (the counter's first value)
-    assert reply[7:] == [[]]  # a held entry lists nothing (and asked for no slots)
+    assert reply[6:] == [[]]  # no job slots: it asked for none
     assert scripts.inbox("a") == []  # the caller learns from the reply, not a message
 
 
@@ -116,13 +116,13 @@ def test_an_enqueue_into_an_empty_queue_decides_without_a_sweep_or_a_view(
     before = _calls(redis_admin, reads)
     reply = scripts.enqueue("a.1", "a", weight=2, capacity=2)
     after = _calls(redis_admin, reads)
-    assert reply[1] == 1 and len(reply) == 8  # admitted, in its own reply
+    assert reply[1] == 1 and len(reply) == 7  # admitted, in its own reply
     assert {c: after[c] - before[c] for c in reads} == {
         "zrange": 1, "zcount": 0, "hget": 1, "hmget": 1,
     }  # fmt: skip
     assert scripts.held("a.1")
     waiting = scripts.enqueue("a.2", "a", weight=1, capacity=2)
-    assert waiting[1] == 0 and waiting[8] == b"a.1"  # behind the holder, listed
+    assert waiting[1] == 0 and len(waiting) == 7  # behind the holder, which it times
     assert not scripts.held("a.2")
 
 
@@ -158,18 +158,41 @@ def test_an_enqueue_with_an_expired_lease_creates_nothing(scripts: Scripts) -> N
     assert scripts.queue() == []
 
 
-def test_a_waiter_lists_the_live_entries_before_it_and_times_its_predecessor(
+def test_a_waiter_lists_nothing_and_times_its_nearest_live_predecessor(
     scripts: Scripts,
 ) -> None:
-    for lease in "abc":
+    for lease in "abcd":
         scripts.lease(lease)
     scripts.enqueue("a.1", "a", capacity=1)
     scripts.enqueue("b.1", "b", capacity=1)
-    reply = scripts.enqueue("c.1", "c", capacity=1)
-    assert reply[1] == 0
-    # lower entries in queue order: (id, order, weight, held)
-    assert reply[7:] == [[], b"a.1", 2, 1, 1, b"b.1", 3, 1, 0]
-    assert 0 < reply[6] <= TTL_MS  # its predecessor's lease TTL (ms)
+    scripts.enqueue("c.1", "c", capacity=1)
+    scripts.admin.pexpire(f"{scripts.prefix}:lease:b", 5_000)
+    scripts.admin.pexpire(f"{scripts.prefix}:lease:a", 9_000)
+    scripts.kill("c")
+    reply = scripts.enqueue("d.1", "d", capacity=1)
+    # {order, held, capacity, version, later, check_in, slots}: no lower entry listed
+    assert reply[1] == 0 and reply[4:5] == [0] and reply[6:] == [[]]
+    assert 4_000 < reply[5] <= 5_000  # b's lease: c, nearer, is dead
+    assert scripts.queue() == ["a.1", "b.1", "d.1"]  # c, behind the waiter b, removed
+    # the head (b, behind the holder a) times the holders' leases
+    assert scripts.run(ScriptName.CHECK, "b.1")[1] <= 9_000
+
+
+def test_an_enqueue_behind_a_live_waiter_sweeps_nothing(scripts: Scripts, redis_admin: Any) -> None:
+    # A sweep stops at the first waiter that does not fit: behind a live one it could
+    # admit nothing. A holder that died meanwhile is the head's to find (its check-in
+    # is timed on the holders' leases), not a newcomer's.
+    for lease in "hwx":
+        scripts.lease(lease)
+    scripts.enqueue("h.1", "h", capacity=1)
+    scripts.enqueue("w.1", "w", capacity=1)
+    scripts.kill("h")
+    before = _calls(redis_admin, ("zrange",))
+    assert scripts.enqueue("x.1", "x", capacity=1)[1] == 0
+    assert _calls(redis_admin, ("zrange",))["zrange"] - before["zrange"] == 1  # (bare part's)
+    assert scripts.queue() == ["h.1", "w.1", "x.1"] and not scripts.held("w.1")
+    assert scripts.run(ScriptName.CHECK, "w.1") == [b"held"]  # the head's look
+    assert scripts.queue() == ["w.1", "x.1"]
 
 
 def test_release_admits_exactly_the_waiters_that_now_fit_and_tells_only_them(
@@ -280,7 +303,7 @@ def test_tokens_grow_across_semaphores_and_their_deletion(scripts: Scripts) -> N
     scripts.run(ScriptName.DELETE_SEMAPHORE)
     assert scripts.queue() == []
     second = scripts.enqueue("a.2", "a")[0]
-    other = scripts.run(ScriptName.ENQUEUE, "a.3", "a", 1, "o", 64, 1, semaphore="t")[0]
+    other = scripts.run(ScriptName.ENQUEUE, "a.3", "a", 1, "o", 1, semaphore="t")[0]
     assert first < second < other
 
 
@@ -301,12 +324,12 @@ def test_a_multi_enqueue_gives_every_entry_one_order_and_decides_each_queue(
 ) -> None:
     for lease in "hm":
         scripts.lease(lease)
-    scripts.run(ScriptName.ENQUEUE, "h.1", "h", 1, "o", 64, 1, semaphore="b")  # b is full
+    scripts.run(ScriptName.ENQUEUE, "h.1", "h", 1, "o", 1, semaphore="b")  # b is full
     views = scripts.enqueue_all("m.1", "m", a=(2, 2), b=(1, 1))
     a, b = views
     assert a[0] == b[0]  # one order (and token) for both entries
-    assert a[1] == 1 and len(a) == 8  # admitted in a, in the reply
-    assert b[1] == 0 and b[8::4] == [b"h.1"]  # waiting in b, behind the holder
+    assert a[1] == 1 and len(a) == 7  # admitted in a, in the reply
+    assert b[1] == 0 and 0 < b[5] <= TTL_MS  # waiting in b, timing the holder
     assert scripts.held("m.1", "a") and not scripts.held("m.1", "b")
     assert scripts.inbox("m") == []  # the caller learns from the reply
     assert scripts.enqueue_all("m.1", "m", a=(2, 2), b=(1, 1))[0][0] == a[0]  # a retry
@@ -338,7 +361,7 @@ def test_a_retry_that_finds_only_some_of_its_entries_removes_the_rest(
     for lease in "mw":
         scripts.lease(lease)
     scripts.enqueue_all("m.1", "m", a=(1, 1), b=(1, 1))
-    scripts.run(ScriptName.ENQUEUE, "w.1", "w", 1, "o", 64, 1, semaphore="a")
+    scripts.run(ScriptName.ENQUEUE, "w.1", "w", 1, "o", 1, semaphore="a")
     assert scripts.run(ScriptName.REMOVE, "m.1", "", semaphore="b") == 1
     assert scripts.enqueue_all("m.1", "m", a=(1, 1), b=(1, 1)) == [b"partial"]
     assert scripts.queue("a") == ["w.1"] and scripts.queue("b") == []
@@ -352,9 +375,9 @@ def test_a_multi_removal_admits_in_every_queue_and_tells_only_the_admitted(
     for lease in "mxyz":
         scripts.lease(lease)
     scripts.enqueue_all("m.1", "m", a=(2, 2), b=(1, 1))
-    scripts.run(ScriptName.ENQUEUE, "x.1", "x", 2, "o", 64, 2, semaphore="a")
-    scripts.run(ScriptName.ENQUEUE, "y.1", "y", 1, "o", 64, 2, semaphore="a")
-    scripts.run(ScriptName.ENQUEUE, "z.1", "z", 1, "o", 64, 1, semaphore="b")
+    scripts.run(ScriptName.ENQUEUE, "x.1", "x", 2, "o", 2, semaphore="a")
+    scripts.run(ScriptName.ENQUEUE, "y.1", "y", 1, "o", 2, semaphore="a")
+    scripts.run(ScriptName.ENQUEUE, "z.1", "z", 1, "o", 1, semaphore="b")
     assert scripts.remove_all("m", ("a", "m.1"), ("b", "m.1")) == 2
     assert scripts.held("x.1", "a") and not scripts.held("y.1", "a")  # FIFO: y waits
     assert scripts.held("z.1", "b")
@@ -397,18 +420,18 @@ def _slots(flat: list[Any]) -> list[int]:
 def test_an_enqueue_admitted_at_once_gets_its_slots_in_its_reply(scripts: Scripts) -> None:
     scripts.lease("a")
     reply = scripts.enqueue("a.1", "a", weight=2, capacity=3, slots=True)
-    assert reply[1] == 1 and _slots(reply[7]) == [0, 1]
-    tokens = reply[7][1::2]
+    assert reply[1] == 1 and _slots(reply[6]) == [0, 1]
+    tokens = reply[6][1::2]
     assert tokens[0] > reply[0] and tokens[1] > tokens[0]  # from the counter, after the order
     behind = scripts.enqueue("a.2", "a", weight=1, capacity=3, slots=True)  # the sweep's
-    assert behind[1] == 1 and _slots(behind[7]) == [2] and behind[7][1] > tokens[1]
-    assert scripts.enqueue("a.2", "a", slots=True)[7] == behind[7]  # a retry: the same
+    assert behind[1] == 1 and _slots(behind[6]) == [2] and behind[6][1] > tokens[1]
+    assert scripts.enqueue("a.2", "a", slots=True)[6] == behind[6]  # a retry: the same
     status = scripts.run(ScriptName.STATUS)
     assert status[2] == 0  # not draining
     assert [_slots(status[i]) for i in range(10, len(status), 8)] == [[0, 1], [2]]
     scripts.run(ScriptName.REMOVE, "a.2", "a")
     plain = scripts.enqueue("a.3", "a", weight=1, capacity=3)
-    assert plain[1] == 1 and plain[7] == []  # admitted; it did not ask, it gets none
+    assert plain[1] == 1 and plain[6] == []  # admitted; it did not ask, it gets none
 
 
 def test_a_sweep_gives_the_lowest_indices_no_live_holder_holds_and_tells_them(
@@ -420,7 +443,7 @@ def test_a_sweep_gives_the_lowest_indices_no_live_holder_holds_and_tells_them(
     scripts.enqueue("b.1", "b", weight=2, capacity=4, slots=True)  # 1, 2
     scripts.enqueue("c.1", "c", weight=1, capacity=4, slots=True)  # 3
     waiting = scripts.enqueue("w.1", "w", weight=3, capacity=4, slots=True)
-    assert waiting[1] == 0 and waiting[7] == []  # no slots before admission
+    assert waiting[1] == 0 and waiting[6] == []  # no slots before admission
     scripts.kill("b")  # dead: its indices are free to the next sweep
     scripts.run(ScriptName.REMOVE, "a.1", "a")
     assert scripts.held("w.1")

@@ -91,7 +91,7 @@ def test_an_admission_message_that_overtook_the_enqueue_reply_brings_the_slots(
         given = (Slot(0, 41), Slot(1, 42))
         queue.admitted("e.1", 2, 1, given)  # the message, handled first
         waiter.created("e.1", 40)
-        waiting = EntryView(40, False, 2, 1, False, True, None, (), ())
+        waiting = EntryView(40, False, 2, 1, False, None, ())
         enqueued = queue.enqueued(waiter, "e.1", waiting)
         assert enqueued.admitted and enqueued.slots == given
         event = waiter.next_event(0)
@@ -184,7 +184,7 @@ def test_an_admission_without_the_slots_asked_for_is_no_grant(
     try:
         queue.creating(waiter, "e.1")
         waiter.created("e.1", 40)
-        held = EntryView(40, True, 2, 1, False, True, None, (Slot(0, 41),), ())
+        held = EntryView(40, True, 2, 1, False, None, (Slot(0, 41),))
         with pytest.raises(BackendUnavailable, match="1 of the 2 job slot"):
             queue.enqueued(waiter, "e.1", held)
         queue.creating(waiter, "e.2")
