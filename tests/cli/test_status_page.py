@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from semaphore_recipes import EntryStatus, Status
+from semaphore_recipes import EntryStatus, Semaphore, Status
 from semaphore_recipes.cli._status_page import status_page
 from semaphore_recipes.devtools.programs import find_program
 from semaphore_recipes.testing.harness import Harness
@@ -83,9 +83,15 @@ def test_the_page_renders_the_holders_and_waiters_of_status_json(
     sem = holding.semaphore("page", capacity=3)
     permits = [sem.acquire(2, slot=True), sem.acquire(1, slot=True)]
     waiting = []
+    granted: list[int] = []
+
+    def wait_then_release(other: Semaphore, weight: int) -> None:
+        other.acquire(weight, timeout=60).release()
+        granted.append(weight)
+
     for i, weight in enumerate((2, 1)):
         other = service.connect(owner=f"waiter-{i}").semaphore("page", capacity=3)
-        thread = threading.Thread(target=other.acquire, args=(weight,), daemon=True)
+        thread = threading.Thread(target=wait_then_release, args=(other, weight), daemon=True)
         thread.start()
         wait_for(lambda n=i + 1: len(sem.status().waiters) == n, 20, "a waiter queued")
         waiting.append(thread)
@@ -107,7 +113,10 @@ def test_the_page_renders_the_holders_and_waiters_of_status_json(
     assert all(row["age"].endswith("s") for row in rows)
     exporter.stop()
     for permit in permits:
-        permit.release()  # the waiters are granted; their sessions end with the test
+        permit.release()
+    for thread in waiting:  # granted and released, before the harness closes backends
+        thread.join(20)
+    assert sorted(granted) == [1, 2]
 
 
 def test_the_page_escapes_what_comes_from_the_store_and_says_what_it_could_not_read() -> None:
