@@ -10,6 +10,8 @@ asyncio face report the same events once, whatever the store:
   to the way out); ``acquire_granted`` then tells a grant's fencing token;
 * ``permit_held`` / ``permit_dropped``: permits granted to this process; given back, or
   lost (the session or lease ended, or the entry was deleted: :class:`LostReason`);
+* ``queue_listed``: a waiter's view of the queue went stale and the queue was listed
+  again (a cost of contended grants on ZooKeeper, etcd and the memory store);
 * ``removal_deferred``: an acquire ended without a permit while the store had not
   confirmed its entry's removal, which goes on in the background (``_leave``).
 
@@ -26,6 +28,8 @@ import enum
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from .errors import AcquireTimeout, WouldBlock
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -82,6 +86,12 @@ class Instrumentation:
         """A holder of ``permits`` of ``name`` in this process was asked to give them
         back (``Semaphore.revoke``): its ``revoke_requested`` is set now."""
 
+    def queue_listed(self, name: str) -> None:
+        """The entries ahead of a waiter of ``name`` in this process were listed
+        again, one request to the store: its view went stale (a predecessor left
+        before it was seen held; docs/design.md section 9). A re-list answered from
+        what the process already knows of the queue is not one."""
+
     def removal_deferred(self, name: str) -> None:
         """An acquire of ``name`` ended without a permit before the store confirmed
         its entry's removal: the removal goes on in the background (the store did not
@@ -93,8 +103,6 @@ NO_INSTRUMENTATION = Instrumentation()
 
 def outcome_of(exc: BaseException) -> AcquireOutcome:
     """The outcome of an acquire that raised ``exc``."""
-    from .errors import AcquireTimeout, WouldBlock
-
     if isinstance(exc, WouldBlock):
         return AcquireOutcome.WOULD_BLOCK
     if isinstance(exc, AcquireTimeout):

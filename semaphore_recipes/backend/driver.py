@@ -34,6 +34,7 @@ from .._core.ramp import RampPlan
 from .._core.slots import ListSlots, TakeSlot
 from .._core.status import Status
 from ..errors import NotSupported, SlotsNotSupported
+from ..instrumentation import report
 from .fenced import FencedTransaction
 from .waiter import Waiter
 
@@ -239,13 +240,22 @@ class QueueDriver(ABC):
         if isinstance(step, Arm):
             return self._arming(waiter, step.keys, deadline)
         if isinstance(step, Relist):
-            return self.relist(waiter, deadline)
+            return self._relisting(waiter, deadline)
         if isinstance(step, ListSlots):
             return self.list_slots(waiter, deadline)
         if isinstance(step, TakeSlot):
             return self._taking_slot(waiter, step.index, deadline)
         assert isinstance(step, Enqueue), step
         return self._entering(waiter, deadline)
+
+    def _relisting(
+        self, waiter: Waiter, deadline: Deadline
+    ) -> Program[Sequence[Entry] | SessionLost]:
+        known = self.known_lower(waiter)
+        if known is not None:
+            return known
+        report(self.backend.instrumentation.queue_listed, self.name)
+        return (yield from self.relist(waiter, deadline))
 
     def _entering(self, waiter: Waiter, deadline: Deadline) -> Program[Enqueued]:
         before = waiter.generation
@@ -320,8 +330,15 @@ class QueueDriver(ABC):
         raise _server_decides(self)
 
     def relist(self, waiter: Waiter, deadline: Deadline) -> Program[Sequence[Entry] | SessionLost]:
-        """The entries lower than the waiter's own, listed afresh (no watches)."""
+        """The entries lower than the waiter's own, listed afresh (no watches); each
+        call is told to the instrumentation (``queue_listed``)."""
         raise _server_decides(self)
+
+    def known_lower(self, waiter: Waiter) -> Sequence[Entry] | None:
+        """A Relist answered without a request: every entry lower than the waiter's
+        that may still exist, from what this process knows of the queue (a superset
+        of the lower set, as a listing is); None (here: always) to list."""
+        return None
 
     def write_mark(
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]

@@ -272,17 +272,23 @@ class ProtocolSteps(SemaphoreNode):
             except SessionExpiredError:
                 return SessionLost()
 
+    def known_lower(self, waiter: Waiter) -> list[Entry] | None:
+        """Every entry lower than ours that may exist, from what this process knows of
+        the queue when that holds our entry (``_known_queue.py``); else None: list."""
+        assert waiter.key is not None
+        return self._known.lower_than(waiter.key, self._sequence(waiter.key))
+
+    @staticmethod
+    def _sequence(key: str) -> int:
+        parsed = parse_zk_entry(key)
+        assert parsed is not None
+        return parsed[2]
+
     def relist(self, waiter: Waiter, deadline: Deadline) -> ZkProgram[list[Entry] | SessionLost]:
-        """Every entry lower than ours that may exist: from what this process knows of
-        the queue when that holds our entry, else from a listing (``_known_queue.py``)."""
+        """Every entry lower than ours, from a listing of the children."""
         yield self.step_waits(deadline)
         assert waiter.key is not None
-        parsed = parse_zk_entry(waiter.key)
-        assert parsed is not None
-        my_seq = parsed[2]
-        known = self._known.lower_than(waiter.key, my_seq)
-        if known is not None:
-            return known
+        my_seq = self._sequence(waiter.key)
         while True:
             try:
                 children, parent = yield self._list()

@@ -29,40 +29,29 @@ CAPACITY = 2
 # listed the queue.
 CHILD = textwrap.dedent(
     """
-    import asyncio, sys
-    from typing import Any
+    import asyncio, itertools, sys
     import semaphore_recipes as sr
+    from semaphore_recipes.instrumentation import Instrumentation
+
+    class Listings(Instrumentation):
+        \"\"\"Counts the re-lists sent to the store (ZooKeeper answers one from what
+        the process knows of the queue when it can: not a listing).\"\"\"
+
+        def __init__(self) -> None:
+            self.counter = itertools.count()
+
+        def queue_listed(self, name: str) -> None:
+            next(self.counter)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        relists = 0
+        listings = Listings()
         async with sr.aio.connect(sys.argv[1]) as backend:
+            backend.instrument(listings)
             sem = backend.semaphore("cross", capacity=int(sys.argv[2]))
             await sem.open()
-            queue: Any = sem._store
-            relist = queue.relist
-
-            def counted(*args: Any) -> Any:
-                nonlocal relists
-                relists += 1
-                return relist(*args)
-
-            queue.relist = counted
-            # (ZooKeeper answers a re-list from what the process knows of the queue when
-            # it can: only the others list it, and only those count)
-            known = getattr(queue, "_known", None)
-            if known is not None:
-                lower_than = known.lower_than
-
-                def answered(*args: Any) -> Any:
-                    nonlocal relists
-                    found = lower_than(*args)
-                    relists -= found is not None
-                    return found
-
-                known.lower_than = answered
             tokens: list[int] = []
 
             async def one() -> None:
@@ -75,7 +64,7 @@ CHILD = textwrap.dedent(
             while (await reader.readline()).strip() == b"add":
                 tasks.append(asyncio.ensure_future(one()))
             await asyncio.gather(*tasks)
-        print("DONE", relists, *tokens, flush=True)
+        print("DONE", next(listings.counter), *tokens, flush=True)
 
     asyncio.run(main())
     """

@@ -11,11 +11,12 @@ which made a drain of W waiters cost O(W²) (docs/design.md sections 2 and 9).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import itertools
 
 import pytest
 
 import semaphore_recipes as sr
+from semaphore_recipes.instrumentation import Instrumentation
 from semaphore_recipes.testing.harness import Harness
 from semaphore_recipes.testing.store_selection import harness_fixture
 
@@ -29,25 +30,28 @@ def store(request: pytest.FixtureRequest) -> Harness:
     return harness
 
 
+class Counts(Instrumentation):
+    """The acquires started and the re-lists sent to the store."""
+
+    def __init__(self) -> None:
+        self.started = itertools.count()
+        self.listed = itertools.count()
+
+    def acquire_started(self, name: str, permits: int) -> None:
+        next(self.started)
+
+    def queue_listed(self, name: str) -> None:
+        next(self.listed)
+
+
 def test_a_drain_of_one_process_lists_the_queue_once_per_waiter(store: Harness) -> None:
-    steps = {"enqueue": 0, "relist": 0}
+    counts = Counts()
 
     async def main() -> list[int]:
         async with sr.aio.connect(store.url) as backend:
+            backend.instrument(counts)
             sem = backend.semaphore("drain", capacity=CAPACITY)
             await sem.open()
-            queue: Any = sem._store
-            enqueue, relist = queue.enqueue, queue.relist
-
-            def counted_enqueue(*args: Any) -> Any:
-                steps["enqueue"] += 1
-                return enqueue(*args)
-
-            def counted_relist(*args: Any) -> Any:
-                steps["relist"] += 1
-                return relist(*args)
-
-            queue.enqueue, queue.relist = counted_enqueue, counted_relist
             gate = asyncio.Event()
             tokens: list[int] = []
 
@@ -67,7 +71,7 @@ def test_a_drain_of_one_process_lists_the_queue_once_per_waiter(store: Harness) 
 
     tokens = asyncio.run(main())
     assert len(tokens) == WAITERS == len(set(tokens))
-    assert steps["enqueue"] == WAITERS
+    assert next(counts.started) == WAITERS
     # every grant learnt its predecessor's view from the driver: no listing again
-    assert steps["relist"] == 0, steps
+    assert next(counts.listed) == 0
     assert store.entries("drain") == []
