@@ -196,8 +196,13 @@ local function sweep(quiet)
   local total, start, used = 0, 0, {}
   while true do
     local kept = 0
-    for _, id in ipairs(ids) do
-      local e = entry(id)
+    -- the block's entries in one read (a call per entry cost more than its decode);
+    -- the walk usually stops after the holders and one waiter
+    local raws = redis.call('hmget', EK, unpack(ids, 1, math.min(#ids, cap + 2)))
+    for i, id in ipairs(ids) do
+      local raw = raws[i]
+      if raw == nil then raw = redis.call('hget', EK, id) end -- (past the first read)
+      local e = raw and cjson.decode(raw) or nil
       if not alive(e) then
         drop(id)
       elseif e.h then
