@@ -35,6 +35,7 @@ ROWS = (
     "| raw SET NX PX + DEL (the floor) |",
     "| raw notification floor (RPUSH -> BLPOP returns) |",
     "| raw SET NX PX + DEL loop |",
+    "| ceiling: enqueue script, admission read, release script; never waits |",
     # PostgreSQL (benchmarks/postgresql_bench.py)
     "| raw INSERT + DELETE, one connection (the floor) |",
     "| semaphore-recipes Semaphore (sync, one backend) |",
