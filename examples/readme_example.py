@@ -34,7 +34,6 @@ def show(sem: sr.Semaphore) -> None:
     inside: dict[str, int] = {}  # name -> permits held
     peak = 0
     granted: list[str] = []  # names in the order their permits came
-    released: list[str] = []
 
     def worker(name: str, permits: int) -> None:
         nonlocal peak
@@ -50,8 +49,6 @@ def show(sem: sr.Semaphore) -> None:
             time.sleep(0.5)
             with lock:
                 del inside[name]
-        with lock:
-            released.append(name)
         print(f"{time.strftime('%X')} {name} released")
 
     threads = []
@@ -60,9 +57,9 @@ def show(sem: sr.Semaphore) -> None:
         t = threading.Thread(target=worker, args=(arrived[i], permits))
         t.start()
         threads.append(t)
-        # arrive in order: the next worker starts once this one is in the queue (or has
-        # been and gone), so grants must follow this order (FIFO)
-        wait_for_arrival(sem, i + 1, released, lock)
+        # arrive in order: the next worker starts once this one waits in the queue or
+        # has its permits, so grants must follow this order (FIFO)
+        wait_for_arrival(sem, i + 1, granted, lock)
     st = sem.status()
     print(
         f"status: capacity {st.capacity}, used {st.used}, "
@@ -82,16 +79,16 @@ def show(sem: sr.Semaphore) -> None:
 
 
 def wait_for_arrival(
-    sem: sr.Semaphore, count: int, released: list[str], lock: threading.Lock
+    sem: sr.Semaphore, count: int, granted: list[str], lock: threading.Lock
 ) -> None:
-    """Until ``count`` workers are in the queue or gone from it (those released are
-    counted first: one released after that is still in the status read next)."""
+    """Until ``count`` workers have had their permits or wait in the queue. One admitted
+    counts once its acquire has returned: two admitted together would otherwise return
+    in either order."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with lock:
-            gone = len(released)
-        st = sem.status()
-        if len(st.holders) + len(st.waiters) + gone >= count:
+            got = len(granted)  # (first: one granted between the reads counts once at most)
+        if got + len(sem.status().waiters) >= count:
             return
         time.sleep(0.01)
 
