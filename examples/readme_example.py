@@ -53,12 +53,13 @@ def show(sem: sr.Semaphore) -> None:
 
     threads = []
     arrived = [f"worker-{i}" for i in range(5)]
-    for i, permits in enumerate([1, 1, 2, 1, 1]):
+    for i, permits in enumerate([1, 1, 2, 2, 1]):
         t = threading.Thread(target=worker, args=(arrived[i], permits))
         t.start()
         threads.append(t)
         # arrive in order: the next worker starts once this one waits in the queue or
-        # has its permits, so grants must follow this order (FIFO)
+        # has its permits, so grants must follow this order (FIFO). The weights admit
+        # each waiter alone (two admitted at once may return in either order).
         wait_for_arrival(sem, i + 1, granted, lock)
     st = sem.status()
     print(

@@ -32,7 +32,7 @@ def test_the_readme_example_runs_on_a_real_server(
     assert tokens == sorted(tokens) and len(set(tokens)) == 5, out
     for line in re.findall(r"inside now: \[(.*)\]", out):
         names = re.findall(r"worker-(\d)", line)
-        assert sum(2 if n == "2" else 1 for n in names) <= 2, out
+        assert sum(2 if n in "23" else 1 for n in names) <= 2, out  # workers 2, 3: 2 each
     assert "non-blocking acquire refused as expected" in out, out
     assert out.count(" released") == 5, out
     assert "done: at most 2 of 2 permits held at once; granted in arrival order: True" in out
