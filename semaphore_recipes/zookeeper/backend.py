@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     AuthFailedError,
+    ConnectionClosedError,
     ConnectionLoss,
     NoAuthError,
     NoNodeError,
@@ -709,8 +710,22 @@ class _Opening:
         self._refusal: ssl.SSLError | None = None  # the last of them
         self._refused_everywhere = False
         self._wakers: set[Callable[[], None]] = set()
+        self._credentials_refused = False
         _kazoo_compat.add_connect_failure_listener(client, self._connect_failed)
+        client.add_listener(self._state_changed)
         return client
+
+    def _state_changed(self, state: Any) -> None:
+        """On kazoo's connection thread. Kazoo reports CONNECTED before it sends the
+        credentials; a refusal is AUTH_FAILED (then LOST), and CLOSED soon after, when
+        kazoo's loop ends: kept here so that no wait misses it."""
+        if state != KazooState.LOST or self.client.client_state != KeeperState.AUTH_FAILED:
+            return
+        with self._lock:
+            self._credentials_refused = True
+            wakers = list(self._wakers)
+        for wake in wakers:
+            wake()
 
     def _connect_failed(self, host: str, port: int, failure: BaseException) -> None:
         """On kazoo's connection thread, after each failed connection attempt."""
@@ -729,10 +744,11 @@ class _Opening:
     @contextlib.contextmanager
     def _waking(self, wake: Callable[[], None]) -> Iterator[bool]:
         """While in the block, ``wake()`` is called when every server refused us over a
-        certificate; the block gets whether they all did already."""
+        certificate or the server refused the credentials; the block gets whether that
+        happened already."""
         with self._lock:
             self._wakers.add(wake)
-            refused = self._refused_everywhere
+            refused = self._refused_everywhere or self._credentials_refused
         try:
             yield refused
         finally:
@@ -772,7 +788,8 @@ class _Opening:
 
     def _wait_connected(self, timeout: float | None, *, until_lost: bool) -> None:
         """Until kazoo connects (with ``until_lost``, or gives up: LOST), or every server
-        refused us over a certificate; then KazooTimeoutError unless connected."""
+        refused us over a certificate, or the server refused the credentials; then
+        unless connected, the error that says which (KazooTimeoutError for none)."""
         client = self.client
         settled = threading.Event()
         ends = (KazooState.CONNECTED, KazooState.LOST) if until_lost else (KazooState.CONNECTED,)
@@ -786,14 +803,21 @@ class _Opening:
         try:
             with self._waking(settled.set) as refused:
                 # a change before the listener was added is seen here
-                if not client.connected and not refused and not self.refusals.everywhere():
+                if not (client.connected or refused or self.refusals.everywhere()):
                     settled.wait(timeout)
         finally:
             client.remove_listener(listener)
-        if not client.connected and self.refusals.everywhere():
+        self._raise_unless_connected()
+
+    def _raise_unless_connected(self) -> None:
+        client = self.client
+        if client.connected:
+            return
+        if self._credentials_refused:
+            raise AuthFailedError()
+        if self.refusals.everywhere():
             raise _RefusedEverywhere
-        if not client.connected:
-            raise KazooTimeoutError("no connection")
+        raise KazooTimeoutError("no connection")
 
     def wait(self, request: object) -> object:
         assert self.deadline is not None
@@ -803,7 +827,8 @@ class _Opening:
         if isinstance(request, _Reconnected):
             self._wait_connected(self.deadline.remaining(), until_lost=True)
             return None
-        return request.get(timeout=self.deadline.remaining())  # type: ignore[attr-defined]
+        with self._refused_credentials_named():
+            return request.get(timeout=self.deadline.remaining())  # type: ignore[attr-defined]
 
     async def wait_async(self, request: object) -> object:
         assert self.deadline is not None
@@ -811,9 +836,21 @@ class _Opening:
             await self._started(self.deadline)
             return None
         try:
-            return await reply_async(request, self.deadline.remaining())
+            with self._refused_credentials_named():
+                return await reply_async(request, self.deadline.remaining())
         except NoReplyInTime:
             raise KazooTimeoutError("no answer") from None
+
+    @contextlib.contextmanager
+    def _refused_credentials_named(self) -> Iterator[None]:
+        """A request sent once kazoo has closed after refused credentials fails with
+        ConnectionClosedError: AuthFailedError says why."""
+        try:
+            yield
+        except ConnectionClosedError:
+            if self._credentials_refused:
+                raise AuthFailedError() from None
+            raise
 
     async def _started(self, deadline: Deadline) -> None:
         """Until the client's first connection (or its end: refused credentials),
@@ -831,17 +868,12 @@ class _Opening:
         try:
             with self._waking(lambda: _wake_threadsafe(loop, settled)) as refused:
                 # A change before the listener was added is seen here.
-                if client.connected or client.client_state == KeeperState.AUTH_FAILED:
-                    return
-                if not refused and not self.refusals.everywhere():
+                if not (client.connected or refused or self.refusals.everywhere()):
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(settled, deadline.remaining())
         finally:
             client.remove_listener(listener)
-        if not client.connected and self.refusals.everywhere():
-            raise _RefusedEverywhere
-        if not client.connected:
-            raise KazooTimeoutError("no connection")
+        self._raise_unless_connected()
 
     def diagnosis_of(self, url: ServiceURL) -> tuple[str, str, tuple[tuple[str, int], ...], bool]:
         """The arguments of :func:`.._reachability.diagnose` for this URL."""
@@ -853,12 +885,13 @@ class _Opening:
         background."""
         _kazoo_compat.remove_connect_failure_listener(client, self._connect_failed)
         last_failure = _kazoo_compat.last_connect_failure(client)
+        client.remove_listener(self._state_changed)
         _stop_in_background(client)
         if isinstance(exc, _RefusedEverywhere):
             return self.refusals.error()
         if isinstance(exc, NoAuthError):
             return PermissionDenied("ZooKeeper", self.user, self.chroot, "cannot create the chroot")
-        if isinstance(exc, AuthFailedError) or client.client_state == KeeperState.AUTH_FAILED:
+        if isinstance(exc, AuthFailedError) or self._credentials_refused:
             return AuthenticationFailed("ZooKeeper", self.user, self.hosts, f"{exc!r}")
         if isinstance(exc, KazooTimeoutError):
             # a refusal over a certificate tells more than a later server's silence
@@ -877,6 +910,7 @@ class _Opening:
 
     def backend(self, cls: type[B], client: Any, owner: str | None) -> B:
         _kazoo_compat.remove_connect_failure_listener(client, self._connect_failed)
+        client.remove_listener(self._state_changed)
         return cls(
             client,
             root=self.root,

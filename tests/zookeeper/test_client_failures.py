@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from kazoo.exceptions import ConnectionClosedError
 from kazoo.handlers.utils import AsyncResult
+from kazoo.protocol.states import KeeperState
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.proxy import FaultProxy
 from semaphore_recipes.testing.zookeeper_harness import ZooKeeperHarness
+from semaphore_recipes.testing.zookeeper_server import ZooKeeperServer
 from semaphore_recipes.zookeeper import _kazoo_compat
 from semaphore_recipes.zookeeper._waits import Answering
 from semaphore_recipes.zookeeper.backend import (
@@ -275,3 +277,60 @@ def test_a_connection_lost_while_connecting_is_ridden_out_within_the_connect_tim
     finally:
         proxy.close()
     assert any(isinstance(r, _Reconnected) for r in seen), seen  # the loss was met
+
+
+@pytest.fixture(scope="module")
+def refusing_digest() -> Iterator[ZooKeeperServer]:
+    """A server that answers any digest credentials with AUTH_FAILED."""
+    config = {"DigestAuthenticationProvider.enabled": "false"}  # zookeeper.* property
+    with ZooKeeperServer(extra_config=config) as server:
+        yield server
+
+
+@pytest.mark.parametrize("face", ["sync", "aio"])
+@pytest.mark.parametrize("path", ["", "/chroot"])
+@pytest.mark.parametrize("late", ["wait", "request"])
+def test_credentials_refused_before_the_connect_looks_are_still_named(
+    refusing_digest: ZooKeeperServer,
+    monkeypatch: pytest.MonkeyPatch,
+    face: str,
+    path: str,
+    late: str,
+) -> None:
+    """Kazoo reports CONNECTED, then sends the credentials; their refusal (AUTH_FAILED)
+    is CLOSED soon after. A connect that looks only once kazoo has closed (its thread
+    was slow: ``late`` says before which step) still fails with AuthenticationFailed,
+    at once, not BackendUnavailable at its connect timeout."""
+    sync_wait, async_wait = _Opening.wait, _Opening.wait_async
+
+    def closed(opening: _Opening) -> bool:
+        wait_until(lambda: opening.client.client_state == KeeperState.CLOSED, timeout=10)
+        return late == "request"  # as if the connection were seen before it closed
+
+    def wait(opening: _Opening, request: object) -> object:
+        if isinstance(request, _Started) and closed(opening):
+            return None
+        return sync_wait(opening, request)
+
+    async def wait_async(opening: _Opening, request: object) -> object:
+        if isinstance(request, _Started) and closed(opening):
+            return None
+        return await async_wait(opening, request)
+
+    monkeypatch.setattr(_Opening, "wait", wait)
+    monkeypatch.setattr(_Opening, "wait_async", wait_async)
+    url = f"zookeeper://{refusing_digest.host_port}{path}?username=u&password=p&connect_timeout=30"
+
+    async def connect_async() -> None:
+        async with sr.aio.connect(url):
+            pass
+
+    start = time.monotonic()
+    with pytest.raises(sr.AuthenticationFailed) as err:
+        if face == "sync":
+            sr.connect(url).close()
+        else:
+            asyncio.run(connect_async())
+    assert time.monotonic() - start < 10 + MARGIN  # not the connect timeout
+    assert err.value.user == "u"
+    assert type(err.value.__cause__).__name__ == "AuthFailedError"
