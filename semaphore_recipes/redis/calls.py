@@ -25,7 +25,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .._bounded_await import bounded
+from .._bounded_await import Bounds
 from ..backend import Deadline, Program, run_program, run_program_async
 from ..errors import (
     AcquireTimeout,
@@ -420,6 +420,7 @@ class AsyncRunner:
         )
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._soon: set[asyncio.Task[None]] = set()  # (a task nobody holds may be collected)
+        self._bounds = Bounds()  # every call's bound, on one timer
         self._closed = False
         self._read_only_verbs = True  # (as the SyncRunner's)
 
@@ -538,7 +539,7 @@ class AsyncRunner:
             if pending.timeout is None:
                 return await reply
             try:
-                return await bounded(reply, pending.timeout)
+                return await self._bounds.bounded(reply, pending.timeout)
             except asyncio.TimeoutError:
                 late = f"no reply within {pending.timeout:.2f} s"
                 raise redis.exceptions.TimeoutError(late) from None
@@ -564,7 +565,8 @@ class AsyncRunner:
         else:
             bound = max(0.0, timeout - (time.monotonic() - started))
         try:
-            return await bounded(exchange_on(conn, evalsha_packed(sha, (), args)), bound)
+            exchange = exchange_on(conn, evalsha_packed(sha, (), args))
+            return await self._bounds.bounded(exchange, bound)
         except asyncio.TimeoutError:
             raise redis.exceptions.TimeoutError(f"no reply within {bound:.2f} s") from None
         finally:
