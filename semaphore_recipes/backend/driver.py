@@ -297,8 +297,16 @@ class QueueDriver(ABC):
     @final
     def release_entry(self, key: str) -> Program[None]:
         """A holder's release: its entry and its slot records go (:meth:`remove`)."""
+        yield from self.releasing(key)()
+
+    @final
+    def releasing(self, key: str) -> Callable[[], Program[None]]:
+        """A holder's release as a maker of its program: each program removes the entry
+        and the same slot records. The asyncio face runs one more when its task is
+        cancelled during the first (which may have been applied: :meth:`remove`)."""
         self.forget_mark(key)
-        yield from self.remove(key, self.slots_leaving(key))
+        records = self.slots_leaving(key)
+        return lambda: self.remove(key, records)
 
     @final
     def abandon_entry(self, waiter: Waiter) -> Program[None]:
@@ -364,7 +372,8 @@ class QueueDriver(ABC):
     def remove(self, key: str, slot_records: Mapping[int, int | None]) -> Program[None]:
         """Delete the holder's own entry and ``slot_records`` with it, in one request:
         the reply within the request timeout, then retried in the background; never
-        raises but an interrupt."""
+        raises but an interrupt. May run again after an attempt that was applied (a
+        cancelled asyncio release): what is gone already is no error."""
 
     @abstractmethod
     def status(self) -> Program[Status]:

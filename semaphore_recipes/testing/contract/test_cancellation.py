@@ -3,7 +3,7 @@
 Through ``asyncio`` itself (the ``-aio`` parameters of the rest of the contract suite
 reach the asyncio face through a blocking view; these tests are native): a task
 cancelled at any point of an acquire leaves no entry, and the waiter behind it moves up
-as after a release.
+as after a release; a release cancelled at any point still removes the entry.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.harness import Harness
+from semaphore_recipes.testing.polling import wait_until
 
 
 @pytest.fixture
@@ -89,3 +90,28 @@ def test_a_cancelled_waiter_wakes_its_successor_as_a_release_would(store: Harnes
 
     asyncio.run(main())
     assert store.entries() == []
+
+
+def test_a_cancelled_release_still_removes_the_entry_and_its_slots(store: Harness) -> None:
+    """``await permit.release()`` cancelled at a random point: the removal goes on (sent
+    again from a task of its own), its slot records with it, so the next acquire of
+    the whole capacity is granted both slots; nothing is left."""
+    rng = random.Random(2718)
+
+    async def main() -> None:
+        async with sr.aio.connect(store.url) as backend:
+            sem = backend.semaphore("cancel-release", capacity=2)
+            for _ in range(30):
+                permit = await sem.acquire(slot=True, timeout=10)
+                releasing = asyncio.create_task(permit.release())
+                await _turns(rng)
+                releasing.cancel()
+                await asyncio.gather(releasing, return_exceptions=True)
+                if permit.state is sr.PermitState.HELD:  # cancelled before it began
+                    await permit.release()
+                both = await sem.acquire(permits=2, slot=True, timeout=10)
+                assert sorted(slot.index for slot in both.slots) == [0, 1]
+                await both.release()
+
+    asyncio.run(main())
+    wait_until(lambda: store.entries() == [], timeout=10)
