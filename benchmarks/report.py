@@ -45,10 +45,12 @@ THROUGHPUT_TEXT = (
     "loops (every thread: the library's own and the client library's) divided by the "
     "grants, a cost that does not depend on how many cores the machine has; *bytes / "
     "grant*: what the server received and sent. "
-    "The ZooKeeper *ceiling* row is not a semaphore: each cycle sends what a contended, "
-    "herd-free FIFO acquire must send (create and listing back to back, one watch, the "
-    "delete) and never waits, so no such protocol can beat its ratio on this machine "
-    "(docs/design.md section 9)."
+    "The *ceiling* rows are not semaphores: each cycle sends what a contended, "
+    "herd-free FIFO acquire must send and never waits, so no such protocol can beat "
+    "their ratios on this machine (docs/design.md section 9): on ZooKeeper the create "
+    "and listing back to back, one watch, the delete; on etcd one txn that creates the "
+    "entry and lists the queue, one watch on the predecessor from the txn's revision "
+    "(its create and, once fired, its cancel, on the client's watch stream), the delete."
 )
 
 

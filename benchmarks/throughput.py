@@ -2,8 +2,8 @@
 loops for 10 s; grants per second, Jain's fairness index over the clients' grants, and
 the cost of a grant: the client processes' CPU time, the server's requests and bytes,
 against the raw create+delete (put+delete) loop run by the same clients and processes,
-and (ZooKeeper) against the ceiling: the requests of a contended herd-free acquire
-without its waiting (``impls.HerdFreeCeiling``).
+and against the ceiling: the requests of a contended herd-free acquire without its
+waiting (``impls.HerdFreeCeiling``, ``impls.EtcdCeiling``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,15 @@ from .procs import WorkerError, Workers
 from .results import Results, ThroughputRow, jain
 from .servers import BYTES_IN_OUT, ServerSet
 
-TP_IMPLS = ("raw-zk", "ceiling-zk", "ours-zk", "kazoo-sem", "raw-etcd", "ours-etcd")
+TP_IMPLS = (
+    "raw-zk",
+    "ceiling-zk",
+    "ours-zk",
+    "kazoo-sem",
+    "raw-etcd",
+    "ceiling-etcd",
+    "ours-etcd",
+)
 HELD_IMPLS = ("ours-zk", "kazoo-sem", "ours-etcd")
 RAW = {"zookeeper": "raw-zk", "etcd": "raw-etcd"}
 

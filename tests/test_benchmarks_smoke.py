@@ -29,6 +29,8 @@ ROWS = (
     "| etcd | raw put(lease)+delete (EtcdClient) |",
     "| etcd | control: txn(create-if-absent put)+delete (EtcdClient) |",
     "| etcd | semaphore-recipes Semaphore |",
+    "| ZooKeeper | ceiling: create + listing, one watch, delete; never waits |",
+    "| etcd | ceiling: txn(create + listing), one watch from its revision, delete; never waits |",
     "| ZooKeeper | raw predecessor-watch floor (delete -> watch fires) |",
     "| etcd | raw predecessor-watch floor (delete -> watch event) |",
     # Redis (benchmarks/redis_bench.py)
