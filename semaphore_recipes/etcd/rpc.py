@@ -3,9 +3,10 @@
 A step of the recipe (the enqueue txn and its retries, a guarded delete, a lease grant)
 is written once as a program (``_core.program``) that yields :class:`Call` values (and
 :class:`Pause` between retries, :class:`UndoCreate` to delete an entry whose create may
-still be on its way) and receives each call's reply, or has the call's
-:class:`~.errors.EtcdError` thrown in. The sync face answers a :class:`Call` with
-:meth:`EtcdClient.execute <.client.EtcdClient.execute>` (blocking), the asyncio face
+still be on its way, :class:`AwaitCreated` to wait for watches' confirmations) and
+receives each call's reply, or has the call's :class:`~.errors.EtcdError` thrown in.
+The sync face answers a :class:`Call` with :meth:`EtcdClient.execute
+<.client.EtcdClient.execute>` (blocking), the asyncio face
 with :meth:`AioEtcdClient.execute <.aio_client.AioEtcdClient.execute>` (awaited); both
 add the auth token (:mod:`.auth`). No I/O here.
 """
@@ -15,12 +16,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.program import Program
 from ._proto import etcd_api_pb2 as pb
 from .errors import EtcdError
 from .ops import Key, delete_request, put_request, range_request
+
+if TYPE_CHECKING:
+    from .watch import Watcher
 
 __all__ = ["Call", "Pause", "Rpc", "UndoCreate", "granted_lease"]
 
@@ -111,6 +115,15 @@ class Call:
     @staticmethod
     def lease_time_to_live(lease_id: int, *, timeout: float | None = None) -> Call:
         return Call(Rpc.LEASE_TIME_TO_LIVE, pb.LeaseTimeToLiveRequest(ID=lease_id), timeout)
+
+
+@dataclass(frozen=True)
+class AwaitCreated:
+    """Wait until the server has confirmed each of ``watchers``, at most ``timeout``
+    seconds in all (``Watcher.created``; awaited: ``Watcher.when_created``)."""
+
+    watchers: tuple[Watcher, ...]
+    timeout: float
 
 
 @dataclass(frozen=True)

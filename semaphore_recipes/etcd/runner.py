@@ -2,13 +2,14 @@
 
 Each step of the backend and its queues (the capacity agreement, the enqueue, arm,
 relist, status, the deletes, the fenced commit, the lease grant) is written once as a
-program (``_core.program``) that yields :class:`~.rpc.Call`, :class:`~.rpc.Pause` and
-:class:`~.rpc.UndoCreate` values, and :class:`~.turns.AwaitTurn` (waiting for another
-caller's lease grant or shared read). This module is the only place that decides
-blocking or awaited: :class:`SyncRunner` answers them on :class:`~.client.EtcdClient`
-in the calling thread and runs background programs (held marks, delete retries) on a
-small thread pool; :class:`AsyncRunner` awaits them on :class:`~.aio_client.AioEtcdClient`
-and runs background programs as tasks of the event loop: no thread per request.
+program (``_core.program``) that yields :class:`~.rpc.Call`, :class:`~.rpc.Pause`,
+:class:`~.rpc.UndoCreate` and :class:`~.rpc.AwaitCreated` values, and
+:class:`~.turns.AwaitTurn` (waiting for another caller's lease grant or shared read).
+This module is the only place that decides blocking or awaited: :class:`SyncRunner`
+answers them on :class:`~.client.EtcdClient` in the calling thread and runs background
+programs (held marks, delete retries) on a small thread pool; :class:`AsyncRunner`
+awaits them on :class:`~.aio_client.AioEtcdClient` and runs background programs as tasks
+of the event loop: no thread per request.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from .._core.program import Program, run_program, run_program_async
 from .._interrupts import call_with_sigint_held
 from .aio_client import AioEtcdClient
 from .client import EtcdClient
-from .rpc import Call, Pause, UndoCreate
+from .rpc import AwaitCreated, Call, Pause, UndoCreate
 from .turns import AwaitTurn
+from .watch import Watcher
 
 __all__ = ["AsyncRunner", "SyncRunner"]
 
@@ -60,6 +62,12 @@ class SyncRunner:
             return None
         if isinstance(request, UndoCreate):
             return self.run(request.undo)  # the create is over: its call has returned
+        if isinstance(request, AwaitCreated):
+            end = time.monotonic() + request.timeout
+            for watcher in request.watchers:
+                if not watcher.created.wait(max(0.0, end - time.monotonic())):
+                    break
+            return None
         raise TypeError(f"not an etcd request: {request!r}")
 
     def run(self, program: Program[T]) -> T:
@@ -110,6 +118,9 @@ class AsyncRunner:
             if undo is not None:
                 await asyncio.wait({undo}, timeout=request.timeout)
             return None
+        if isinstance(request, AwaitCreated):
+            await _all_created(request.watchers, request.timeout)
+            return None
         raise TypeError(f"not an etcd request: {request!r}")
 
     async def run(self, program: Program[T]) -> T:
@@ -154,3 +165,28 @@ class AsyncRunner:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=1.0)
+
+
+async def _all_created(watchers: tuple[Watcher, ...], timeout: float) -> None:
+    """Return once every watch of ``watchers`` is confirmed, or after ``timeout``."""
+    if not watchers:
+        return
+    loop = asyncio.get_running_loop()
+    confirmed = loop.create_future()
+    waiting = len(watchers)
+
+    def one_more() -> None:  # on the loop
+        nonlocal waiting
+        waiting -= 1
+        if waiting == 0 and not confirmed.done():
+            confirmed.set_result(None)
+
+    def told() -> None:  # on the stream's reader (the loop, unless it is the sync hub's)
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(one_more)
+
+    for watcher in watchers:
+        watcher.when_created(told)
+    # (not wait_for: on Python 3.11 it can swallow a cancel that comes as the future
+    # completes, and the acquire would go on waiting)
+    await asyncio.wait({confirmed}, timeout=timeout)

@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,17 +36,18 @@ from .._core.codec import EntryData, decode_entry
 from .._core.deadline import Deadline
 from .._core.names import parse_etcd_entry
 from .._core.program import Program
-from .._core.protocol import Enqueued, EntryChanged, EntryMarked, SessionLost
+from .._core.protocol import Enqueued, SessionLost
 from .._core.queue import Entry, EntryState, nearest_needed
 from ..backend import Waiter
 from ..errors import AcquireTimeout, CorruptState, PermissionDenied
 from ._proto import etcd_api_pb2 as pb
+from .entry_watch import EntryWatch
 from .errors import EtcdError, EtcdLeaseNotFound, EtcdUnavailable
 from .keyspace import ATTEMPT_TIMEOUT, create_within
 from .leaving import Leaving
 from .ops import Compare, Op
 from .retry import retrying
-from .rpc import Call
+from .rpc import AwaitCreated, Call
 from .turns import AwaitTurn, Turns
 from .watch import Watcher
 
@@ -339,22 +339,34 @@ class ProtocolSteps(Leaving):
         generation = waiter.generation
         token = waiter.token
         assert token is not None
+        # Watched from now, then read once the server has confirmed the watches: one
+        # from the read's revision would be past already under contention, and etcd
+        # serves those from a loop every 100 ms (``entry_watch``).
+        watches = {key: self._watch(waiter, generation, key) for key in keys}
+        yield AwaitCreated(
+            tuple(watcher for _, watcher in watches.values()), deadline.cap(ATTEMPT_TIMEOUT)
+        )
         reads = [Op.range(self.entry_key(k)) for k in keys]
         reply = yield from self.call(
             lambda timeout: Call.txn([], reads, [], timeout=timeout), deadline
         )
+        read_at = int(reply.header.revision)
         states: dict[str, EntryState | None] = {}
         for key, response in zip(keys, reply.responses, strict=True):
+            entry_watch, watcher = watches[key]
             kvs = response.response_range.kvs
             if not kvs or kvs[0].create_revision >= token:
                 # gone, its key maybe reused by an entry created after ours: the base
                 # answers a view kept under the key, its own or a newer entry's, whose
                 # view holds every live entry below ours too
                 states[key] = None
+                self._unwatch(waiter, key, watcher)
                 continue
             data = decode_entry(key, kvs[0].value)
             states[key] = EntryState(held=data.held, lower=data.lower)
-            self._watch(waiter, generation, key, kvs[0].create_revision, reply.header.revision + 1)
+            entry_watch.open(kvs[0].create_revision, read_at, watcher.created_revision)
+            if watcher.created_revision is None:
+                watcher.when_created(functools.partial(_confirmed_late, entry_watch, watcher))
         return states
 
     def relist(self, waiter: Waiter, deadline: Deadline) -> Program[list[Entry] | SessionLost]:
@@ -371,34 +383,13 @@ class ProtocolSteps(Leaving):
         )
         return self._entries(reply.kvs)
 
-    def _watch(
-        self, waiter: Waiter, generation: int, key: str, token: int, start_revision: int
-    ) -> None:
-        """A watch on one entry from ``start_revision``: nothing between the read and the
-        watch is missed. A held mark's event carries the mark, so the waiter is handed
-        it and the watch stays (no read, no new watch); any other event ends it."""
-        fired = threading.Event()
+    def _watch(self, waiter: Waiter, generation: int, key: str) -> tuple[EntryWatch, Watcher]:
+        """A watch on one entry from now, its events held back until the arm's read is
+        in (:class:`~.entry_watch.EntryWatch`). A held mark's event carries the mark, so
+        the waiter is handed it and the watch stays (no read, no new watch); any other
+        event ends it."""
 
-        def on_events(events: list[Any], revision: int) -> None:
-            for event in events:
-                if fired.is_set():
-                    break  # later events: the slot reused by a newer entry
-                if event.type != pb.Event.DELETE:
-                    try:
-                        data = decode_entry(key, event.kv.value)
-                    except CorruptState:
-                        data = None
-                    if data is not None and data.held:
-                        waiter.post(generation, EntryMarked(key, data.lower))
-                        continue
-                fired.set()
-                if event.type == pb.Event.DELETE:
-                    waiter.entry_deleted(generation, key, token)  # keys are reused
-                else:
-                    # read it again (EntryChanged is missing from the base's Waiter.Posted)
-                    waiter.post(generation, EntryChanged(key))
-            if not fired.is_set():
-                return
+        def fired(key: str) -> None:
             # Cancelled by the waiter's own thread or task, at its next arm or when its
             # attempt ends (``drop_watchers``), not here: the reader thread sending the
             # cancel held the GIL the waiter it had just woken was waiting for (a sync
@@ -409,24 +400,27 @@ class ProtocolSteps(Leaving):
                 if watcher is not None:
                     self._fired.setdefault(waiter, []).append(watcher)
 
-        def on_error(exc: Exception) -> None:
-            # e.g. history compacted: treat it as a fired watch, the waiter reads again
-            if not fired.is_set():
-                fired.set()
-                waiter.post(generation, EntryChanged(key))
-
+        entry_watch = EntryWatch(waiter, generation, key, fired)
         watcher = Watcher(
             self.client,
             self.entry_key(key),
-            start_revision=start_revision,
-            on_events=on_events,
-            on_error=on_error,
+            start_revision=0,
+            on_events=entry_watch.on_events,
+            on_error=entry_watch.on_error,
         )
         with self._lock:
             old = self._watchers.setdefault(waiter, {}).pop(key, None)
             self._watchers[waiter][key] = watcher
         if old is not None:
             self.cancel_watchers([old])
+        return entry_watch, watcher
+
+    def _unwatch(self, waiter: Waiter, key: str, watcher: Watcher) -> None:
+        """End the watch of an entry found gone by the arm's read."""
+        with self._lock:
+            if self._watchers.get(waiter, {}).get(key) is watcher:
+                del self._watchers[waiter][key]
+        self.cancel_watchers([watcher])
 
     def write_mark(
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
@@ -495,3 +489,8 @@ class ProtocolSteps(Leaving):
         watchers += self.drop_holder_watchers()
         for watcher in watchers:
             watcher.cancel(timeout=deadline.cap(1.0))
+
+
+def _confirmed_late(entry_watch: EntryWatch, watcher: Watcher) -> None:
+    """A watch confirmed after its arm's read: changes in between may be unseen."""
+    entry_watch.confirmed_late(watcher.created_revision or 0)

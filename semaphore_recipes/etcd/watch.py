@@ -81,6 +81,10 @@ class Watcher:
         self._on_error = on_error
         self._next_revision = start_revision
         self.created = threading.Event()
+        #: the server's revision when it confirmed the watch (its first ``created`` reply)
+        self.created_revision: int | None = None
+        self._when_created: list[Callable[[], None]] = []
+        self._created_lock = threading.Lock()
         self.reconnects = 0  #: times the watch was created again after its stream broke
         self._ended = False
         self._started = False
@@ -110,6 +114,27 @@ class Watcher:
         """Send the create request (done by the constructor unless ``start=False``)."""
         self._started = True
         self._hub.add(self)
+
+    def when_created(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the server has confirmed the watch: now if it has, else
+        on the thread (or event loop) that reads the stream. Never called for a watch
+        that ends before it is confirmed."""
+        with self._created_lock:
+            if self.created_revision is None:
+                self._when_created.append(callback)
+                return
+        callback()
+
+    def _confirmed(self, revision: int) -> None:
+        """The first ``created`` reply (called by the stream's reader)."""
+        with self._created_lock:
+            if self.created_revision is not None:
+                return  # created again on a new stream
+            self.created_revision = revision
+            callbacks, self._when_created = self._when_created, []
+        self.created.set()
+        for callback in callbacks:
+            run_callback("when_created", callback)
 
     def cancel(self, timeout: float | None = 5.0) -> None:
         """Stop watching. Unless called from a callback, waits (at most ``timeout``) for
