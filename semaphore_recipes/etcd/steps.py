@@ -364,8 +364,9 @@ class ProtocolSteps(Leaving):
                 continue
             data = decode_entry(key, kvs[0].value)
             states[key] = EntryState(held=data.held, lower=data.lower)
-            entry_watch.open(kvs[0].create_revision, read_at, watcher.created_revision)
-            if watcher.created_revision is None:
+            created_at = watcher.created_revision
+            entry_watch.open(kvs[0].create_revision, read_at, created_at)
+            if created_at is None:  # (called at once if confirmed since)
                 watcher.when_created(functools.partial(_confirmed_late, entry_watch, watcher))
         return states
 
