@@ -125,8 +125,9 @@ class Watcher:
                 return
         callback()
 
-    def _confirmed(self, revision: int) -> None:
-        """The first ``created`` reply (called by the stream's reader)."""
+    def confirmed(self, revision: int) -> None:
+        """The server confirmed the watch at ``revision``: called by the stream's reader
+        (:class:`~.watch_mux.WatchMux`) at each ``created`` reply; the first one counts."""
         with self._created_lock:
             if self.created_revision is not None:
                 return  # created again on a new stream

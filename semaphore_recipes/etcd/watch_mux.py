@@ -181,7 +181,7 @@ class WatchMux:
                 watcher._next_revision = int(resp.header.revision) + 1
             if not watcher.created.is_set():
                 logger.debug("etcd: watch on %r created", watcher.key)
-            watcher._confirmed(int(resp.header.revision))
+            watcher.confirmed(int(resp.header.revision))
             watcher._auth_retried = False
         events = list(resp.events)
         if events:
