@@ -60,11 +60,15 @@ class Bounds:
     have a later deadline than the timer's and set none. When the timer fires it
     cancels the calls past their deadline (each raises TimeoutError, as under
     ``asyncio.timeout``) and is set again for the earliest call left, if any.
+
+    A call on another loop than the timer's (the first one closed, with the timer
+    still set) starts afresh on its own loop: the old timer would never fire.
     """
 
     def __init__(self) -> None:
         self._calls: set[_Call] = set()
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the timer's
 
     async def bounded(self, awaitable: Awaitable[T], timeout: float | None) -> T:
         """``await awaitable``; TimeoutError (``asyncio.TimeoutError``) after
@@ -75,6 +79,8 @@ class Bounds:
         if task is None or sys.version_info < (3, 11):  # (no Task.uncancel)
             return await bounded(awaitable, timeout)
         loop = task.get_loop()
+        if loop is not self._loop:
+            self._move_to(loop)
         call = _Call(task, loop.time() + timeout)
         cancelling = task.cancelling()
         self._calls.add(call)
@@ -90,6 +96,14 @@ class Bounds:
             raise
         finally:
             self._calls.discard(call)
+
+    def _move_to(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Forget the timer and the calls of the loop used before (closed, or left)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._calls = {call for call in self._calls if call.task.get_loop() is loop}
+        self._loop = loop
 
     def _set(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         if self._timer is not None:

@@ -89,3 +89,25 @@ def test_a_cancel_from_outside_stays_a_cancel() -> None:
         assert await bounds.bounded(asyncio.sleep(0, "next"), 10) == "next"
 
     asyncio.run(main())
+
+
+def test_a_call_on_a_second_loop_is_bounded_though_the_first_closed_with_its_timer_set() -> None:
+    """The first loop ends with the timer still set (its only call returned at once),
+    so a later call on another loop with a later deadline would have set no timer of
+    its own, and waited unbounded."""
+    bounds = Bounds()
+
+    async def quick() -> None:
+        assert await bounds.bounded(asyncio.sleep(0, 1), 0.2) == 1
+
+    asyncio.run(quick())
+
+    async def waits() -> str:
+        try:
+            await bounds.bounded(asyncio.get_running_loop().create_future(), 0.3)
+        except asyncio.TimeoutError:
+            return "bounded"
+        return "returned"
+
+    # (an outer bound of its own: without the fix it is the one that ends the wait)
+    assert asyncio.run(asyncio.wait_for(waits(), 10)) == "bounded"
