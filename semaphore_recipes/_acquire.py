@@ -113,6 +113,7 @@ def acquisition(
             blocking=blocking,
             slots=slots,
             server_admission=server_admission,
+            peek_first=store.backend.capabilities.peek_before_arming,
         )
         step = next(protocol)
         while True:

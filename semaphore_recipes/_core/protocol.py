@@ -73,6 +73,14 @@ class Arm:
 
 
 @dataclass(frozen=True)
+class Peek:
+    """Read each key without watching it (only for a store that declares
+    ``peek_before_arming``). Answer: as :class:`Arm`'s."""
+
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Relist:
     """List the entries lower than ours again (our view went stale: see QueuePosition).
     Answer: a sequence of :class:`Entry`, or SessionLost."""
@@ -105,7 +113,7 @@ class MarkHeld:
     slots: tuple[Slot, ...] = ()
 
 
-Step = Enqueue | Arm | Relist | AwaitEvent | MarkHeld | ListSlots | TakeSlot
+Step = Enqueue | Arm | Peek | Relist | AwaitEvent | MarkHeld | ListSlots | TakeSlot
 
 # ---- events: what the store tells a waiter ---------------------------------------
 
@@ -227,6 +235,7 @@ def acquire_protocol(
     blocking: bool = True,
     slots: bool = False,
     server_admission: bool = False,
+    peek_first: bool = False,
 ) -> Generator[Step, object, Entry]:
     """Drive one ``acquire``: returns the admitted entry, once the driver has answered
     its :class:`MarkHeld` step (the driver sends the mark; the generator does not wait).
@@ -240,6 +249,10 @@ def acquire_protocol(
     (deadline passed; a deadline that passed during the first enqueue still gets that
     enqueue's answer: one try) or BackendUnavailable (BackendFailed). Re-enters the queue
     with a fresh entry after a SessionLost.
+
+    With ``peek_first`` (a store whose watch costs a round trip before its read), a
+    head about to arm several entries reads them first (:class:`Peek`, once per
+    entry of ours), and arms only what that read leaves in its way.
     """
     if server_admission:
         return (yield from store_admission(name, weight, deadline, blocking=blocking, slots=slots))
@@ -261,6 +274,7 @@ def acquire_protocol(
         # saw, so it finds us admissible by itself. Only successors already in our
         # listing, or ones that listed us while we waited, need the mark.
         mark_now = answer.later_entries
+        may_peek = peek_first
         while True:
             probe = position.keys_to_probe()
             if probe:  # a long queue's stale view: read its entries, not the queue
@@ -296,6 +310,14 @@ def acquire_protocol(
                 raise AcquireTimeout(f"semaphore {name!r}: no {weight} permit(s) in time")
             mark_now = True
             keys = position.keys_to_arm(decision)
+            if may_peek and decision.head and len(keys) > 1:
+                # A head's view comes mostly from its predecessor's mark, made before
+                # that one was admitted: under contention most of it is gone, and a
+                # read tells so without the watches (docs/design.md section 7).
+                may_peek = False
+                if not (yield from _read(position, keys, watched=False)):
+                    break  # our entry died with the session: enqueue again
+                continue
             if keys:
                 if not (yield from _arm(position, keys)):
                     break  # our entry died with the session: enqueue again
@@ -315,12 +337,20 @@ def acquire_protocol(
 def _arm(position: QueuePosition, keys: tuple[str, ...]) -> Generator[Step, object, bool]:
     """Read and watch ``keys``, folding what was read into ``position``; False when the
     session ended meanwhile (our entry with it)."""
-    states = yield Arm(keys)
+    return (yield from _read(position, keys, watched=True))
+
+
+def _read(
+    position: QueuePosition, keys: tuple[str, ...], *, watched: bool
+) -> Generator[Step, object, bool]:
+    """Read ``keys`` (and watch them: an Arm; or not: a Peek), folding what was read
+    into ``position``; False when the session ended meanwhile (our entry with it)."""
+    states = yield (Arm(keys) if watched else Peek(keys))
     if isinstance(states, SessionLost):
         return False
     assert isinstance(states, Mapping)
     for key in keys:
-        position.armed(key, states.get(key))
+        position.read(key, states.get(key), watched=watched)
     return True
 
 

@@ -178,6 +178,11 @@ class QueuePosition:
 
     def armed(self, key: str, state: EntryState | None) -> None:
         """Result of reading ``key`` with a watch: None when it is already gone."""
+        self.read(key, state, watched=True)
+
+    def read(self, key: str, state: EntryState | None, *, watched: bool) -> None:
+        """Result of reading ``key``, with a watch set (an Arm) or not (a Peek: the
+        entry stays unwatched, so a head still arms it if it is in its way)."""
         entry = self._lower.get(key)
         if entry is None:
             return
@@ -187,7 +192,8 @@ class QueuePosition:
         if state.left_view is not None:
             self.left(key, state.left_view)
             return
-        self._armed.add(key)
+        if watched:
+            self._armed.add(key)
         if state.held:
             self._lower[key] = replace(entry, held=True)
             if state.lower is not None:

@@ -50,6 +50,10 @@ class Capabilities:
     ``revoke``: its queues write a revoke request on a holder's entry, tell the
     holder through the watch of its entry, and remove an entry of a given token
     (``QueueDriver.request_revoke``/``watch_revocation``/``remove_revoked``).
+    ``peek_before_arming``: a watch of its costs a round trip of its own before the
+    read that arms it (etcd: created, then read), so a waiter that becomes the head
+    reads the entries it would watch first (``QueueDriver.peek``) and watches only
+    those that read leaves in its way.
     """
 
     async_face: bool = False
@@ -60,10 +64,13 @@ class Capabilities:
     drain: bool = False
     ramp: bool = False
     revoke: bool = False
+    peek_before_arming: bool = False
 
     def __post_init__(self) -> None:
         if self.admission_slots and not (self.slots and self.server_admission):
             raise TypeError("admission_slots needs slots and server_admission")
+        if self.peek_before_arming and self.server_admission:
+            raise TypeError("peek_before_arming is for a store whose clients decide admission")
 
     def has(self, capability: Capability) -> bool:
         return {
@@ -97,5 +104,7 @@ DRAIN_HOOKS = ("set_draining",)
 RAMP_HOOKS = ("write_ramp",)
 #: ... of a store that revokes (``revoke``)
 REVOKE_HOOKS = ("request_revoke", "watch_revocation", "remove_revoked")
+#: ... of a store whose head reads before it watches (``peek_before_arming``)
+PEEK_HOOKS = ("peek",)
 #: ... and of a store that does not decide admission on the server
 CLIENT_ADMISSION_HOOKS = ("arm", "relist", "write_mark")

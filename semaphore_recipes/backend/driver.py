@@ -25,6 +25,7 @@ from .._core.protocol import (
     CapacityChanged,
     Enqueue,
     Enqueued,
+    Peek,
     Relist,
     SessionLost,
     Step,
@@ -239,6 +240,8 @@ class QueueDriver(ABC):
         shapes), with the bookkeeping of the base around them."""
         if isinstance(step, Arm):
             return self._arming(waiter, step.keys, deadline)
+        if isinstance(step, Peek):
+            return self._arming(waiter, step.keys, deadline, watch=False)
         if isinstance(step, Relist):
             return self._relisting(waiter, deadline)
         if isinstance(step, ListSlots):
@@ -274,9 +277,10 @@ class QueueDriver(ABC):
         return self.with_draining(enqueued)
 
     def _arming(
-        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline, *, watch: bool = True
     ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
-        states = yield from self.arm(waiter, keys, deadline)
+        read = self.arm if watch else self.peek
+        states = yield from read(waiter, keys, deadline)
         if isinstance(states, SessionLost):
             return states
         # an entry found gone that was admitted here: the view it was admitted with
@@ -336,6 +340,16 @@ class QueueDriver(ABC):
         deletion is told with ``waiter.entry_deleted``, a held mark posts EntryHeld or
         EntryMarked, to ``waiter`` for the generation it was armed for."""
         raise _server_decides(self)
+
+    def peek(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
+        """Read each key without watching it: the Peek step of a store that declares
+        ``peek_before_arming`` (checked on ``queue_type``); answered as :meth:`arm`."""
+        raise DriverContractError(
+            f"{type(self).__name__}: peek is asked only of a store that declares "
+            "peek_before_arming, and such a store defines it"
+        )
 
     def relist(self, waiter: Waiter, deadline: Deadline) -> Program[Sequence[Entry] | SessionLost]:
         """The entries lower than the waiter's own, listed afresh (no watches); each

@@ -30,6 +30,7 @@ from .capabilities import (
     CLIENT_ADMISSION_HOOKS,
     DRAIN_HOOKS,
     HOOKS,
+    PEEK_HOOKS,
     RAMP_HOOKS,
     REVOKE_HOOKS,
     SLOT_HOOKS,
@@ -204,6 +205,8 @@ class Backend(SessionHub, Runner):
             queue_hooks += RAMP_HOOKS
         if declared.revoke and queue is not None:
             queue_hooks += REVOKE_HOOKS
+        if declared.peek_before_arming:
+            queue_hooks += PEEK_HOOKS
         if queue_hooks and queue is None:
             missing.append("queue_type")
         elif queue is not None:

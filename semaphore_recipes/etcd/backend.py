@@ -121,7 +121,13 @@ class EtcdBackend(Backend):
 
     scheme = "etcd"
     capabilities = Capabilities(
-        async_face=True, slots=True, acquire_all=True, drain=True, ramp=True, revoke=True
+        async_face=True,
+        slots=True,
+        acquire_all=True,
+        drain=True,
+        ramp=True,
+        revoke=True,
+        peek_before_arming=True,
     )
     queue_type = EtcdQueue
 

@@ -346,29 +346,55 @@ class ProtocolSteps(Leaving):
         yield AwaitCreated(
             tuple(watcher for _, watcher in watches.values()), deadline.cap(ATTEMPT_TIMEOUT)
         )
+        read_at, found = yield from self._read_entries(keys, token, deadline)
+        states: dict[str, EntryState | None] = {}
+        for key, kv in zip(keys, found, strict=True):
+            entry_watch, watcher = watches[key]
+            if kv is None:
+                states[key] = None
+                self._unwatch(waiter, key, watcher)
+                continue
+            data = decode_entry(key, kv.value)
+            states[key] = EntryState(held=data.held, lower=data.lower)
+            created_at = watcher.created_revision
+            entry_watch.open(kv.create_revision, read_at, created_at)
+            if created_at is None:  # (called at once if confirmed since)
+                watcher.when_created(functools.partial(_confirmed_late, entry_watch, watcher))
+        return states
+
+    def peek(
+        self, waiter: Waiter, keys: tuple[str, ...], deadline: Deadline
+    ) -> Program[Mapping[str, EntryState | None] | SessionLost]:
+        """One txn of reads, no watch: a head's first look at a view that is mostly
+        gone under contention (``Capabilities.peek_before_arming``)."""
+        token = waiter.token
+        assert token is not None
+        _, found = yield from self._read_entries(keys, token, deadline)
+        states: dict[str, EntryState | None] = {}
+        for key, kv in zip(keys, found, strict=True):
+            if kv is None:
+                states[key] = None
+                continue
+            data = decode_entry(key, kv.value)
+            states[key] = EntryState(held=data.held, lower=data.lower)
+        return states
+
+    def _read_entries(
+        self, keys: tuple[str, ...], token: int, deadline: Deadline
+    ) -> Program[tuple[int, list[Any | None]]]:
+        """The revision of one txn reading ``keys``, and each key's kv; None for an
+        entry gone, its key maybe reused by an entry created after ours (the base then
+        answers a view kept under the key, its own or a newer entry's, whose view holds
+        every live entry below ours too)."""
         reads = [Op.range(self.entry_key(k)) for k in keys]
         reply = yield from self.call(
             lambda timeout: Call.txn([], reads, [], timeout=timeout), deadline
         )
-        read_at = int(reply.header.revision)
-        states: dict[str, EntryState | None] = {}
-        for key, response in zip(keys, reply.responses, strict=True):
-            entry_watch, watcher = watches[key]
+        found: list[Any | None] = []
+        for response in reply.responses:
             kvs = response.response_range.kvs
-            if not kvs or kvs[0].create_revision >= token:
-                # gone, its key maybe reused by an entry created after ours: the base
-                # answers a view kept under the key, its own or a newer entry's, whose
-                # view holds every live entry below ours too
-                states[key] = None
-                self._unwatch(waiter, key, watcher)
-                continue
-            data = decode_entry(key, kvs[0].value)
-            states[key] = EntryState(held=data.held, lower=data.lower)
-            created_at = watcher.created_revision
-            entry_watch.open(kvs[0].create_revision, read_at, created_at)
-            if created_at is None:  # (called at once if confirmed since)
-                watcher.when_created(functools.partial(_confirmed_late, entry_watch, watcher))
-        return states
+            found.append(kvs[0] if kvs and kvs[0].create_revision < token else None)
+        return int(reply.header.revision), found
 
     def relist(self, waiter: Waiter, deadline: Deadline) -> Program[list[Entry] | SessionLost]:
         token = waiter.token

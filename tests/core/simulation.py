@@ -80,6 +80,7 @@ from semaphore_recipes._core.protocol import (
     EntryMarked,
     Event,
     MarkHeld,
+    Peek,
     Relist,
     SessionLost,
     Step,
@@ -132,6 +133,8 @@ class Client:
     created: bool = False  # every create happened; the listing is still to come
     step_queue: str = ""  # the queue of the Arm / Relist in progress
     to_arm: list[str] = field(default_factory=list)
+    watching: bool = True  # the reads of to_arm set watches (an Arm, not a Peek)
+    peeks: int = 0
     arm_results: dict[str, EntryState | None] = field(default_factory=dict)
     events: deque[Event | QueueEvent] = field(default_factory=deque)
     clock: float = 0.0
@@ -187,6 +190,7 @@ class Simulation:
         drains: bool = False,
         revokes: bool = False,
         relists: str = "whole",
+        peeks: bool = False,
     ) -> None:
         """``queues`` > 1: several semaphores ``q0``, ``q1``... of ``capacity`` each,
         each client asking random weights of a random non-empty subset of them (or the
@@ -204,7 +208,10 @@ class Simulation:
         Relist with the lower entries; ``"superset"`` adds, at random, lower entries
         deleted since the client's create (ZooKeeper answers from a process's record of
         the queue: ``zookeeper/_known_queue.py``); the mutation ``"missing"`` leaves out
-        a live lower entry at random (a record taken before the client's create)."""
+        a live lower entry at random (a record taken before the client's create).
+        ``peeks``: the protocol runs with ``peek_first`` (a head reads before it
+        watches: etcd), each read of a Peek interleaved with the other actions as an
+        Arm's are."""
         assert not admission_slots or (server_admission and slots)
         self.rng = rng
         self.server_admission = server_admission
@@ -212,6 +219,7 @@ class Simulation:
         self.store_mutation = store_mutation
         self.store: dict[str, StoredEntry] = {}
         self.relists = relists
+        self.peeks = peeks
         # deleted entries, each with next_order at its deletion (relists="superset")
         self.gone: list[tuple[StoredEntry, int]] = []
         self.watches: dict[str, set[int]] = {}
@@ -428,12 +436,14 @@ class Simulation:
             c.mark_pending.clear()
             c.unmarked.clear()
             c.events = deque(e for e in c.events if isinstance(e, SessionLost))
-        elif isinstance(step, (Arm, Relist)) and self.server_admission:
+        elif isinstance(step, (Arm, Peek, Relist)) and self.server_admission:
             raise AssertionError(f"client {c.cid}: {step} where the store decides admission")
         elif isinstance(step, (ListSlots, TakeSlot)) and self.admission_slots:
             raise AssertionError(f"client {c.cid}: {step} where the admission gives the slots")
-        elif isinstance(step, Arm):
+        elif isinstance(step, (Arm, Peek)):
             c.to_arm, c.arm_results = list(step.keys), {}
+            c.watching = isinstance(step, Arm)
+            c.peeks += not c.watching
         elif isinstance(step, MarkHeld) and self.server_admission:
             self._admitted_in(c, queue)  # (the store's write marked it)
             self._check_slots(c, queue, step.slots)
@@ -518,7 +528,7 @@ class Simulation:
             step = c.step.step if isinstance(c.step, InQueue) else c.step
             if isinstance(step, (Enqueue, EnqueueAll)):
                 acts.append(("list" if c.created else "create", c))
-            elif isinstance(step, Arm):
+            elif isinstance(step, (Arm, Peek)):
                 acts.append(("arm", c))
             elif isinstance(step, Relist):
                 acts.append(("relist", c))
@@ -684,7 +694,12 @@ class Simulation:
             else:
                 ((name, weight),) = c.weights.items()
                 c.gen = acquire_protocol(
-                    name, weight, deadline, slots=self.slots, server_admission=decides
+                    name,
+                    weight,
+                    deadline,
+                    slots=self.slots,
+                    server_admission=decides,
+                    peek_first=self.peeks,
                 )
             c.step = next(c.gen)
             self._prepare(c)
@@ -704,7 +719,8 @@ class Simulation:
                 gone = None if view is None else EntryState(held=True, left_view=view)
                 c.arm_results[key] = gone
             else:
-                self.watches.setdefault(key, set()).add(c.cid)
+                if c.watching:
+                    self.watches.setdefault(key, set()).add(c.cid)
                 c.arm_results[key] = EntryState(stored.held, stored.lower if stored.held else None)
             if not c.to_arm:
                 self._send(c, dict(c.arm_results))

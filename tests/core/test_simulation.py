@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semaphore_recipes._core import queue as core_queue
-from semaphore_recipes._core.queue import Admitted, Entry, Wait
+from semaphore_recipes._core.queue import Admitted, Entry, QueuePosition, Wait
 from semaphore_recipes._core.slots import Slot
 
 from .simulation import LostWakeup, Simulation
@@ -35,6 +35,7 @@ def run_one(
     drains: bool = False,
     revokes: bool = False,
     relists: str = "whole",
+    peeks: bool = False,
 ) -> Simulation:
     rng = random.Random(seed)
     sim = Simulation(
@@ -56,6 +57,7 @@ def run_one(
         drains=drains,
         revokes=revokes,
         relists=relists,
+        peeks=peeks,
     )
     sim.run()
     return sim
@@ -71,21 +73,28 @@ def kept_entries(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     return keep
 
 
-@pytest.mark.parametrize("persistent_watches", [False, True], ids=["one-shot", "persistent"])
+@pytest.mark.parametrize(
+    ("persistent_watches", "peeks"),
+    [(False, False), (True, False), (True, True)],
+    ids=["one-shot", "persistent", "persistent-peeks"],
+)
 def test_many_random_runs_keep_safety_liveness_and_no_herd(
-    persistent_watches: bool, kept_entries: int
+    persistent_watches: bool, peeks: bool, kept_entries: int
 ) -> None:
     """One-shot watches (ZooKeeper), and watches that outlive a held mark whose event
-    carries the mark (etcd)."""
+    carries the mark (etcd), there with heads that read before they watch (etcd's
+    ``peek_before_arming``)."""
     worst_herd = 0
-    admissions = relists = 0
+    admissions = relists = peeked = 0
     for seed in range(RUNS):
-        sim = run_one(seed, persistent_watches=persistent_watches)
+        sim = run_one(seed, persistent_watches=persistent_watches, peeks=peeks)
         worst_herd = max(worst_herd, sim.max_woken)
         admissions += sim.admissions
         relists += sum(c.relists for c in sim.clients)
+        peeked += sum(c.peeks for c in sim.clients)
     assert admissions > RUNS  # the runs really admit clients
     assert relists > RUNS // 20  # and go through stale views that need a fresh listing
+    assert (peeked > 0) == peeks  # heads read first, and only with the flag
     # One store event wakes a handful of waiters at most, however many wait.
     assert worst_herd <= 3, worst_herd
 
@@ -229,6 +238,53 @@ def find_lost_wakeup(**kwargs: Any) -> str | None:
         except LostWakeup as exc:
             return str(exc)
     return None
+
+
+def run_peeking(seed: int) -> Simulation:
+    """etcd-like runs where heads have several entries to watch more often (8-12
+    clients, capacity 3-4): the random runs above, with capacities of 1-3, seldom
+    peek (a run of these peeks about once in three)."""
+    rng = random.Random(seed)
+    sim = Simulation(
+        rng,
+        clients=rng.randint(8, 12),
+        capacity=rng.randint(3, 4),
+        max_weight=1,
+        capacity_changes=rng.random() < 0.3,
+        persistent_watches=True,
+        peeks=True,
+    )
+    sim.run(max_steps=3000)
+    return sim
+
+
+def test_heads_that_read_before_they_watch_keep_safety_liveness_and_no_herd() -> None:
+    peeked = admissions = worst_herd = 0
+    runs = RUNS // 3
+    for seed in range(runs):
+        sim = run_peeking(seed)
+        peeked += sum(c.peeks for c in sim.clients)
+        admissions += sim.admissions
+        worst_herd = max(worst_herd, sim.max_woken)
+    assert peeked > runs // 10 and admissions > 8 * runs, (peeked, admissions)
+    assert worst_herd <= 3, worst_herd
+
+
+def test_simulation_catches_a_peek_taken_for_a_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A head that counts the entries it only read as watched never arms them: a
+    release among them goes untold."""
+    real = QueuePosition.read
+
+    def mutant(self: QueuePosition, key: str, state: Any, *, watched: bool) -> None:
+        real(self, key, state, watched=True)
+
+    monkeypatch.setattr(QueuePosition, "read", mutant)
+    for seed in range(2000):
+        try:
+            run_peeking(seed)
+        except LostWakeup:
+            return
+    pytest.fail("no lost wake-up found")
 
 
 def test_simulation_catches_a_missing_held_mark() -> None:

@@ -6,42 +6,28 @@ contention, and etcd serves those from a loop every 100 ms."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
 
 from semaphore_recipes._core.codec import EntryData
-from semaphore_recipes._core.deadline import Deadline
 from semaphore_recipes._core.names import parse_etcd_entry
 from semaphore_recipes._core.program import run_program
 from semaphore_recipes._core.protocol import (
     Arm,
-    Enqueued,
     EntryChanged,
     EntryDeleted,
     EntryMarked,
-    Event,
 )
-from semaphore_recipes.backend import Waiter
 from semaphore_recipes.etcd import entry_watch
 from semaphore_recipes.etcd._proto import etcd_api_pb2 as pb
 from semaphore_recipes.etcd.client import EtcdClient
 from semaphore_recipes.etcd.entry_watch import EntryWatch
 from semaphore_recipes.etcd.rpc import AwaitCreated, Call
-from semaphore_recipes.etcd.steps import ProtocolSteps
 from semaphore_recipes.testing.etcd_harness import EtcdHarness
 
 from ..conftest import wait_until
-
-
-class RecordingWaiter(Waiter):
-    def __init__(self) -> None:
-        super().__init__(1, "test-waiter")
-        self.events: list[tuple[int, Event]] = []
-
-    def deliver(self, generation: int, event: Event) -> None:
-        self.events.append((generation, event))
+from .waiting import RecordingWaiter, enqueued_by_hand
 
 
 def mark(revision: int) -> Any:
@@ -118,16 +104,8 @@ def test_the_arm_reads_after_its_watches_are_confirmed(
 
     monkeypatch.setattr(entry_watch.EntryWatch, "open", open_)
     holder = ed.connect().semaphore("armed", capacity=1).acquire()
-    queue = ed.connect().semaphore("armed", capacity=1)._store
-    assert isinstance(queue, ProtocolSteps)
-    runner = queue.backend._sync
-    assert runner is not None
-    waiter = RecordingWaiter()
-    deadline = Deadline(30.0, time.monotonic)
-    queue.register(waiter)
-    try:
-        enqueued = queue.backend.run(queue.enqueue(waiter, deadline))
-        assert isinstance(enqueued, Enqueued)
+    with enqueued_by_hand(ed, "armed", capacity=1) as by_hand:
+        queue, runner, waiter = by_hand.queue, by_hand.runner, by_hand.waiter
         holder_key = queue.entry_key(holder.key)
         confirmed: list[int | None] = []
         client = queue.client
@@ -145,7 +123,8 @@ def test_the_arm_reads_after_its_watches_are_confirmed(
             assert isinstance(request, Call)
             return runner.answer(request)
 
-        states = run_program(queue.step(waiter, Arm((holder.key,)), deadline), answer)
+        step = queue.step(waiter, Arm((holder.key,)), by_hand.deadline)
+        states = run_program(step, answer)
         assert isinstance(states, dict) and states[holder.key] is not None
         assert states[holder.key].held  # the mark is in the read...
         ((_, read_at, created_at),), (confirmed_at,) = opened, confirmed
@@ -155,6 +134,3 @@ def test_the_arm_reads_after_its_watches_are_confirmed(
         wait_until(lambda: any(isinstance(e, EntryDeleted) for _, e in waiter.events))
         # ...and not handed over again: it would have come before the delete (one stream)
         assert [type(e) for _, e in waiter.events] == [EntryDeleted]
-    finally:
-        queue.drop_watchers(waiter)
-        queue.unregister(waiter)
