@@ -23,7 +23,7 @@ from .instrumentation import Instrumentation, report
 
 log = logging.getLogger("semaphore_recipes")
 
-__all__ = ["CONFIRM_WAIT", "leave", "leave_async", "leave_in_background"]
+__all__ = ["CONFIRM_WAIT", "leave", "leave_async", "leave_in_background", "release_awaited"]
 
 #: How long a caller waits for the store to confirm its entry's removal.
 CONFIRM_WAIT = 0.3
@@ -82,6 +82,18 @@ def leave_in_background(
         return
     _detached.add(task)
     task.add_done_callback(_detached.discard)
+
+
+async def release_awaited(removal: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """A release's ``removal()``, awaited in the calling task rather than shielded in one
+    of its own (a task and two more turns of the loop per release). Cancelled, it is
+    sent again from a task of its own, and the cancel goes on: the first may have been
+    applied, and a store's removal may run twice (``QueueDriver.remove``)."""
+    try:
+        await removal()
+    except asyncio.CancelledError:
+        leave_in_background(asyncio.get_running_loop(), removal())
+        raise
 
 
 def _deferred(name: str, instrumentation: Instrumentation) -> None:

@@ -24,7 +24,7 @@ from .._core.names import validate_permits
 from .._core.program import run_program_async
 from .._core.protocol import AwaitEvent
 from .._core.queue import Entry
-from .._leave import leave_in_background
+from .._leave import leave_in_background, release_awaited
 from ..backend import Backend, QueueDriver
 from ..multi import AcquireAllInbox, MultiPermitBase, Pairs, multi_acquisition
 from ._waiter import Doorbell
@@ -60,7 +60,8 @@ class AsyncMultiPermit(LostOnLoop, MultiPermitBase):
         within the request timeout (the delete goes on in the background); cancelling
         the awaiting task does not stop the delete."""
         if self._begin_release():
-            await asyncio.shield(self._backend.run_async(self._backend.delete_entries(self._pairs)))
+            backend, pairs = self._backend, self._pairs
+            await release_awaited(lambda: backend.run_async(backend.delete_entries(pairs)))
             log.debug("released %s (token %d)", self.weights, self.token)
 
 

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from .._core.queue import Entry
-from .._leave import leave_in_background
+from .._leave import release_awaited
 from .._permit import PermitBase
 from ..backend import FencedTransaction, QueueDriver, Write
 
@@ -102,17 +102,9 @@ class AsyncPermit(LostOnLoop, PermitBase):
         deleted as well; its state stays LOST. Cancelling the awaiting task does not
         stop the delete."""
         if self._begin_release():
-            # Awaited in this task, not shielded in one of its own (a task and two more
-            # turns of the loop per release); cancelled, the removal is sent again from
-            # a task of its own (the first may have been applied: removing twice is
-            # harmless).
             removal = self._store.releasing(self.key)
             backend = self._store.backend
-            try:
-                await backend.run_async(removal())
-            except asyncio.CancelledError:
-                leave_in_background(asyncio.get_running_loop(), backend.run_async(removal()))
-                raise
+            await release_awaited(lambda: backend.run_async(removal()))
             log.debug("released %s of %r (token %d)", self.permits, self._name, self.token)
 
 

@@ -3,7 +3,8 @@
 Through ``asyncio`` itself (the ``-aio`` parameters of the rest of the contract suite
 reach the asyncio face through a blocking view; these tests are native): a task
 cancelled at any point of an acquire leaves no entry, and the waiter behind it moves up
-as after a release; a release cancelled at any point still removes the entry.
+as after a release; a release cancelled at any point still removes the entry, and an
+``acquire_all``'s release every entry of it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ async def _turns(rng: random.Random) -> None:
         await asyncio.sleep(0)
     if rng.random() < 0.4:
         await asyncio.sleep(rng.uniform(0, 0.01))
+
+
+async def _release_cancelled_at_random(
+    permit: sr.aio.AsyncPermit | sr.aio.AsyncMultiPermit, rng: random.Random
+) -> None:
+    """``await permit.release()`` in a task cancelled at a random point (released again
+    if the cancel came before the release began)."""
+    releasing = asyncio.create_task(permit.release())
+    await _turns(rng)
+    releasing.cancel()
+    await asyncio.gather(releasing, return_exceptions=True)
+    if permit.state is sr.PermitState.HELD:
+        await permit.release()
 
 
 def test_cancelling_at_random_points_leaves_nothing_behind(store: Harness) -> None:
@@ -103,15 +117,30 @@ def test_a_cancelled_release_still_removes_the_entry_and_its_slots(store: Harnes
             sem = backend.semaphore("cancel-release", capacity=2)
             for _ in range(30):
                 permit = await sem.acquire(slot=True, timeout=10)
-                releasing = asyncio.create_task(permit.release())
-                await _turns(rng)
-                releasing.cancel()
-                await asyncio.gather(releasing, return_exceptions=True)
-                if permit.state is sr.PermitState.HELD:  # cancelled before it began
-                    await permit.release()
+                await _release_cancelled_at_random(permit, rng)
                 both = await sem.acquire(permits=2, slot=True, timeout=10)
                 assert sorted(slot.index for slot in both.slots) == [0, 1]
                 await both.release()
+
+    asyncio.run(main())
+    wait_until(lambda: store.entries() == [], timeout=10)
+
+
+def test_a_cancelled_acquire_all_release_still_removes_every_entry(store: Harness) -> None:
+    """``await permit.release()`` of an ``acquire_all`` cancelled at a random point: the
+    removal of every entry goes on (sent again from a task of its own: a store's
+    removal of them may run twice), so each semaphore's whole capacity is free next."""
+    rng = random.Random(3141)
+
+    async def main() -> None:
+        async with sr.aio.connect(store.url) as backend:
+            a = backend.semaphore("{cancel-all}a", capacity=1)
+            b = backend.semaphore("{cancel-all}b", capacity=2)
+            for _ in range(20):
+                permit = await backend.acquire_all({a: 1, b: 2}, timeout=10)
+                await _release_cancelled_at_random(permit, rng)
+                await (await a.acquire(timeout=10)).release()
+                await (await b.acquire(permits=2, timeout=10)).release()
 
     asyncio.run(main())
     wait_until(lambda: store.entries() == [], timeout=10)
