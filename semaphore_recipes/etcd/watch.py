@@ -89,8 +89,12 @@ class Watcher:
         self._ended = False
         self._started = False
         self._error: Exception | None = None
-        self._auth_retried = False
-        self._watch_id: int | None = None  # the server's id on the current stream
+        # The stream's reader (WatchMux) keeps these two, under its lock:
+        #: the server's id for this watch on the current stream (None: not confirmed)
+        self.watch_id: int | None = None
+        #: a permission refusal led to a fresh token once (tried again only after a
+        #: create succeeds)
+        self.auth_retried = False
         self._hub = _hub_of(client)
         if start:
             self.start()
@@ -99,6 +103,11 @@ class Watcher:
     def next_revision(self) -> int:
         """The revision the watch would resume from (0 until known when started at "now")."""
         return self._next_revision
+
+    @property
+    def ended(self) -> bool:
+        """Cancelled or failed: no callback of it starts any more."""
+        return self._ended
 
     @property
     def error(self) -> Exception | None:
@@ -125,9 +134,29 @@ class Watcher:
                 return
         callback()
 
+    # ---- called by the stream's reader (:class:`~.watch_mux.WatchMux`) ----------------
+    def create_request(self) -> pb.WatchRequest:
+        """The create to send on a stream: from the next revision to deliver."""
+        return pb.WatchRequest(
+            create_request=pb.WatchCreateRequest(
+                key=self.key,
+                range_end=self.range_end,
+                start_revision=self._next_revision,
+                prev_kv=self.prev_kv,
+            )
+        )
+
+    def stopped(self) -> None:
+        """Cancelled: no callback starts from now on."""
+        self._ended = True
+
     def confirmed(self, revision: int) -> None:
-        """The server confirmed the watch at ``revision``: called by the stream's reader
-        (:class:`~.watch_mux.WatchMux`) at each ``created`` reply; the first one counts."""
+        """The server confirmed the watch at ``revision`` (a ``created`` reply, at each
+        stream): a watch from "now" delivers what comes after it; the first one is
+        :attr:`created_revision`."""
+        if self._next_revision == 0:
+            self._next_revision = revision + 1
+        self.auth_retried = False
         with self._created_lock:
             if self.created_revision is not None:
                 return  # created again on a new stream
@@ -142,17 +171,19 @@ class Watcher:
         a callback of this watch that is running to return."""
         self._hub.remove(self, timeout)
 
-    def _create_request(self) -> pb.WatchRequest:
-        return pb.WatchRequest(
-            create_request=pb.WatchCreateRequest(
-                key=self.key,
-                range_end=self.range_end,
-                start_revision=self._next_revision,
-                prev_kv=self.prev_kv,
-            )
-        )
+    def deliver(self, events: list[Event], revision: int) -> None:
+        """Hand ``events`` (of a response at header ``revision``) to ``on_events``; a
+        new stream resumes after the last of them."""
+        self._next_revision = int(events[-1].kv.mod_revision) + 1
+        run_callback("on_events", self._on_events, events, revision)
 
-    def _fail(self, err: Exception) -> None:
+    def progressed(self, revision: int) -> None:
+        """A progress notification at ``revision``: nothing is left to deliver up to it."""
+        if self.created.is_set() and revision >= self._next_revision:
+            self._next_revision = revision + 1
+
+    def fail(self, err: Exception) -> None:
+        """The watch ends with ``err`` (compacted, refused), told to ``on_error``."""
         self._error = err
         self._ended = True
         logger.warning("etcd: watch on %r stopped: %s", self.key, err)

@@ -18,7 +18,6 @@ import threading
 from typing import TYPE_CHECKING
 
 from ._proto import etcd_api_pb2 as pb
-from .callbacks import run_callback
 from .errors import (
     EtcdAuthError,
     EtcdCompacted,
@@ -71,7 +70,7 @@ class WatchMux:
         requests = []
         for watcher in self._live:
             self._creating.append(watcher)
-            requests.append(watcher._create_request())
+            requests.append(watcher.create_request())
         return requests
 
     def _stream_ended(self) -> None:
@@ -85,14 +84,14 @@ class WatchMux:
         self._live.add(watcher)
         if streaming:
             self._creating.append(watcher)
-            self._send(watcher._create_request())
+            self._send(watcher.create_request())
 
     def _removed(self, watcher: Watcher) -> None:
         """Stop ``watcher`` (call under ``_lock``); a create still unanswered is
         cancelled when its reply comes."""
-        watcher._ended = True
+        watcher.stopped()
         self._live.discard(watcher)
-        watch_id = watcher._watch_id
+        watch_id = watcher.watch_id
         if watch_id is not None and self._by_id.get(watch_id) is watcher:
             del self._by_id[watch_id]
             self._send_cancel(watch_id)
@@ -110,12 +109,12 @@ class WatchMux:
             waiting = list(self._creating)
         if not waiting:
             return
-        if all(w._auth_retried for w in waiting) or not is_invalid_token(err):
+        if all(w.auth_retried for w in waiting) or not is_invalid_token(err):
             for watcher in waiting:
                 self._end(watcher, err)
             return
         for watcher in waiting:
-            watcher._auth_retried = True
+            watcher.auth_retried = True
         self._refresh_token()
 
     def _dispatch(self, resp: pb.WatchResponse) -> bool:
@@ -129,16 +128,16 @@ class WatchMux:
                     return False  # cannot happen: the server answers every create
                 if not resp.canceled:
                     confirmed = True
-                    if watcher._ended:
+                    if watcher.ended:
                         self._send_cancel(watch_id)
                         return True
                     self._by_id[watch_id] = watcher
-                    watcher._watch_id = watch_id
+                    watcher.watch_id = watch_id
             elif resp.canceled or resp.compact_revision:
                 watcher = self._by_id.pop(watch_id, None)
             else:
                 watcher = self._by_id.get(watch_id)
-            if watcher is None or watcher._ended:
+            if watcher is None or watcher.ended:
                 return confirmed
             self._delivering = watcher
         try:
@@ -154,7 +153,7 @@ class WatchMux:
             self._end(
                 watcher,
                 EtcdCompacted(
-                    f"watch start revision {watcher._next_revision} compacted "
+                    f"watch start revision {watcher.next_revision} compacted "
                     f"(oldest kept: {resp.compact_revision})",
                     compact_revision=int(resp.compact_revision),
                 ),
@@ -164,38 +163,29 @@ class WatchMux:
             reason = resp.cancel_reason or "canceled by the server"
             err = error_for_cancel_reason(reason)
             if isinstance(err, EtcdAuthError) and (
-                watcher._auth_retried or not is_invalid_token(err)
+                watcher.auth_retried or not is_invalid_token(err)
             ):
                 self._end(watcher, err)
                 return
             logger.info("etcd: watch on %r canceled by the server: %s", watcher.key, reason)
             if isinstance(err, EtcdAuthError):
-                watcher._auth_retried = True
+                watcher.auth_retried = True
                 self._refresh_token()
             # a new stream creates its watches again, this one included: at once with a
             # fresh token, else after the usual backoff
             self._reopen(at_once=isinstance(err, EtcdAuthError))
             return
         if resp.created:
-            if watcher._next_revision == 0:
-                watcher._next_revision = int(resp.header.revision) + 1
             if not watcher.created.is_set():
                 logger.debug("etcd: watch on %r created", watcher.key)
             watcher.confirmed(int(resp.header.revision))
-            watcher._auth_retried = False
         events = list(resp.events)
         if events:
-            watcher._next_revision = int(events[-1].kv.mod_revision) + 1
-            run_callback("on_events", watcher._on_events, events, int(resp.header.revision))
-        elif (
-            not resp.created
-            and watcher.created.is_set()
-            and resp.header.revision >= watcher._next_revision
-        ):
-            # a progress notification: nothing left to deliver up to it
-            watcher._next_revision = int(resp.header.revision) + 1
+            watcher.deliver(events, int(resp.header.revision))
+        elif not resp.created:
+            watcher.progressed(int(resp.header.revision))
 
     def _end(self, watcher: Watcher, err: Exception) -> None:
         with self._lock:
             self._live.discard(watcher)
-        watcher._fail(err)
+        watcher.fail(err)
