@@ -297,7 +297,6 @@ class RedisQueue(QueueDriver):
             capacity=capacity,
             later_entries=view.later,
             capacity_version=version,
-            lower_complete=True,
             admitted=admitted,
             slots=slots if admitted and waiter.wants_slots else None,
         )
