@@ -84,16 +84,18 @@ class EntryView:
     slots: tuple[Slot, ...]  # a held entry's job slots (when it asked for them)
 
     @classmethod
-    def parse(cls, reply: Sequence[Any]) -> EntryView:
-        check_in = int(reply[5])
+    def parse(cls, reply: bytes | str) -> EntryView:
+        """``order held capacity version later check_in [index token ...]``."""
+        fields = [int(field) for field in reply.split()]
+        check_in = fields[5]
         return cls(
-            order=int(reply[0]),
-            held=bool(int(reply[1])),
-            capacity=int(reply[2]),
-            version=int(reply[3]),
-            later=bool(int(reply[4])),
+            order=fields[0],
+            held=bool(fields[1]),
+            capacity=fields[2],
+            version=fields[3],
+            later=bool(fields[4]),
             check_in=check_in / 1000 if check_in >= 0 else None,
-            slots=parse_slots(reply[6]),
+            slots=parse_slots(fields[6:]),
         )
 
 

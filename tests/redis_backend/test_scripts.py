@@ -23,6 +23,15 @@ from semaphore_recipes.redis.scripts import ScriptName
 TTL_MS = 60_000
 
 
+def unpacked(reply: Any) -> Any:
+    """A view (the scripts' one string of integers: ``scripts.view``) as the list
+    ``[order, held, capacity, version, later, check_in, slots]``; any other reply as is."""
+    if not (isinstance(reply, bytes) and reply[:1].isdigit()):
+        return reply
+    fields = [int(field) for field in reply.split()]
+    return [*fields[:6], fields[6:]]
+
+
 class Scripts:
     """The scripts of one semaphore ``s`` under the test's prefix."""
 
@@ -51,9 +60,11 @@ class Scripts:
         slots: bool = False,
         opener: bool = False,
     ) -> list[Any]:
-        """ENQUEUE; ``opener``: the lease joins the openers told of capacity changes."""
+        """ENQUEUE; ``opener``: the lease joins the openers told of capacity changes.
+        A view comes back as ``[order, held, capacity, version, later, check_in,
+        slots]`` (:func:`unpacked`)."""
         args = (entry_id, lease, weight, "owner", capacity, "1" if slots else "")
-        reply: list[Any] = self.run(ScriptName.ENQUEUE, *args, "1" if opener else "")
+        reply: list[Any] = unpacked(self.run(ScriptName.ENQUEUE, *args, "1" if opener else ""))
         return reply
 
     def enqueue_all(self, entry_id: str, lease: str, **weights: tuple[int, int]) -> list[Any]:
@@ -62,7 +73,7 @@ class Scripts:
         for name, (weight, capacity) in weights.items():
             args += [name, weight, capacity]
         reply: list[Any] = self.run(ScriptName.ENQUEUE_ALL, *args, semaphore="")
-        return reply
+        return [unpacked(view) for view in reply]
 
     def remove_all(self, lease: str, *pairs: tuple[str, str]) -> int:
         flat = [part for pair in pairs for part in pair]
@@ -303,7 +314,7 @@ def test_tokens_grow_across_semaphores_and_their_deletion(scripts: Scripts) -> N
     scripts.run(ScriptName.DELETE_SEMAPHORE)
     assert scripts.queue() == []
     second = scripts.enqueue("a.2", "a")[0]
-    other = scripts.run(ScriptName.ENQUEUE, "a.3", "a", 1, "o", 1, semaphore="t")[0]
+    other = unpacked(scripts.run(ScriptName.ENQUEUE, "a.3", "a", 1, "o", 1, semaphore="t"))[0]
     assert first < second < other
 
 
