@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kazoo.exceptions import ConnectionClosedError
 from kazoo.handlers.utils import AsyncResult
-from kazoo.protocol.states import KeeperState
+from kazoo.protocol.states import KazooState, KeeperState
 
 import semaphore_recipes as sr
 from semaphore_recipes.testing.proxy import FaultProxy
@@ -302,8 +302,17 @@ def test_credentials_refused_before_the_connect_looks_are_still_named(
     was slow: ``late`` says before which step) still fails with AuthenticationFailed,
     at once, not BackendUnavailable at its connect timeout."""
     sync_wait, async_wait = _Opening.wait, _Opening.wait_async
+    new_client = _Opening.new_client
+    lost = threading.Event()
+
+    def recording_client(opening: _Opening) -> Any:
+        client = new_client(opening)
+        client.add_listener(lambda state: lost.set() if state == KazooState.LOST else None)
+        return client
 
     def closed(opening: _Opening) -> bool:
+        # (a client not started yet is CLOSED too: wait for the refusal's LOST first)
+        assert lost.wait(10)
         wait_until(lambda: opening.client.client_state == KeeperState.CLOSED, timeout=10)
         return late == "request"  # as if the connection were seen before it closed
 
@@ -317,6 +326,7 @@ def test_credentials_refused_before_the_connect_looks_are_still_named(
             return None
         return await async_wait(opening, request)
 
+    monkeypatch.setattr(_Opening, "new_client", recording_client)
     monkeypatch.setattr(_Opening, "wait", wait)
     monkeypatch.setattr(_Opening, "wait_async", wait_async)
     url = f"zookeeper://{refusing_digest.host_port}{path}?username=u&password=p&connect_timeout=30"
