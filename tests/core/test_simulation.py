@@ -94,7 +94,10 @@ def test_many_random_runs_keep_safety_liveness_and_no_herd(
         peeked += sum(c.peeks for c in sim.clients)
     assert admissions > RUNS  # the runs really admit clients
     assert relists > RUNS // 20  # and go through stale views that need a fresh listing
-    assert (peeked > 0) == peeks  # heads read first, and only with the flag
+    # Heads read before they watch only with the flag (these runs seldom peek; those
+    # of test_heads_that_read_before_they_watch_... do, and count it).
+    if not peeks:
+        assert peeked == 0
     # One store event wakes a handful of waiters at most, however many wait.
     assert worst_herd <= 3, worst_herd
 
