@@ -36,14 +36,21 @@ def run_one(
     revokes: bool = False,
     relists: str = "whole",
     peeks: bool = False,
+    clients: tuple[int, int] = (2, 6),
+    capacity: tuple[int, int] = (1, 3),
+    max_weight: int = 2,
+    capacity_changes: float = 0.5,
+    max_steps: int = 400,
 ) -> Simulation:
+    """One random run of ``clients`` and ``capacity`` drawn from those ranges, with
+    ``capacity_changes`` the odds that it changes capacities."""
     rng = random.Random(seed)
     sim = Simulation(
         rng,
-        clients=rng.randint(2, 6),
-        capacity=rng.randint(1, 3),
-        max_weight=2,
-        capacity_changes=rng.random() < 0.5,
+        clients=rng.randint(*clients),
+        capacity=rng.randint(*capacity),
+        max_weight=max_weight,
+        capacity_changes=rng.random() < capacity_changes,
         mark_held=mark_held,
         persistent_watches=persistent_watches,
         deleted_views=deleted_views,
@@ -59,7 +66,7 @@ def run_one(
         relists=relists,
         peeks=peeks,
     )
-    sim.run()
+    sim.run(max_steps=max_steps)
     return sim
 
 
@@ -247,18 +254,16 @@ def run_peeking(seed: int) -> Simulation:
     """etcd-like runs where heads have several entries to watch more often (8-12
     clients, capacity 3-4): the random runs above, with capacities of 1-3, seldom
     peek (a run of these peeks about once in three)."""
-    rng = random.Random(seed)
-    sim = Simulation(
-        rng,
-        clients=rng.randint(8, 12),
-        capacity=rng.randint(3, 4),
-        max_weight=1,
-        capacity_changes=rng.random() < 0.3,
+    return run_one(
+        seed,
         persistent_watches=True,
         peeks=True,
+        clients=(8, 12),
+        capacity=(3, 4),
+        max_weight=1,
+        capacity_changes=0.3,
+        max_steps=3000,
     )
-    sim.run(max_steps=3000)
-    return sim
 
 
 def test_heads_that_read_before_they_watch_keep_safety_liveness_and_no_herd() -> None:
