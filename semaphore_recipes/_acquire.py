@@ -12,6 +12,7 @@ in at the ``yield``, so the cleanup below runs for it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -105,44 +106,58 @@ def acquisition(
     server_admission = store.backend.capabilities.server_admission
     waiter.wants_slots = slots
     store.register(waiter)
+    contact = time.monotonic()  # when the last store call answered was sent (confirm_admission)
     try:
-        protocol = acquire_protocol(
-            name,
-            waiter.weight,
-            deadline,
-            blocking=blocking,
-            slots=slots,
-            server_admission=server_admission,
-            peek_first=store.backend.capabilities.peek_before_arming,
-        )
-        step = next(protocol)
         while True:
-            answer: object = None
-            if isinstance(step, MarkHeld):
-                permit = new_permit(step.me, waiter)
-                permit.slots = step.slots
-                mark = step
-            elif isinstance(step, Enqueue):
-                if waiter.entry_id is not None:
-                    log.warning("session lost while waiting for %r: entering the queue again", name)
-                    yield Leave(store.abandon_entry(waiter), name)
-                answer = yield _one_reply_call(step, step.first, store, waiter, deadline, clock)
-            elif isinstance(step, (ListSlots, TakeSlot)):
-                # admitted: a deadline that passed (timeout=0) still gets the slots' replies
-                answer = yield _one_reply_call(step, True, store, waiter, deadline, clock)
-            elif isinstance(step, AwaitEvent):
-                if reports is not None and waiter.token is not None:
-                    if reports.due(deadline):
-                        reports.read((yield from _status_read(store)), waiter.token)
-                    step = AwaitEvent(reports.wait_for(step.timeout, deadline))
-                answer = yield step  # the face waits for the waiter's next event
-            else:
-                answer = yield StoreCall(store.step(waiter, step, deadline))
-            try:
-                step = protocol.send(answer)
-            except StopIteration:
+            protocol = acquire_protocol(
+                name,
+                waiter.weight,
+                deadline,
+                blocking=blocking,
+                slots=slots,
+                server_admission=server_admission,
+                peek_first=store.backend.capabilities.peek_before_arming,
+            )
+            step = next(protocol)
+            while True:
+                answer: object = None
+                sent = time.monotonic()  # (the store's clock: confirm_admission)
+                if isinstance(step, MarkHeld):
+                    permit = new_permit(step.me, waiter)
+                    permit.slots = step.slots
+                    mark = step
+                elif isinstance(step, Enqueue):
+                    if waiter.entry_id is not None:
+                        log.warning("session lost while waiting for %r: entering the queue again",
+                                    name)  # fmt: skip
+                        yield Leave(store.abandon_entry(waiter), name)
+                        sent = time.monotonic()  # (the store's clock: confirm_admission)
+                    answer = yield _one_reply_call(step, step.first, store, waiter, deadline, clock)
+                    contact = sent
+                elif isinstance(step, (ListSlots, TakeSlot)):
+                    # admitted: a deadline that passed (timeout=0) still gets the slots' replies
+                    answer = yield _one_reply_call(step, True, store, waiter, deadline, clock)
+                    contact = sent
+                elif isinstance(step, AwaitEvent):
+                    if reports is not None and waiter.token is not None:
+                        if reports.due(deadline):
+                            reports.read((yield from _status_read(store)), waiter.token)
+                        step = AwaitEvent(reports.wait_for(step.timeout, deadline))
+                    answer = yield step  # the face waits for the waiter's next event
+                else:
+                    answer = yield StoreCall(store.step(waiter, step, deadline))
+                    contact = sent
+                try:
+                    step = protocol.send(answer)
+                except StopIteration:
+                    break
+            assert permit is not None and mark is not None
+            if (yield from confirm_admission(store, waiter, contact, deadline, clock)):
                 break
-        assert permit is not None and mark is not None
+            log.warning("semaphore %r: admitted, but the session ended meanwhile (a pause, or "
+                        "a store that stalled): entering the queue again", name)  # fmt: skip
+            permit._abandoned()  # (the next Enqueue deletes its entry)
+            permit = mark = None
         log.debug("acquired %d of %r (token %d)", waiter.weight, name, permit.token)
         if watch_entry:
             if store.backend.capabilities.revoke:  # told through the same watch
@@ -169,6 +184,29 @@ def acquisition(
     report(instrumentation.acquire_granted, name, waiter.weight, permit.token, waited)
     permit._observe(instrumentation)
     return permit
+
+
+def confirm_admission(
+    store: QueueDriver,
+    waiter: Waiter,
+    contact: float,
+    deadline: Deadline,
+    clock: Callable[[], float],
+) -> Generator[StoreCall, object, bool]:
+    """May the admitted ``waiter`` hold? Its admission may have been told (or decided,
+    from events) after its session ended: the process paused, or the store stalled with
+    its clock running on, past the session timeout. Where the store cannot vouch for
+    the session from a call sent at ``contact`` (the last one answered) or from its own
+    renewals, one round trip confirms the entry is still ours."""
+    if store.backend.session_vouched(contact):
+        return True
+    floor = one_reply_deadline(deadline, store.request_timeout, clock)
+    what = f"semaphore {store.name!r}"
+    if floor is None:
+        confirmed = yield StoreCall(store.confirm(waiter, deadline))
+    else:  # (a deadline that passed still gets the reply: the entry was admitted)
+        confirmed = yield StoreCall(store.confirm(waiter, floor), first_try=True, what=what)
+    return confirmed is True
 
 
 def _status_read(store: QueueDriver) -> Generator[StoreCall, object, Status | None]:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._acquire import Leave, StoreCall, answer_blocking
+from ._acquire import Leave, StoreCall, answer_blocking, confirm_admission
 from ._core.deadline import Deadline, one_reply_deadline, validate_timeout
 from ._core.multi import EnqueueAll, EnqueuedAll, InQueue, QueueEvent, multi_acquire_protocol
 from ._core.names import validate_name, validate_permits
@@ -167,35 +167,51 @@ def multi_acquisition(
     server_admission = backend.capabilities.server_admission
     for driver, waiter in pairs:
         driver.register(waiter)
-    protocol = multi_acquire_protocol(
-        weights, deadline, blocking=blocking, server_admission=server_admission
-    )
+    contact = time.monotonic()  # when the last store call answered was sent
     try:
-        step = next(protocol)
         while True:
-            answer: object = None
-            if isinstance(step, EnqueueAll):
-                if any(w.key is not None or w.entry_id is not None for w in waiters.values()):
-                    log.warning("session lost while waiting for %s: entering again", names)
-                    yield Leave(backend.delete_entries(pairs), describe_pairs(pairs))
-                answer = yield _enqueue_all_call(backend, pairs, deadline, step.first, clock)
-            elif isinstance(step, InQueue):
-                driver, waiter = drivers[step.name], waiters[step.name]
-                inner = step.step
-                if isinstance(inner, MarkHeld):
-                    if not server_admission:
-                        driver.mark_held(
-                            waiter, inner.me, inner.now, inner.lower, marks_lost.append
-                        )
+            protocol = multi_acquire_protocol(
+                weights, deadline, blocking=blocking, server_admission=server_admission
+            )
+            step = next(protocol)
+            while True:
+                answer: object = None
+                sent = time.monotonic()
+                if isinstance(step, EnqueueAll):
+                    if any(w.key is not None or w.entry_id is not None for w in waiters.values()):
+                        log.warning("session lost while waiting for %s: entering again", names)
+                        yield Leave(backend.delete_entries(pairs), describe_pairs(pairs))
+                        sent = time.monotonic()
+                    answer = yield _enqueue_all_call(backend, pairs, deadline, step.first, clock)
+                    contact = sent
+                elif isinstance(step, InQueue):
+                    driver, waiter = drivers[step.name], waiters[step.name]
+                    inner = step.step
+                    if isinstance(inner, MarkHeld):
+                        if not server_admission:
+                            driver.mark_held(
+                                waiter, inner.me, inner.now, inner.lower, marks_lost.append
+                            )
+                    else:
+                        answer = yield StoreCall(driver.step(waiter, inner, deadline))
+                        contact = sent
                 else:
-                    answer = yield StoreCall(driver.step(waiter, inner, deadline))
-            else:
-                answer = yield step
-            try:
-                step = protocol.send(answer)
-            except StopIteration as stop:
-                entries: dict[str, Entry] = stop.value
+                    answer = yield step
+                try:
+                    step = protocol.send(answer)
+                except StopIteration as stop:
+                    entries: dict[str, Entry] = stop.value
+                    break
+            confirmed = True
+            for driver, waiter in pairs:
+                confirmed = yield from confirm_admission(driver, waiter, contact, deadline, clock)
+                if not confirmed:
+                    break
+            if confirmed:
                 break
+            log.warning("%s: admitted, but the session ended meanwhile (a pause, or a store "
+                        "that stalled): entering again", names)  # fmt: skip
+            marks_lost.clear()
     except BaseException as exc:
         if isinstance(exc, GeneratorExit):
             abandon_nowait(pairs)  # the program is being closed: nothing can be awaited now

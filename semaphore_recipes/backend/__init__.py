@@ -50,7 +50,15 @@ from .fenced import FencedTransaction, Write, WriteKind
 from .hub import SessionHub
 from .revocation_watches import RevocationWatches
 from .runner import Program, Runner
-from .session import RESTORED, SUSPENDED, SessionChange, SessionEvent, SessionState, session_lost
+from .session import (
+    RESTORED,
+    SUSPENDED,
+    SessionChange,
+    SessionEvent,
+    SessionState,
+    session_lost,
+    vouched_since,
+)
 from .store import MULTI, Backend, default_owner
 from .waiter import Waiter
 
@@ -106,6 +114,7 @@ __all__ = [
     "run_program",
     "run_program_async",
     "session_lost",
+    "vouched_since",
     "split_queue",
     "validate_capacity",
     "validate_name",

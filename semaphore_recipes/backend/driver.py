@@ -371,6 +371,14 @@ class QueueDriver(ABC):
         raise _server_decides(self)
 
     @abstractmethod
+    def confirm(self, waiter: Waiter, deadline: Deadline) -> Program[bool]:
+        """One round trip, for an admitted ``waiter`` whose session the backend could
+        not vouch for (``Backend.session_vouched``): True when its entry is still in the
+        queue under a live session, as of a request sent now; False when it is gone
+        (the waiter then enters the queue again). A store whose session renewal is a
+        call of its own counts it as one."""
+
+    @abstractmethod
     def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> Program[None]:
         """Remove the waiter's entry if it exists (exact key, or found by entry id after
         a lost create reply) and ``slot_records`` (index -> token, None when maybe made)

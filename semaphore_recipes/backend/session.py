@@ -9,6 +9,7 @@ client that can never reconnect, the store's history restarted).
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass
 
 
@@ -49,3 +50,14 @@ class SessionState(enum.Enum):
     EXPIRED = "expired"  #: the session ended; a new one is made on the next request
     FAILED = "failed"  #: the client can never reach the store again
     CLOSED = "closed"  #: ``close()`` was called
+
+
+#: the part of a session timeout, at its end, in which a client no longer vouches for
+#: its session (the two clocks' rates, and the way back to the caller)
+VOUCH_MARGIN = 0.1
+
+
+def vouched_since(sent: float, timeout: float) -> bool:
+    """Does a session that a request sent at ``sent`` (``time.monotonic``) kept alive
+    surely live now, the store expiring it ``timeout`` seconds after its last renewal?"""
+    return time.monotonic() - sent < timeout * (1 - VOUCH_MARGIN)

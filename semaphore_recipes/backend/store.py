@@ -132,6 +132,14 @@ class Backend(SessionHub, Runner):
         """The session's state right now."""
 
     @abstractmethod
+    def session_vouched(self, contact: float) -> bool:
+        """Is the session surely alive now (``time.monotonic``), with a margin to spare,
+        given that a call of ours sent at ``contact`` was answered? A store where every
+        call keeps the session alive counts from ``contact``; one renewing a lease counts
+        from its last renewal sent that the store confirmed. No I/O: an admitted waiter
+        asks it before it holds, and :meth:`QueueDriver.confirm` when it says no."""
+
+    @abstractmethod
     def reading(self, key: str) -> Program[bytes | None]:
         """The value of ``key`` in the store's own key space (the one fenced
         transactions write), or None; within the request timeout."""

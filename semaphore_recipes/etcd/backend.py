@@ -57,6 +57,7 @@ from ..backend import (
     by_name,
     default_owner,
     session_lost,
+    vouched_since,
 )
 from ..errors import (
     AcquireTimeout,
@@ -417,6 +418,15 @@ class EtcdBackend(Backend):
             if not self.lease_id or keeper is None:
                 return SessionState.EXPIRED
         return SessionState.SUSPENDED if keeper.suspended else SessionState.CONNECTED
+
+    def session_vouched(self, contact: float) -> bool:
+        # (a request does not renew the lease: only its keepalives count. From their
+        # acknowledgement, a little after the server renewed it: VOUCH_MARGIN covers it)
+        with self._lock:
+            keeper = None if self._closed or not self.lease_id else self._keeper
+        if keeper is None or keeper.suspended:
+            return False
+        return vouched_since(keeper.last_ack, keeper.ttl)
 
     @property
     def closed(self) -> bool:

@@ -396,6 +396,17 @@ class ProtocolSteps(Leaving):
             found.append(kvs[0] if kvs and kvs[0].create_revision < token else None)
         return int(reply.header.revision), found
 
+    def confirm(self, waiter: Waiter, deadline: Deadline) -> Program[bool]:
+        """Our entry's key, read (linearizable): its lease's end takes it. A key made
+        again since is a newer entry's: its create revision is not our token."""
+        key, token = waiter.key, waiter.token
+        assert key is not None and token is not None
+        reply = yield from self.call(
+            lambda timeout: Call.range(self.entry_key(key), keys_only=True, timeout=timeout),
+            deadline,
+        )
+        return bool(reply.kvs) and int(reply.kvs[0].create_revision) == token
+
     def relist(self, waiter: Waiter, deadline: Deadline) -> Program[list[Entry] | SessionLost]:
         token = waiter.token
         assert token is not None

@@ -301,6 +301,10 @@ class MemoryBackend(Backend):
                 return SessionState.CLOSED
             return SessionState.CONNECTED if self._connected else SessionState.SUSPENDED
 
+    def session_vouched(self, contact: float) -> bool:
+        # (an in-process session ends only by disconnect() or close(): no clock to run out)
+        return self.session_state is SessionState.CONNECTED
+
     @property
     def closed(self) -> bool:
         return self._closed

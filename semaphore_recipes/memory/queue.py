@@ -140,6 +140,12 @@ class MemoryQueue(QueueDriver):
                 states[key] = EntryState(held=entry.data.held, lower=entry.data.lower)
         return states
 
+    def confirm(self, waiter: Waiter, deadline: Deadline) -> Generator[object, object, bool]:
+        key, token = waiter.key, waiter.token
+        assert token is not None
+        below = yield from self.call(lambda: self.store.entries(self.path, token + 1), deadline)
+        return any(e.key == key and e.token == token for e in below)
+
     def relist(
         self, waiter: Waiter, deadline: Deadline
     ) -> Generator[object, object, Sequence[Entry]]:

@@ -75,6 +75,7 @@ class MySQLBackend(SQLBackend):
             owner=owner or default_owner(),
             request_timeout=params.request_timeout,
             session=new_session_id(),
+            session_timeout=params.session_timeout,
         )
         self.params = params
         self.sync = SyncRunner(self.connect, POOL_SIZE)
@@ -145,6 +146,7 @@ class MySQLBackend(SQLBackend):
                 )
             if version is None or int(version) < SCHEMA_VERSION:
                 self._make_schema(conn, bound, None if version is None else int(version))
+            self.lease.restart(time.monotonic())  # (sent now: the server's expiry is later)
             conn.call("CALL sr_open_session(%s, %s, %s, %s)", self.session_args(self.session),
                       left(bound))  # fmt: skip
         except pymysql.err.MySQLError as exc:

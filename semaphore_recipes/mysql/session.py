@@ -88,7 +88,6 @@ class SessionKeeper:
             daemon=True,
         )
         self._conn: Connection | None = None
-        self._last_renewed = time.monotonic()
         self._suspended = False
         self._renew_now = False
         self._waiting_until = 0.0  # (monotonic) the end of the current server-side wait
@@ -100,7 +99,6 @@ class SessionKeeper:
         self._timer_lock = threading.Lock()
 
     def start(self) -> None:
-        self._last_renewed = time.monotonic()
         self._thread.start()
         self._overrun_thread.start()
 
@@ -204,10 +202,11 @@ class SessionKeeper:
         does the rest: a session found expired, holders checked)."""
         backend = self.backend
         while not self._stop.wait(self.timeout / 6):
-            overdue = time.monotonic() - self._last_renewed > self.timeout * 2 / 3
+            overdue = backend.lease.since_renewal() > self.timeout * 2 / 3
             if not overdue or not self._waiting_until:
                 continue
             session = backend.session
+            sent = time.monotonic()
             try:
                 renewed = backend.background.run(
                     backend.step("renew", (session,), backend.describe())
@@ -217,7 +216,7 @@ class SessionKeeper:
                          session, exc)  # fmt: skip
                 continue
             if renewed == "1" and backend.session == session:
-                self._last_renewed = time.monotonic()
+                backend.lease.renewed(sent)
                 log.info("mysql session %s renewed while its keeper's wait ran late", session)
 
     def _wait(self, conn: Connection, seconds: float) -> list[list[object]]:
@@ -292,12 +291,13 @@ class SessionKeeper:
     def _renew(self, conn: Connection) -> None:
         backend = self.backend
         session = backend.session
+        sent = time.monotonic()
         if self._call(conn, "CALL sr_renew(%s)", session) == "1":
-            self._last_renewed = time.monotonic()
             if self._suspended:
                 self._suspended = False
                 log.info("mysql session %s renewed again: permits restored", session)
                 backend.session_restored()
+            backend.lease.renewed(sent)
             backend.check_holders(
                 lambda name, key, token: int(
                     self._call(conn, "CALL sr_holder_exists(%s, %s, %s)", name, key, token) or 0
@@ -311,9 +311,10 @@ class SessionKeeper:
         if backend.session != old:
             return
         new = new_session_id()
+        sent = time.monotonic()
         self._call(conn, "CALL sr_open_session(%s, %s, %s, %s)", *backend.session_args(new))
         self._call(conn, "DO RELEASE_ALL_LOCKS()")
-        self._last_renewed = time.monotonic()
+        backend.lease.restart(sent)
         self._suspended = False
         backend.session_ended(old, new, why)
         self._claim(conn)
@@ -321,7 +322,7 @@ class SessionKeeper:
     def _check_expiry(self) -> None:
         """No renewal for a whole session timeout: the server has expired the session,
         or will before we could say otherwise."""
-        if time.monotonic() - self._last_renewed > self.timeout:
+        if self.backend.lease.lapsed():
             why = "no renewal for a whole session timeout"
             self.backend.session_ended(self.backend.session, None, why)
 

@@ -69,6 +69,7 @@ class PostgreSQLBackend(SQLBackend):
             owner=owner or default_owner(),
             request_timeout=params.request_timeout,
             session=new_session_id(),
+            session_timeout=params.session_timeout,
         )
         self.params = params
         self.conninfo = params.conninfo()
@@ -129,6 +130,7 @@ class PostgreSQLBackend(SQLBackend):
             )
         elif int(version) < SCHEMA_VERSION:
             yield from self._making_schema(bound, int(version))
+        self.lease.restart(time.monotonic())  # (sent now: the server's expiry is later)
         yield from self._call(
             "SELECT {s}.open_session($1, $2, $3, $4)", self.session_args(self.session), where, bound
         )

@@ -73,7 +73,6 @@ class SessionKeeper:
             target=self._run, name="semaphore-recipes-postgresql-session", daemon=True
         )
         self._conn: pq.abc.PGconn | None = None
-        self._last_renewed = time.monotonic()
         self._suspended = False
         self._timers: list[tuple[float, int, Callable[[], Program[object]]]] = []
         self._timer_ids = itertools.count()
@@ -86,7 +85,6 @@ class SessionKeeper:
         return None if conn is None else conn.backend_pid
 
     def start(self) -> None:
-        self._last_renewed = time.monotonic()
         self._thread.start()
 
     def stop(self) -> None:
@@ -212,13 +210,14 @@ class SessionKeeper:
     def _renew(self, conn: pq.abc.PGconn) -> None:
         backend = self.backend
         session = backend.session
+        sent = time.monotonic()
         renewed = self._execute(conn, backend.sql("SELECT {s}.renew($1)"), (session,))
         if renewed == "t":
-            self._last_renewed = time.monotonic()
             if self._suspended:
                 self._suspended = False
                 log.info("postgresql session %s renewed again: permits restored", session)
                 backend.session_restored()
+            backend.lease.renewed(sent)
             backend.check_holders(backend.holder_state(lambda sql, p: self._execute(conn, sql, p)))
             return
         self._replace(conn, session, "the session expired on the server")
@@ -228,16 +227,17 @@ class SessionKeeper:
         if backend.session != old:
             return
         new = new_session_id()
+        sent = time.monotonic()
         self._execute(conn, backend.sql("SELECT {s}.open_session($1, $2, $3, $4)"),
                       backend.session_args(new))  # fmt: skip
-        self._last_renewed = time.monotonic()
+        backend.lease.restart(sent)
         self._suspended = False
         backend.session_ended(old, new, why)
 
     def _check_expiry(self) -> None:
         """No renewal for a whole session timeout: the server has expired the session,
         or will before we could say otherwise."""
-        if time.monotonic() - self._last_renewed > self.timeout:
+        if self.backend.lease.lapsed():
             why = "no renewal for a whole session timeout"
             self.backend.session_ended(self.backend.session, None, why)
 

@@ -489,6 +489,10 @@ class RedisBackend(Backend):
         with self._state_lock:
             return SessionState.CLOSED if self._closed else self._state
 
+    def session_vouched(self, contact: float) -> bool:
+        # (a script does not renew the lease: only the keeper's renewals count)
+        return self.session_state is SessionState.CONNECTED and self.keeper.vouched()
+
     def refusal(self) -> BackendUnavailable | None:
         """Why this backend runs no more requests (closed, or its store's history went
         back), or None."""

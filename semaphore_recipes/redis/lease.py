@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..backend import Deadline
+from ..backend import Deadline, vouched_since
 from ..errors import BackendUnavailable
 from .calls import SyncRunner, call
 from .scripts import ScriptName
@@ -71,12 +71,13 @@ class LeaseKeeper:
     def create(self, lease: str, prefixes: Sequence[str], bound: Deadline) -> None:
         """Make the lease ``lease`` under each key prefix of ``prefixes`` on the server
         (blocking; at connect, and after a loss)."""
+        sent = time.monotonic()
         for prefix in prefixes:
             made = self.runner.run(self.backend.new_lease(prefix, lease, bound))
             if not made:  # a random 64-bit id taken: nothing to retry but a new id
                 raise RuntimeError(f"lease id {lease} already exists")
         self.backend.note_leased(lease, prefixes)
-        self._last_renewed = time.monotonic()
+        self._last_renewed = sent
 
     def start(self) -> None:
         self._thread.start()
@@ -99,8 +100,13 @@ class LeaseKeeper:
                 return
             self._renew_once()
 
+    def vouched(self) -> bool:
+        """Is the lease surely alive now (``backend.session_vouched``)?"""
+        return not self._suspended and vouched_since(self._last_renewed, self.ttl)
+
     def _renew_once(self) -> None:
         lease = self.backend.lease
+        sent = time.monotonic()  # (the server's expiry counts from later)
         bound = Deadline(self.backend.request_timeout, time.monotonic)
         where = f"renewing lease {lease}"
         renewed: list[tuple[str, int]] = []
@@ -140,7 +146,7 @@ class LeaseKeeper:
             if not self._stop.is_set():  # (closed under a call in flight: nothing to say)
                 log.exception("redis lease %s: renewal failed", lease)
             return
-        self._last_renewed = time.monotonic()
+        self._last_renewed = sent
         if self._suspended:
             self._suspended = False
             log.info("redis lease %s renewed again: permits restored", lease)

@@ -47,7 +47,7 @@ from ..backend import (
     validate_capacity,
 )
 from ..errors import BackendUnavailable, CapacityMismatch, Draining, SemaphoreNotFound
-from .calls import Arg, Soon
+from .calls import Arg, Soon, command
 from .scripts import ScriptName
 from .transaction import RedisFencedTransaction
 
@@ -388,6 +388,23 @@ class RedisQueue(QueueDriver):
         if reply[0] == b"wait" and int(reply[1]) >= 0:
             delay = int(reply[1]) / 1000 + CHECK_MARGIN
             self.backend.notifier.schedule(self, entry_id, delay)
+
+    def confirm(self, waiter: Waiter, deadline: Deadline) -> Program[bool]:
+        """The lease renewed (a step does not renew it), then our entry read."""
+        backend = self.backend
+        lease, key, token = backend.lease, waiter.key, waiter.token
+        assert key is not None
+        ttl_ms = int(backend.keeper.ttl * 1000)
+        where = f"{self._where}: confirming {key}"
+        renewed = yield from backend.script(
+            ScriptName.RENEW, (self.prefix, "", lease, ttl_ms), where, deadline=deadline
+        )
+        if not renewed:
+            backend.keeper.lease_gone()  # (it makes a new lease and tells the waiters)
+            return False
+        entries = self.entries_key()
+        raw = yield from command(("HGET", entries, key), where, backend.params, key=entries)
+        return raw is not None and json.loads(raw).get("t") == token
 
     def waiting_entries(self) -> list[str]:
         """Our entries still waiting for their admission (looked at after a reconnect)."""

@@ -22,6 +22,7 @@ new session (``SQLBackend.session_ended``).
 from __future__ import annotations
 
 import json
+import time
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -273,6 +274,20 @@ class SQLQueue(QueueDriver):
             self.admitted(entry_id, view.capacity, view.version)
         else:
             self.time_check(entry_id, view)
+
+    def confirm(self, waiter: Waiter, deadline: Deadline) -> Program[bool]:
+        backend = self.backend
+        session, key = backend.session, waiter.key
+        if key is None or not key.startswith(session + "."):
+            return False  # (an entry of a session already replaced)
+        sent = time.monotonic()
+        renewed = yield from backend.step("renew", (session,), self.where, deadline=deadline)
+        if not flag(renewed):
+            backend.keeper.wake()  # (it finds the session expired and makes a new one)
+            return False
+        backend.lease.renewed(sent)
+        reply = yield from self._step("check", self.name, key, deadline=deadline)
+        return bool(reply[0] == "ok" and EntryView.parse(reply).held)
 
     def waiting_entries(self) -> list[str]:
         """Our entries still waiting for their admission (looked at after a reconnect)."""

@@ -47,6 +47,7 @@ from ..backend import (
 )
 from ..errors import AcquireTimeout, BackendUnavailable, SemaphoreError
 from . import multi
+from .lease import Lease
 from .queue import SQLQueue
 from .requests import Pause, StepArg
 
@@ -102,9 +103,12 @@ class SQLBackend(Backend):
     #: the session row's id (replaced when the session ended)
     session: str
 
-    def __init__(self, *, owner: str, request_timeout: float, session: str) -> None:
+    def __init__(
+        self, *, owner: str, request_timeout: float, session: str, session_timeout: float
+    ) -> None:
         super().__init__(owner=owner, request_timeout=request_timeout)
         self.session = session
+        self.lease = Lease(session_timeout)  # (the keeper confirms it)
         self.aio = None
         self._queues: dict[str, weakref.WeakSet[SQLQueue]] = {}
         self._state_lock = threading.Lock()
@@ -223,6 +227,12 @@ class SQLBackend(Backend):
             return [q for found in self._queues.values() for q in found]
 
     # ---- the session, as the keeper finds it -----------------------------------------------
+    def session_vouched(self, contact: float) -> bool:
+        # (a step does not renew the session: only the keeper's renewals count)
+        with self._state_lock:
+            connected = self._state is SessionState.CONNECTED
+        return connected and self.lease.vouched()
+
     def session_suspended(self) -> None:
         with self._state_lock:
             if self._state is not SessionState.CONNECTED:

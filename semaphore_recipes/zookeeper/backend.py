@@ -67,6 +67,7 @@ from ..backend import (
     by_name,
     default_owner,
     session_lost,
+    vouched_since,
 )
 from ..errors import (
     AcquireTimeout,
@@ -250,6 +251,11 @@ class ZooKeeperBackend(Backend):
         if self._connected.is_set():
             return SessionState.CONNECTED
         return SessionState.SUSPENDED if self._suspended_session else SessionState.EXPIRED
+
+    def session_vouched(self, contact: float) -> bool:
+        # (every request, and kazoo's pings, keep a ZooKeeper session alive)
+        connected = self.session_state is SessionState.CONNECTED
+        return connected and vouched_since(contact, self.session_timeout)
 
     @property
     def closed(self) -> bool:

@@ -272,6 +272,22 @@ class ProtocolSteps(SemaphoreNode):
             except SessionExpiredError:
                 return SessionLost()
 
+    def confirm(self, waiter: Waiter, deadline: Deadline) -> ZkProgram[bool]:
+        """Our entry exists, read after a ``sync`` (a follower has applied what the
+        leader did: an expired session's nodes deleted). An expired session is refused;
+        a new one does not own the node."""
+        yield self.step_waits(deadline)
+        assert waiter.key is not None
+        while True:
+            try:
+                yield self.client.sync_async(self.path)
+                stat = yield self.client.exists_async(f"{self.path}/{waiter.key}")
+                return stat is not None
+            except ConnectionLoss:
+                yield Await.CONNECTION
+            except SessionExpiredError:
+                return False
+
     def known_lower(self, waiter: Waiter) -> list[Entry] | None:
         """Every entry lower than ours that may exist, from what this process knows of
         the queue when that holds our entry (``_known_queue.py``); else None: list."""

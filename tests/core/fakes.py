@@ -44,6 +44,9 @@ class FakeQueue(QueueDriver):
         self, key: str, token: int, mark: EntryData, on_lost: Callable[[str], None]
     ) -> None: ...
 
+    def confirm(self, waiter: Waiter, deadline: Deadline) -> Program[bool]:
+        raise AssertionError("not reached")
+
     def abandon(self, waiter: Waiter, slot_records: Mapping[int, int | None]) -> Program[None]:
         yield from ()
 
@@ -86,6 +89,9 @@ class Hub(Backend):
     @property
     def session_state(self) -> SessionState:
         return SessionState.CONNECTED
+
+    def session_vouched(self, contact: float) -> bool:
+        return True
 
     def run(self, program: Program[T]) -> T:
         return run_program(program, lambda request: None)

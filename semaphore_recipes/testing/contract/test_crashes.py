@@ -51,3 +51,31 @@ def test_a_holder_paused_past_its_session_is_fenced_off(service: Harness, worker
     assert Workers.expect(holder, "FENCE-") == "FENCE-REJECTED"
     assert holder.wait(10) == 0
     permit.release()
+
+
+def test_a_waiter_admitted_while_paused_past_its_session_queues_again(
+    service: Harness, workers: Workers
+) -> None:
+    """A waiter admitted as it paused, and paused past its session: its permit went to
+    the next waiter meanwhile, so on resume it enters the queue again; it must not act
+    on the admission it was told of before its session ran out."""
+    sem = service.connect().semaphore("paused-waiter", capacity=1)
+    first = sem.acquire()
+    paused = workers.start(service.url_with(session_timeout=SESSION), "paused-waiter", "1", "hold")
+    wait_until(lambda: len(sem.status().waiters) == 1)
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        t, out = waiter_thread(sem)
+        wait_until(lambda: len(sem.status().waiters) == 2)
+        first.release()  # admits the paused waiter, on stores whose server decides
+        t.join(SESSION + 5)  # its session runs out: the next waiter is admitted
+        assert out, "the waiter behind the paused one was never granted"
+        following = out[0][1]
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    status = sem.status()
+    assert [h.token for h in status.holders] == [following.token], status
+    # on resume it learns its session is gone and waits again, behind the holder
+    wait_until(lambda: len(sem.status().waiters) == 1, timeout=15)
+    following.release()
+    assert int(Workers.expect(paused, "HELD").split()[1]) > following.token
