@@ -114,8 +114,8 @@ __all__ = [
     "run_program",
     "run_program_async",
     "session_lost",
-    "vouched_since",
     "split_queue",
     "validate_capacity",
     "validate_name",
+    "vouched_since",
 ]

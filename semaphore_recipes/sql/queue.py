@@ -22,8 +22,8 @@ new session (``SQLBackend.session_ended``).
 from __future__ import annotations
 
 import json
-import time
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
