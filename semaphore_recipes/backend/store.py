@@ -136,7 +136,8 @@ class Backend(SessionHub, Runner):
         """Is the session surely alive now (``time.monotonic``), with a margin to spare,
         given that a call of ours sent at ``contact`` was answered? A store where every
         call keeps the session alive counts from ``contact``; one renewing a lease counts
-        from its last renewal sent that the store confirmed. No I/O: an admitted waiter
+        from its last renewal sent that the store confirmed. Time alone decides: a lost
+        connection does not end a session before its timeout. No I/O: an admitted waiter
         asks it before it holds, and :meth:`QueueDriver.confirm` when it says no."""
 
     @abstractmethod

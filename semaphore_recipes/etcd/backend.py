@@ -424,9 +424,7 @@ class EtcdBackend(Backend):
         # acknowledgement, a little after the server renewed it: VOUCH_MARGIN covers it)
         with self._lock:
             keeper = None if self._closed or not self.lease_id else self._keeper
-        if keeper is None or keeper.suspended:
-            return False
-        return vouched_since(keeper.last_ack, keeper.ttl)
+        return keeper is not None and vouched_since(keeper.last_ack, keeper.ttl)
 
     @property
     def closed(self) -> bool:

@@ -491,7 +491,7 @@ class RedisBackend(Backend):
 
     def session_vouched(self, contact: float) -> bool:
         # (a script does not renew the lease: only the keeper's renewals count)
-        return self.session_state is SessionState.CONNECTED and self.keeper.vouched()
+        return self.keeper.vouched()
 
     def refusal(self) -> BackendUnavailable | None:
         """Why this backend runs no more requests (closed, or its store's history went

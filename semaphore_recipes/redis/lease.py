@@ -102,7 +102,7 @@ class LeaseKeeper:
 
     def vouched(self) -> bool:
         """Is the lease surely alive now (``backend.session_vouched``)?"""
-        return not self._suspended and vouched_since(self._last_renewed, self.ttl)
+        return vouched_since(self._last_renewed, self.ttl)
 
     def _renew_once(self) -> None:
         lease = self.backend.lease

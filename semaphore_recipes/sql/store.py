@@ -229,9 +229,7 @@ class SQLBackend(Backend):
     # ---- the session, as the keeper finds it -----------------------------------------------
     def session_vouched(self, contact: float) -> bool:
         # (a step does not renew the session: only the keeper's renewals count)
-        with self._state_lock:
-            connected = self._state is SessionState.CONNECTED
-        return connected and self.lease.vouched()
+        return self.lease.vouched()
 
     def session_suspended(self) -> None:
         with self._state_lock:

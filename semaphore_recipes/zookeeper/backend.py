@@ -253,9 +253,8 @@ class ZooKeeperBackend(Backend):
         return SessionState.SUSPENDED if self._suspended_session else SessionState.EXPIRED
 
     def session_vouched(self, contact: float) -> bool:
-        # (every request, and kazoo's pings, keep a ZooKeeper session alive)
-        connected = self.session_state is SessionState.CONNECTED
-        return connected and vouched_since(contact, self.session_timeout)
+        # (every request keeps a ZooKeeper session alive, through a lost connection too)
+        return vouched_since(contact, self.session_timeout)
 
     @property
     def closed(self) -> bool:
